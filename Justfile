@@ -1,0 +1,59 @@
+# sapo_async task runner. `just` lists the recipes; CI calls the same ones the README names.
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+py := justfile_directory() + "/.venv/bin/python"
+
+# list the recipes
+default:
+    @just --list
+
+# install Python deps into .venv and the Solidity toolchain into node_modules (idempotent)
+setup:
+    bash scripts/bootstrap.sh
+
+# run every test: forge tests of the contracts, then pytest (unit + integration)
+test *args: setup contracts
+    {{py}} -m pytest {{args}}
+
+# only the fast unit tests
+test-unit *args:
+    {{py}} -m pytest tests/unit {{args}}
+
+# lint (ruff) and type-check (mypy strict)
+check:
+    {{py}} -m ruff check sapo_async tests bench examples
+    {{py}} -m ruff format --check sapo_async tests bench examples
+    {{py}} -m mypy
+
+# format the code
+fmt:
+    {{py}} -m ruff format sapo_async tests bench examples
+    {{py}} -m ruff check --fix sapo_async tests bench examples
+
+# compile the contracts with solcjs, run forge tests offline, refresh the Python artifacts
+contracts:
+    bash contracts/build.sh
+
+# run a benchmark: just bench fabric|learning|ledger [--quick]
+bench name *args:
+    {{py}} bench/{{name}}.py {{args}}
+
+# a local swarm on embedded defaults (the README's main job)
+swarm *args:
+    {{py}} -m sapo_async swarm {{args}}
+
+# the paper's I/J comparison (8/0, 6/2, 4/4, 2/6) in both regimes
+paper-table *args:
+    {{py}} -m sapo_async experiment paper-table {{args}}
+
+# build (or rebuild) the cached tiny model
+warmstart *args:
+    {{py}} -m sapo_async warmstart {{args}}
+
+# run a volunteer node from node.toml (sapo-async init writes one)
+node config="node.toml":
+    {{py}} -m sapo_async node --config {{config}}
+
+# local NATS + anvil + deployed contracts, printing the settings a node needs
+devnet:
+    {{py}} -m sapo_async devnet

@@ -1,0 +1,1 @@
+"""The ``sapo-async`` command line (typer). One module per group of commands."""

@@ -1,0 +1,53 @@
+"""Entry point of the ``sapo-async`` command: builds the typer app from the command modules.
+
+Each command module exposes ``register(app: typer.Typer) -> None``; add it to
+``_COMMAND_MODULES`` below. Modules are imported when the app is built, so a command's
+heavy imports (torch, web3) belong inside the command function, keeping ``--help`` fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+from sapo_async import __version__
+
+__all__ = ["build_app", "main"]
+
+_COMMAND_MODULES: tuple[str, ...] = (
+    # one line per command module, e.g. "sapo_async.cli.train"
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"sapo-async {__version__}")
+        raise typer.Exit
+
+
+def build_app() -> typer.Typer:
+    """Return the typer app with every command module registered."""
+    app = typer.Typer(
+        name="sapo-async",
+        help="Decentralised RL post-training with collective experience sharing (SAPO).",
+        no_args_is_help=True,
+        add_completion=False,
+    )
+
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(
+            False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
+        ),
+    ) -> None:
+        """sapo-async: run a node, a local swarm, experiments and audits."""
+
+    for name in _COMMAND_MODULES:
+        importlib.import_module(name).register(app)
+    return app
+
+
+def main() -> None:
+    """Run the command line."""
+    build_app()()

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install everything sapo_async needs into ./.venv and ./node_modules. Idempotent: a second
+# run only checks. Needs Python 3.11+ (python3) and Node 18+ (npm).
+#   TORCH_SPEC   torch requirement to install first (default torch==2.13.0, the CPU build
+#                these machines carry; on a GPU machine use e.g. TORCH_SPEC=torch).
+#   SAPO_EXTRAS  pip extras (default dev; add gpu for vLLM).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+EXTRAS=${SAPO_EXTRAS:-dev}
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q "$TORCH_SPEC"
+fi
+# Editable install; quick when everything is already there.
+.venv/bin/python -m pip install -q -e ".[${EXTRAS}]" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import sapo_async" 
+
+if [ -f package.json ]; then
+  if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+    npm ci --no-audit --no-fund --loglevel=error
+  fi
+fi
+echo "bootstrap: ready (.venv, node_modules)"

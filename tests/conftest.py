@@ -1,0 +1,10 @@
+"""Shared fixtures. Area fixtures live in tests/<area>_fixtures.py modules loaded here."""
+
+from __future__ import annotations
+
+import os
+
+# Tests build their own tiny models; nothing may reach a model hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

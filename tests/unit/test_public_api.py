@@ -1,0 +1,47 @@
+import sapo_async
+from sapo_async import errors
+
+# The public names users rely on; removing one is a breaking change.
+EXPECTED_PUBLIC = {
+    "ActorError",
+    "ActorFailed",
+    "ActorStopped",
+    "CheckpointError",
+    "CommitmentRejected",
+    "Completion",
+    "ConfigError",
+    "GenerationError",
+    "LedgerError",
+    "LedgerUnavailable",
+    "PublishError",
+    "RejectedInput",
+    "RolloutGroup",
+    "SamplingParams",
+    "SapoError",
+    "SignedGroup",
+    "TaskRef",
+    "TrainingError",
+    "TransportError",
+    "TransportUnavailable",
+    "WeightSyncError",
+    "__version__",
+}
+
+
+def test_public_names_are_all_exported_and_sorted():
+    assert EXPECTED_PUBLIC <= set(sapo_async.__all__)
+    assert list(sapo_async.__all__) == sorted(sapo_async.__all__)
+    for name in sapo_async.__all__:
+        assert hasattr(sapo_async, name), name
+
+
+def test_every_error_derives_from_sapo_error_and_builtins_where_they_fit():
+    for name in errors.__all__:
+        assert issubclass(getattr(errors, name), errors.SapoError)
+    assert issubclass(errors.ConfigError, ValueError)
+    assert issubclass(errors.RejectedInput, ValueError)
+    assert issubclass(errors.TransportUnavailable, ConnectionError)
+    assert issubclass(errors.LedgerUnavailable, ConnectionError)
+    err = errors.RejectedInput("bad_signature", "signer differs", producer="0xabc")
+    assert err.reason == "bad_signature"
+    assert "signer differs" in str(err)
