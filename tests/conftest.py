@@ -8,3 +8,11 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# Each area keeps its fixtures in its own module so areas never edit the same file.
+pytest_plugins = [
+    "tests.fixtures.fabric",
+    "tests.fixtures.learning",
+    "tests.fixtures.ledger",
+    "tests.fixtures.volunteer",
+]
