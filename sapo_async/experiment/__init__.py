@@ -1,0 +1,1 @@
+"""The paper-table experiment: I/J configurations compared under common random numbers."""

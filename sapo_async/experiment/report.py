@@ -1,0 +1,132 @@
+"""Tables and figures for the paper-table experiment: pure functions over reward traces.
+
+A trace is ``rewards[node][round]``: the mean reward of a node's own generated completions
+in that round (its *training reward*, as the SAPO paper plots). Nothing here runs a model.
+
+Paper figures (SAPO, arXiv 2509.08721, 8 x Qwen2.5-0.5B, 2000 rounds, cumulative training
+reward summed over nodes): 8/0 = 561.79, 6/2 = 854.43, 4/4 = 1093.31, 2/6 = 945.87.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = [
+    "PAPER_CUMULATIVE",
+    "cumulative_reward",
+    "markdown_table",
+    "moving_average",
+    "plot_traces",
+    "rounds_to_threshold",
+]
+
+PAPER_CUMULATIVE: Mapping[str, float] = {
+    "8/0": 561.79,
+    "6/2": 854.43,
+    "4/4": 1093.31,
+    "2/6": 945.87,
+}
+"""Cumulative reward per I/J configuration reported by the SAPO paper (Table / Fig. 2)."""
+
+Trace = Sequence[Sequence[float]]
+
+
+def cumulative_reward(trace: Trace) -> float:
+    """Sum of every node's reward over every round."""
+    return float(sum(sum(node) for node in trace))
+
+
+def moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Trailing moving average (shorter windows at the start)."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    out: list[float] = []
+    total = 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def swarm_mean(trace: Trace) -> list[float]:
+    """Mean over nodes, per round."""
+    rounds = min(len(node) for node in trace)
+    return [sum(node[r] for node in trace) / len(trace) for r in range(rounds)]
+
+
+def rounds_to_threshold(trace: Trace, threshold: float, window: int = 10) -> int | None:
+    """First round (1-based count) at which the swarm-mean reward's moving average reaches
+    ``threshold``; None if it never does."""
+    for i, v in enumerate(moving_average(swarm_mean(trace), window)):
+        if i + 1 >= window and v >= threshold:
+            return i + 1
+    return None
+
+
+def markdown_table(
+    results: Mapping[str, Mapping[int, Trace]], *, threshold: float, baseline: str = "8/0"
+) -> str:
+    """One row per configuration and seed, then the mean over seeds, beside the paper.
+
+    Args:
+        results: ``results[config][seed] = trace``.
+        threshold: reward threshold for the rounds-to-threshold column.
+        baseline: configuration the ratios are taken against.
+    """
+    lines = [
+        "| config | seed | cumulative reward | ratio to 8/0 | rounds to "
+        f"{threshold:g} | paper cumulative | paper ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    base = results.get(baseline, {})
+    paper_base = PAPER_CUMULATIVE[baseline]
+    for config, by_seed in results.items():
+        ratios = []
+        for seed, trace in sorted(by_seed.items()):
+            cum = cumulative_reward(trace)
+            ratio = cum / cumulative_reward(base[seed]) if seed in base else float("nan")
+            ratios.append(ratio)
+            rtt = rounds_to_threshold(trace, threshold)
+            lines.append(
+                f"| {config} | {seed} | {cum:.2f} | {ratio:.2f}x | "
+                f"{rtt if rtt is not None else 'never'} | "
+                f"{PAPER_CUMULATIVE.get(config, float('nan')):.2f} | "
+                f"{PAPER_CUMULATIVE.get(config, float('nan')) / paper_base:.2f}x |"
+            )
+        if len(by_seed) > 1:
+            mean_cum = sum(cumulative_reward(t) for t in by_seed.values()) / len(by_seed)
+            mean_ratio = sum(ratios) / len(ratios)
+            lines.append(
+                f"| **{config}** | mean | **{mean_cum:.2f}** | **{mean_ratio:.2f}x** | | | |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot_traces(results: Mapping[str, Trace], path: Path, *, title: str, window: int = 10) -> None:
+    """Per-node reward per round (thin) and its moving average (thick), one panel per
+    configuration, written as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    configs = list(results)
+    fig, axes = plt.subplots(1, len(configs), figsize=(4 * len(configs), 3.2), sharey=True)
+    if len(configs) == 1:
+        axes = [axes]
+    for ax, config in zip(axes, configs, strict=True):
+        trace = results[config]
+        for node in trace:
+            ax.plot(node, linewidth=0.4, alpha=0.35)
+        ax.plot(moving_average(swarm_mean(trace), window), color="black", linewidth=2.0)
+        ax.set_title(f"{config}  (cum {cumulative_reward(trace):.1f})")
+        ax.set_xlabel("round")
+    axes[0].set_ylabel(f"training reward (black: swarm mean, {window}-round MA)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
