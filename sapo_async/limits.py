@@ -33,6 +33,41 @@ PUBLISH_ACK_TIMEOUT_S = 5.0
 DUPLICATE_WINDOW_S = 120.0
 """JetStream de-duplicates by Nats-Msg-Id within this window (server default 2 min)."""
 
+STREAM_MAX_AGE_S = 3600.0
+"""The stream keeps an hour: six times the collector's buffer age, so a node that joins or
+restarts can start from "the last N minutes" without the stream growing without bound."""
+
+STREAM_MAX_BYTES = 512 * 1024 * 1024
+"""512 MiB per swarm stream: an hour of 64 nodes x 8 groups/min x 16 KB fits ~8 times."""
+
+FETCH_BATCH = 64
+"""Messages per pull request: amortises the request round trip, still one round of a node."""
+
+FETCH_TIMEOUT_S = 1.0
+"""A pull request waits at most 1 s: the consumer loop's liveness check runs this often."""
+
+CONSUMER_INACTIVE_THRESHOLD_S = 300.0
+"""A non-durable consumer unused for 5 minutes is removed by the server (a node died)."""
+
+CONSUMER_STALL_CHECKS = 3
+"""After 3 empty fetches in a row the consumer asks the server whether it is still alive
+and bound (nats.py issue #504: a pull subscription can go silent after a restart)."""
+
+PUBLISH_RETRIES = 5
+"""A publish is tried 5 times with backoff (0.2 s doubling: ~6 s), covering a server restart."""
+
+PUBLISH_RETRY_BASE_S = 0.2
+"""First publish retry after 0.2 s; a restarting embedded nats-server is back in ~0.2 s."""
+
+CONNECT_TIMEOUT_S = 5.0
+"""Connecting to NATS on loopback takes milliseconds; 5 s covers a remote server."""
+
+SERVER_START_TIMEOUT_S = 20.0
+"""An embedded nats-server is ready in ~0.1 s; 20 s covers a loaded 2-core CI machine."""
+
+SERVER_STOP_TIMEOUT_S = 10.0
+"""A SIGTERM-ed nats-server flushes its store and exits in well under a second."""
+
 
 # --- collector ----------------------------------------------------------------------
 
@@ -44,6 +79,14 @@ BUFFER_MAX_AGE_S = 600.0
 
 MAX_ROUND_LAG = 8
 """Drop groups whose producer round is more than 8 behind the newest seen from it."""
+
+MAX_CLOCK_SKEW_S = 60.0
+"""A group stamped more than a minute in the future is rejected: a forged future time would
+otherwise keep it from ever ageing out."""
+
+SEEN_HASHES_MAX = 65536
+"""Rollout hashes remembered for duplicate rejection (16x the buffer); entries older than the
+buffer age are forgotten anyway, since staleness rejects those replays."""
 
 
 # --- generation and training --------------------------------------------------------
