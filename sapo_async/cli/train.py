@@ -1,0 +1,163 @@
+"""``sapo-async train`` (one node alone, J = 0) and ``sapo-async warmstart``.
+
+Owns only argument parsing, progress display and the JSONL log; the work is in
+:mod:`sapo_async.round`, :mod:`sapo_async.models` and :mod:`sapo_async.checkpoint`.
+Heavy imports happen inside the commands so ``--help`` stays fast.
+"""
+
+# PLC0415: lazy imports keep `--help` fast (cli/main.py's rule); B008/PLR0917: typer's
+# declarative options are function defaults by design.
+# ruff: noqa: PLC0415, B008, PLR0917
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+__all__ = ["register"]
+
+
+def _threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
+
+
+def warmstart(
+    regime: str = typer.Option("all", help="sparse, dense, or all."),
+    cache_dir: Path | None = typer.Option(
+        None, help="Cache root (default $SAPO_CACHE_DIR or ~/.cache/sapo_async)."
+    ),
+    seed: int = typer.Option(0, help="Seed of tokenizer sample, init, data order."),
+    threads: int = typer.Option(2, help="torch CPU threads."),
+) -> None:
+    """Build (or find cached) the tiny model(s) and print their warm-start rewards."""
+    from sapo_async.models import REGIMES, ensure_tiny_model, read_report, tiny_spec
+
+    _threads(threads)
+    names = sorted(REGIMES) if regime == "all" else [regime]
+    for name in names:
+        spec = tiny_spec(name, seed=seed)
+        path = ensure_tiny_model(spec, cache_dir)
+        rep = read_report(path)
+        typer.echo(
+            f"{name}: {path}  reward {rep.reward_before:.3f} -> {rep.reward_after:.3f}  "
+            f"tag rate {rep.tag_rate_after:.3f}  ({rep.steps} steps, {rep.seconds:.0f} s, "
+            f"{rep.params} params)"
+        )
+
+
+def train(
+    rounds: int = typer.Option(100, help="Rounds to run."),
+    model: str = typer.Option("tiny", help="'tiny' or a local model directory / hub id."),
+    regime: str = typer.Option("sparse", help="Tiny model warm start: sparse or dense."),
+    tasks: str = typer.Option("cpu", help="Task preset: cpu or paper."),
+    prompt_style: str = typer.Option("compact", help="compact (tiny) or instruct (real models)."),
+    chat_template: bool = typer.Option(
+        False, help="Wrap prompts in the tokenizer's chat template."
+    ),
+    batch: int = typer.Option(8, help="Questions per round (B)."),
+    group_size: int = typer.Option(8, help="Completions per question (L)."),
+    max_new_tokens: int = typer.Option(16, help="Completion cap."),
+    temperature: float = typer.Option(1.0),
+    top_p: float = typer.Option(1.0),
+    top_k: int = typer.Option(0, help="0 = off."),
+    lr: float = typer.Option(3e-5, help="AdamW learning rate."),
+    aggregation: str = typer.Option("dapo", help="grpo, dapo or dr_grpo."),
+    seed: int = typer.Option(0, help="Swarm seed (questions and sampling)."),
+    node_index: int = typer.Option(0, help="Node index in the task index layout."),
+    device: str = typer.Option("cpu"),
+    threads: int = typer.Option(1, help="torch CPU threads (1 is fastest for the tiny model)."),
+    log: Path | None = typer.Option(None, help="JSONL file of per-round metrics."),
+    checkpoint_dir: Path | None = typer.Option(None, help="Checkpoint directory."),
+    checkpoint_every: int = typer.Option(0, help="Checkpoint every N rounds (0: only at the end)."),
+    resume: bool = typer.Option(False, help="Resume from checkpoint_dir's latest checkpoint."),
+    cache_dir: Path | None = typer.Option(None, help="Tiny model cache root."),
+) -> None:
+    """Train one node alone with GRPO (no sharing) and log per-round metrics."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from sapo_async.errors import ConfigError
+    from sapo_async.grpo import TrainerConfig
+    from sapo_async.models import load_model, load_tiny_model, tiny_spec
+    from sapo_async.round import LocalTrainerNode, NodeConfig, RoundMetrics, run_rounds
+    from sapo_async.tasks import TaskSource, preset
+    from sapo_async.wire import SamplingParams
+
+    _threads(threads)
+    if prompt_style not in ("compact", "instruct"):
+        raise ConfigError(f"prompt style must be compact or instruct, got {prompt_style!r}")
+    if resume and checkpoint_dir is None:
+        raise ConfigError("--resume needs --checkpoint-dir", field="checkpoint_dir")
+    lm = (
+        load_tiny_model(tiny_spec(regime), cache_dir=cache_dir, device=device)
+        if model == "tiny"
+        else load_model(model, device=device)
+    )
+    config = NodeConfig(
+        swarm_seed=seed,
+        node_index=node_index,
+        batch=batch,
+        group_size=group_size,
+        sampling=SamplingParams(
+            temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens
+        ),
+        prompt_style=prompt_style,  # type: ignore[arg-type]
+        chat_template=chat_template,
+        trainer=TrainerConfig(
+            lr=lr,
+            aggregation=aggregation,  # type: ignore[arg-type]
+            max_completion_tokens=max_new_tokens,
+        ),
+    )
+    node = LocalTrainerNode(
+        lm.model,
+        lm.tokenizer,
+        TaskSource(preset(tasks), swarm_seed=seed),
+        config,
+        model_id=lm.model_id,
+    )
+    if resume and checkpoint_dir is not None:
+        node.restore(checkpoint_dir)
+    log_file = log.open("a") if log else None
+    recent: list[float] = []
+    with Progress(
+        TextColumn("[bold]round {task.completed}/{task.total}"),
+        BarColumn(),
+        TextColumn("{task.description}"),
+        TimeRemainingColumn(),
+    ) as progress:
+        bar = progress.add_task("", total=rounds)
+
+        def on_round(m: RoundMetrics) -> None:
+            recent.append(m.local_reward_mean)
+            del recent[:-10]
+            if log_file is not None:
+                log_file.write(json.dumps(m.as_dict(), sort_keys=True) + "\n")
+                log_file.flush()
+            done = m.round + 1
+            if checkpoint_dir is not None and checkpoint_every and done % checkpoint_every == 0:
+                node.save(checkpoint_dir)
+            progress.update(
+                bar,
+                advance=1,
+                description=(
+                    f"reward(10) {sum(recent) / len(recent):.3f}  informative "
+                    f"{m.informative_local}/{batch}  "
+                    f"{(m.generate_s + m.score_s + m.train_s) * 1000:.0f} ms/round"
+                ),
+            )
+
+        run_rounds(node, rounds, on_round=on_round)
+    if log_file is not None:
+        log_file.close()
+    if checkpoint_dir is not None:
+        node.save(checkpoint_dir)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``train`` and ``warmstart`` to the app."""
+    app.command("train")(train)
+    app.command("warmstart")(warmstart)

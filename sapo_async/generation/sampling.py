@@ -1,0 +1,197 @@
+"""A lean batched sampling loop over any Hugging Face causal LM, with a KV cache.
+
+Owns token selection: temperature, top-k and top-p applied explicitly (never the
+transformers ``generate`` defaults, whose implicit top-k 50 distorts sampling on tiny
+vocabularies), seeded with a ``torch.Generator``. It calls the model's own ``forward``
+(prefill once, then one token per step with ``past_key_values``), so it is the real model;
+it only skips ``generate``'s per-step machinery, which dominates the cost for a ~1 M
+parameter model (docs/learning.md, "Generation speed").
+
+Log-probs: for every sampled token we return ``log_softmax(logits)[token]`` at
+temperature 1 over the full vocabulary, i.e. the log-probability under the *policy* the
+trainer optimises, not under the tempered/truncated sampling distribution. This is what
+GRPO's ratio and truncated importance weights need; with temperature 1 and no top-k/top-p
+the two coincide.
+
+Invariants:
+    * sequences are left-padded; positions count only real tokens, so a padded row gives
+      the same logits as the same row alone;
+    * a finished row keeps its stop token as its last token and records nothing after it;
+    * the same seed, weights, prompts and device give the same tokens.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from sapo_async.errors import ConfigError
+from sapo_async.wire import SamplingParams
+
+__all__ = ["SampledBatch", "check_sampling", "filter_logits", "sample_batch"]
+
+
+@dataclass(frozen=True, slots=True)
+class SampledBatch:
+    """Raw sampling output, one entry per row (prompt-major: prompt i's n rows are
+    ``i*n .. i*n+n-1``).
+
+    Attributes:
+        token_ids: sampled ids per row, including the stop token when one was sampled.
+        logprobs: temperature-1 log-probs of those ids.
+        finish_reasons: ``"stop"`` or ``"length"`` per row.
+    """
+
+    token_ids: list[list[int]]
+    logprobs: list[list[float]]
+    finish_reasons: list[str]
+
+
+def check_sampling(sampling: SamplingParams) -> None:
+    """Validate sampling parameters.
+
+    Raises:
+        ConfigError: a parameter is out of range (the field is named).
+    """
+    if not sampling.temperature > 0:
+        raise ConfigError(
+            f"temperature must be > 0, got {sampling.temperature}", field="sampling.temperature"
+        )
+    if not 0 < sampling.top_p <= 1:
+        raise ConfigError(f"top_p must be in (0, 1], got {sampling.top_p}", field="sampling.top_p")
+    if sampling.top_k < 0:
+        raise ConfigError(f"top_k must be >= 0, got {sampling.top_k}", field="sampling.top_k")
+    if sampling.max_new_tokens < 1:
+        raise ConfigError(
+            f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}",
+            field="sampling.max_new_tokens",
+        )
+
+
+def filter_logits(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """Apply temperature, then top-k (0 = off), then top-p (1 = off) to ``[rows, vocab]``
+    logits; removed entries become ``-inf``."""
+    out = logits / sampling.temperature if sampling.temperature != 1.0 else logits
+    vocab = out.shape[-1]
+    if 0 < sampling.top_k < vocab:
+        kth = torch.topk(out, sampling.top_k, dim=-1).values[..., -1:]
+        out = out.masked_fill(out < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        sorted_logits, order = torch.sort(out, dim=-1, descending=True)
+        cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        # drop a token when the mass before it already reaches top_p (the first always stays)
+        drop_sorted = (cum - torch.softmax(sorted_logits, dim=-1)) >= sampling.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        out = out.masked_fill(drop, float("-inf"))
+    return out
+
+
+def _cache_kwarg(model: Any) -> str:
+    # transformers >= 5.2x renamed ``past_key_values`` to ``cache`` (the old name warns).
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _forward(
+    model: Any, *, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, past: Any, kw: str
+) -> tuple[torch.Tensor, Any]:
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{kw: past})
+    cache = out.cache if kw == "cache" else out.past_key_values
+    return out.logits[:, -1, :], cache
+
+
+@torch.inference_mode()
+def sample_batch(
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    sampling: SamplingParams,
+    *,
+    n: int,
+    stop_ids: Sequence[int],
+    pad_id: int,
+    seed: int,
+    device: torch.device | str = "cpu",
+) -> SampledBatch:
+    """Sample ``n`` completions for each prompt in one batch.
+
+    Args:
+        model: a transformers causal LM (called through its ``forward``).
+        prompt_ids: token ids of each prompt (non-empty).
+        sampling: temperature, top_p, top_k, max_new_tokens.
+        n: completions per prompt.
+        stop_ids: ids that end a completion (EOS and friends).
+        pad_id: id used for left padding and for rows that already stopped.
+        seed: seed of the sampling generator.
+        device: where the model lives.
+
+    Returns:
+        The sampled ids, their temperature-1 log-probs and finish reasons.
+
+    Raises:
+        ConfigError: bad sampling parameters, ``n < 1``, or an empty prompt.
+    """
+    check_sampling(sampling)
+    if n < 1:
+        raise ConfigError(f"n must be >= 1, got {n}", field="n")
+    if any(len(p) == 0 for p in prompt_ids):
+        raise ConfigError("every prompt needs at least one token", field="prompts")
+    device = torch.device(device)
+    rows = [list(p) for p in prompt_ids for _ in range(n)]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
+
+    kw = _cache_kwarg(model)
+    logits, past = _forward(model, ids=ids, mask=mask, pos=pos, past=None, kw=kw)
+    next_pos = pos[:, -1:] + 1
+    batch = len(rows)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    steps_ids: list[torch.Tensor] = []
+    steps_lp: list[torch.Tensor] = []
+    steps_live: list[torch.Tensor] = []
+    ones = torch.ones((batch, 1), dtype=torch.long, device=device)
+    for step in range(sampling.max_new_tokens):
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        probs = torch.softmax(filter_logits(logits.float(), sampling), dim=-1)
+        token = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+        token = torch.where(done, torch.full_like(token, pad_id), token)
+        steps_ids.append(token)
+        steps_lp.append(logp.gather(-1, token[:, None]).squeeze(-1))
+        steps_live.append(~done)
+        done = done | torch.isin(token, stop)
+        if bool(done.all()) or step == sampling.max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, ones], dim=-1)
+        logits, past = _forward(
+            model, ids=token[:, None], mask=mask, pos=next_pos, past=past, kw=kw
+        )
+        next_pos = next_pos + 1
+
+    all_ids = torch.stack(steps_ids, dim=1).tolist()
+    all_lp = torch.stack(steps_lp, dim=1).tolist()
+    live = torch.stack(steps_live, dim=1).sum(dim=1).tolist()
+    stop_set = set(stop.tolist())
+    token_ids: list[list[int]] = []
+    logprobs: list[list[float]] = []
+    reasons: list[str] = []
+    for i in range(batch):
+        k = int(live[i])
+        token_ids.append(all_ids[i][:k])
+        logprobs.append(all_lp[i][:k])
+        reasons.append("stop" if k and all_ids[i][k - 1] in stop_set else "length")
+    return SampledBatch(token_ids=token_ids, logprobs=logprobs, finish_reasons=reasons)

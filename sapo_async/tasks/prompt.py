@@ -1,0 +1,88 @@
+"""Prompt formatting and answer extraction.
+
+Owns how a question is shown to a model and how an answer is read back: the answer is
+the text inside the LAST ``<answer>...</answer>`` pair, stripped; no pair means no answer
+(reward 0). Deliberately does not know about tokenizers' internals or rewards.
+
+Styles:
+    * ``compact``: the bare expression and `` =`` (e.g. ``"4 - 1 ="``) for families whose
+      metadata has an ``expression``, else the question. The tiny model's style: short
+      prompts keep a CPU node-round in tens of milliseconds. Departure from the paper,
+      which prompts the full question with an instruction.
+    * ``instruct``: the full reasoning-gym question plus an instruction to answer inside
+      the tags (what an instruction-tuned model such as Qwen2.5-0.5B-Instruct gets; wrap it
+      with :func:`apply_chat_template` when the tokenizer has a chat template).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from sapo_async.errors import ConfigError
+from sapo_async.tasks.source import TaskItem
+
+__all__ = [
+    "ANSWER_CLOSE",
+    "ANSWER_OPEN",
+    "INSTRUCTION",
+    "PromptStyle",
+    "apply_chat_template",
+    "extract_answer",
+    "format_prompt",
+    "format_target",
+]
+
+PromptStyle = Literal["compact", "instruct"]
+ANSWER_OPEN = "<answer>"
+ANSWER_CLOSE = "</answer>"
+INSTRUCTION = (
+    "Think briefly, then give only the final answer inside <answer> </answer> tags, "
+    "for example <answer>42</answer>."
+)
+_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.DOTALL)
+
+
+def format_prompt(item: TaskItem, style: PromptStyle = "compact") -> str:
+    """The prompt text for ``item`` in ``style``.
+
+    Raises:
+        ConfigError: unknown style.
+    """
+    if style == "compact":
+        expression = item.metadata.get("expression")
+        if isinstance(expression, str) and expression:
+            return f"{expression} ="
+        return item.question
+    if style == "instruct":
+        return f"{item.question}\n\n{INSTRUCTION}"
+    raise ConfigError(f"unknown prompt style {style!r}; allowed: compact, instruct", field="prompt")
+
+
+def format_target(answer: str, *, tagged: bool) -> str:
+    """The supervised completion for ``answer``: `` <answer>A</answer>`` or `` A``."""
+    return f" {ANSWER_OPEN}{answer}{ANSWER_CLOSE}" if tagged else f" {answer}"
+
+
+def extract_answer(text: str) -> str | None:
+    """The stripped content of the last ``<answer>`` pair in ``text``, or ``None``."""
+    matches = _ANSWER_RE.findall(text)
+    if not matches:
+        return None
+    return str(matches[-1]).strip()
+
+
+def apply_chat_template(tokenizer: Any, prompt: str) -> str:
+    """Wrap ``prompt`` as one user turn with the tokenizer's chat template, if it has one.
+
+    Returns:
+        The templated text with the assistant turn opened, or ``prompt`` unchanged when the
+        tokenizer has no chat template (base models, the tiny model).
+    """
+    if getattr(tokenizer, "chat_template", None) is None:
+        return prompt
+    return str(
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+    )

@@ -1,0 +1,47 @@
+"""The verifier: a completion's reward under the family's own reasoning-gym scorer.
+
+Owns the reward rule: ``score_answer(extracted answer, entry)`` with the answer extracted
+from ``<answer>`` tags (0 without tags), plus an optional format bonus (off by default)
+for a completion that has the tags at all. Rewards are never taken from peers: every node
+re-derives the task (:func:`~sapo_async.tasks.source.derive`) and scores it here.
+Deliberately does not know about models or groups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sapo_async.errors import ConfigError
+from sapo_async.tasks.prompt import extract_answer
+from sapo_async.tasks.source import TaskItem, score_entry
+
+__all__ = ["Verifier"]
+
+
+@dataclass(frozen=True, slots=True)
+class Verifier:
+    """Scores completions of one task item.
+
+    Attributes:
+        format_reward: added when the completion contains an ``<answer>`` pair (0 = off,
+            the paper's setting). Rewards then lie in [0, 1 + format_reward].
+    """
+
+    format_reward: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.format_reward < 0:
+            raise ConfigError(
+                f"format_reward must be >= 0, got {self.format_reward}", field="format_reward"
+            )
+
+    def score(self, item: TaskItem, completion_text: str) -> float:
+        """The reward of one completion text for ``item``."""
+        answer = extract_answer(completion_text)
+        if answer is None:
+            return 0.0
+        return score_entry(item, answer) + self.format_reward
+
+    def score_all(self, item: TaskItem, texts: list[str] | tuple[str, ...]) -> list[float]:
+        """Rewards of several completion texts for the same item, in order."""
+        return [self.score(item, text) for text in texts]
