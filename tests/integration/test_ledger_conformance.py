@@ -8,6 +8,7 @@ import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
+from sapo_async import limits
 from sapo_async.errors import CommitmentRejected, LedgerUnavailable
 from sapo_async.ledger import EvmLedger, RoundCommitment, deploy_ledger, fund, rpc_chain
 from sapo_async.ledger.merkle import MerkleTree, hash_pair, leaf_hash
@@ -147,8 +148,6 @@ async def test_usage_credit_reaches_producers_and_events(ledger_env: LedgerEnv):
 async def test_rounds_list_in_order_across_view_pages(
     ledger_env: LedgerEnv, monkeypatch: pytest.MonkeyPatch
 ):
-    from sapo_async import limits
-
     monkeypatch.setattr(limits, "LEDGER_VIEW_PAGE", 2)
     ledger = await relayed_ledger(ledger_env)
     node = Account.create()
