@@ -106,3 +106,12 @@ LEDGER_RETRY_MAX_S = 30.0
 
 LEDGER_TX_TIMEOUT_S = 60.0
 """A transaction not mined within a minute is retried (anvil mines instantly; L2s ~2 s)."""
+
+LEDGER_RPC_TIMEOUT_S = 10.0
+"""One JSON-RPC request; a healthy endpoint answers in milliseconds, so 10 s means it is gone."""
+
+LEDGER_VIEW_PAGE = 256
+"""Addresses or rounds read per view call: keeps each eth_call far below RPC gas caps."""
+
+LEDGER_MAX_ATTEMPTS_LOGGED = 3
+"""Failed sends of one commitment logged at warning level before the recorder goes quiet."""

@@ -1,0 +1,366 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.24;
+
+import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
+import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
+import {MerkleProof} from "@openzeppelin/contracts/utils/cryptography/MerkleProof.sol";
+import {Nonces} from "@openzeppelin/contracts/utils/Nonces.sol";
+
+/**
+ * @title SapoLedger
+ * @notice Verifiable participation for one SAPO swarm: each node commits, once per round, the
+ * Merkle root of the rollouts it shared and the root of the external rollouts it trained on,
+ * with per-producer usage counts, so anyone can audit contributions and prove that a given
+ * rollout was committed.
+ *
+ * @dev Design (see docs/ledger.md):
+ * - Gas per commitment is constant in the number of rollouts: only roots and counts are stored.
+ *   Per-producer usage is a short, capped, address-sorted list (one entry per *producer*, not per
+ *   rollout); each entry adds to the producer's running credit and is emitted for indexers.
+ * - Rounds strictly increase per node: a round can be committed at most once and never below the
+ *   node's last committed round (no overwrite, no back-fill).
+ * - A commitment (or registration) is sent by the node itself or by any relayer carrying the
+ *   node's EIP-712 signature; the signed struct includes a per-node nonce and the domain binds
+ *   chain id and contract address, so a signature cannot be replayed.
+ * - Merkle leaves are `keccak256(abi.encodePacked(rolloutHash))` (rollout hashes hashed once more)
+ *   and internal nodes use OpenZeppelin's sorted-pair hashing, so a 64-byte internal node can never
+ *   pass as a leaf.
+ */
+contract SapoLedger is EIP712, Nonces {
+    /// @notice What a node submits for one round.
+    struct CommitmentInput {
+        uint64 round;
+        uint64 policyVersion;
+        bytes32 rolloutRoot;
+        uint32 rolloutCount;
+        bytes32 externalRoot;
+        uint32 externalCount;
+        address[] producers;
+        uint32[] counts;
+    }
+
+    /// @notice What the ledger keeps for one (node, round); `committedAt == 0` means "none".
+    struct Commitment {
+        bytes32 rolloutRoot;
+        bytes32 externalRoot;
+        uint64 policyVersion;
+        uint32 rolloutCount;
+        uint32 externalCount;
+        uint64 committedAt;
+        uint64 timestamp;
+    }
+
+    /// @notice Per-address running totals (credit may accrue to an address that never registered).
+    struct NodeInfo {
+        uint64 registeredAt;
+        uint64 roundsCommitted;
+        uint64 lastRound;
+        uint64 rolloutsCommitted;
+        uint64 externalUsed;
+        uint64 creditReceived;
+    }
+
+    /// @notice Most producers one commitment may credit; bounds the gas of a commitment.
+    uint256 public constant MAX_PRODUCERS = 64;
+
+    /// @notice EIP-712 type of a relayed commitment.
+    bytes32 public constant COMMITMENT_TYPEHASH = keccak256(
+        "Commitment(address node,uint64 round,uint64 policyVersion,bytes32 rolloutRoot,uint32 rolloutCount,"
+        "bytes32 externalRoot,uint32 externalCount,address[] producers,uint32[] counts,uint256 nonce)"
+    );
+
+    /// @notice EIP-712 type of a relayed registration.
+    bytes32 public constant REGISTRATION_TYPEHASH =
+        keccak256("Registration(address node,string metadata,uint256 nonce)");
+
+    bytes32 private immutable _swarm;
+    address[] private _nodes;
+    mapping(address node => NodeInfo) private _info;
+    mapping(address node => string) private _metadata;
+    mapping(address node => mapping(uint64 round => Commitment)) private _commitments;
+    mapping(address node => uint64[]) private _rounds;
+
+    /// @notice A node registered (or was registered by a relayer) with its metadata.
+    event NodeRegistered(address indexed node, string metadata);
+
+    /// @notice A node's commitment for `round` was recorded.
+    event CommitmentRecorded(
+        address indexed node,
+        uint64 indexed round,
+        uint64 policyVersion,
+        bytes32 rolloutRoot,
+        uint32 rolloutCount,
+        bytes32 externalRoot,
+        uint32 externalCount,
+        address relayer
+    );
+
+    /// @notice `consumer` trained on `count` rollouts of `producer` in its round `round`.
+    event UsageCredited(address indexed producer, address indexed consumer, uint64 indexed round, uint32 count);
+
+    /// @notice `node` is not registered.
+    error SapoLedgerNotRegistered(address node);
+    /// @notice `node` is already registered.
+    error SapoLedgerAlreadyRegistered(address node);
+    /// @notice `round` is not above `lastRound`, the node's last committed round.
+    error SapoLedgerRoundNotIncreasing(address node, uint64 round, uint64 lastRound);
+    /// @notice The signature was made by `signer`, not by `node`.
+    error SapoLedgerInvalidSigner(address signer, address node);
+    /// @notice A root is zero while its count is not, or the other way round.
+    error SapoLedgerRootCountMismatch(bytes32 root, uint32 count);
+    /// @notice `producers` and `counts` differ in length.
+    error SapoLedgerUsageLengthMismatch(uint256 producers, uint256 counts);
+    /// @notice More producers than `MAX_PRODUCERS`.
+    error SapoLedgerTooManyProducers(uint256 producers, uint256 max);
+    /// @notice Producers must be strictly ascending (sorted, no duplicates, none zero).
+    error SapoLedgerProducersNotSorted(address previous, address producer);
+    /// @notice A node cannot credit itself.
+    error SapoLedgerSelfUsage(address node);
+    /// @notice A usage entry of zero rollouts.
+    error SapoLedgerZeroUsage(address producer);
+    /// @notice The per-producer counts do not add up to `externalCount`.
+    error SapoLedgerUsageSumMismatch(uint256 sum, uint32 externalCount);
+
+    /**
+     * @param swarm_ Identifier of the swarm this ledger serves (for example keccak256 of its name).
+     */
+    constructor(bytes32 swarm_) EIP712("SapoLedger", "1") {
+        _swarm = swarm_;
+    }
+
+    // ------------------------------------------------------------------ registration
+
+    /// @notice Registers `msg.sender` with `metadata` (for example a model id).
+    function register(string calldata metadata) external {
+        _register(msg.sender, metadata);
+    }
+
+    /**
+     * @notice Registers `node` on its behalf, carrying the node's EIP-712 `Registration` signature.
+     * @param nonce Must equal `nonces(node)`; consumed.
+     */
+    function registerBySig(address node, string calldata metadata, uint256 nonce, bytes calldata signature)
+        external
+    {
+        bytes32 structHash = keccak256(abi.encode(REGISTRATION_TYPEHASH, node, keccak256(bytes(metadata)), nonce));
+        _checkSigner(node, _hashTypedDataV4(structHash), signature);
+        _useCheckedNonce(node, nonce);
+        _register(node, metadata);
+    }
+
+    // ------------------------------------------------------------------ commitments
+
+    /// @notice Records `msg.sender`'s commitment for `c.round`.
+    function commit(CommitmentInput calldata c) external {
+        _commit(msg.sender, c);
+    }
+
+    /**
+     * @notice Records `node`'s commitment, sent by any relayer with the node's EIP-712 signature.
+     * @param nonce Must equal `nonces(node)`; consumed.
+     */
+    function commitBySig(address node, CommitmentInput calldata c, uint256 nonce, bytes calldata signature)
+        external
+    {
+        _checkSigner(node, commitmentDigest(node, c, nonce), signature);
+        _useCheckedNonce(node, nonce);
+        _commit(node, c);
+    }
+
+    // ------------------------------------------------------------------ views
+
+    /// @notice Identifier of the swarm this ledger serves.
+    function swarm() external view returns (bytes32) {
+        return _swarm;
+    }
+
+    /// @notice Number of registered nodes.
+    function nodeCount() external view returns (uint256) {
+        return _nodes.length;
+    }
+
+    /// @notice Registered nodes `[offset, offset + limit)` in registration order (clipped).
+    function nodes(uint256 offset, uint256 limit) external view returns (address[] memory page) {
+        (uint256 start, uint256 end) = _clip(offset, limit, _nodes.length);
+        page = new address[](end - start);
+        for (uint256 i = start; i < end; ++i) {
+            page[i - start] = _nodes[i];
+        }
+    }
+
+    /// @notice Whether `node` is registered.
+    function isRegistered(address node) public view returns (bool) {
+        return _info[node].registeredAt != 0;
+    }
+
+    /// @notice Running totals of `node` (all zero for an unknown address).
+    function nodeInfo(address node) external view returns (NodeInfo memory) {
+        return _info[node];
+    }
+
+    /// @notice Metadata `node` registered with.
+    function metadataOf(address node) external view returns (string memory) {
+        return _metadata[node];
+    }
+
+    /// @notice Rollouts of `producer` that other nodes reported training on.
+    function creditReceived(address producer) external view returns (uint64) {
+        return _info[producer].creditReceived;
+    }
+
+    /// @notice The commitment of `node` for `round`; `committedAt == 0` when there is none.
+    function commitmentOf(address node, uint64 round) external view returns (Commitment memory) {
+        return _commitments[node][round];
+    }
+
+    /// @notice Number of rounds `node` committed.
+    function roundCount(address node) external view returns (uint256) {
+        return _rounds[node].length;
+    }
+
+    /// @notice Rounds `node` committed, ascending, `[offset, offset + limit)` (clipped).
+    function roundsOf(address node, uint256 offset, uint256 limit) external view returns (uint64[] memory page) {
+        uint64[] storage all = _rounds[node];
+        (uint256 start, uint256 end) = _clip(offset, limit, all.length);
+        page = new uint64[](end - start);
+        for (uint256 i = start; i < end; ++i) {
+            page[i - start] = all[i];
+        }
+    }
+
+    /// @notice Whether `rolloutHash` is among the rollouts `node` committed for `round`.
+    function isRolloutIncluded(address node, uint64 round, bytes32 rolloutHash, bytes32[] calldata proof)
+        external
+        view
+        returns (bool)
+    {
+        Commitment storage c = _commitments[node][round];
+        return c.committedAt != 0 && c.rolloutCount != 0
+            && MerkleProof.verifyCalldata(proof, c.rolloutRoot, leafOf(rolloutHash));
+    }
+
+    /// @notice Whether `rolloutHash` is among the external rollouts `node` trained on in `round`.
+    function isExternalIncluded(address node, uint64 round, bytes32 rolloutHash, bytes32[] calldata proof)
+        external
+        view
+        returns (bool)
+    {
+        Commitment storage c = _commitments[node][round];
+        return c.committedAt != 0 && c.externalCount != 0
+            && MerkleProof.verifyCalldata(proof, c.externalRoot, leafOf(rolloutHash));
+    }
+
+    /// @notice Merkle leaf of a rollout hash: `keccak256(abi.encodePacked(rolloutHash))`.
+    function leafOf(bytes32 rolloutHash) public pure returns (bytes32) {
+        return keccak256(abi.encodePacked(rolloutHash));
+    }
+
+    /// @notice EIP-712 digest `node` signs to have `c` relayed with `nonce`.
+    function commitmentDigest(address node, CommitmentInput calldata c, uint256 nonce)
+        public
+        view
+        returns (bytes32)
+    {
+        bytes32 structHash = keccak256(
+            abi.encode(
+                COMMITMENT_TYPEHASH,
+                node,
+                c.round,
+                c.policyVersion,
+                c.rolloutRoot,
+                c.rolloutCount,
+                c.externalRoot,
+                c.externalCount,
+                keccak256(abi.encodePacked(c.producers)),
+                keccak256(abi.encodePacked(c.counts)),
+                nonce
+            )
+        );
+        return _hashTypedDataV4(structHash);
+    }
+
+    // ------------------------------------------------------------------ internals
+
+    function _register(address node, string calldata metadata) private {
+        NodeInfo storage info = _info[node];
+        if (info.registeredAt != 0) revert SapoLedgerAlreadyRegistered(node);
+        info.registeredAt = uint64(block.number);
+        _metadata[node] = metadata;
+        _nodes.push(node);
+        emit NodeRegistered(node, metadata);
+    }
+
+    function _commit(address node, CommitmentInput calldata c) private {
+        NodeInfo storage info = _info[node];
+        if (info.registeredAt == 0) revert SapoLedgerNotRegistered(node);
+        // Compared with the last round rather than a "next round" counter, so round 2**64-1 cannot overflow.
+        if (info.roundsCommitted != 0 && c.round <= info.lastRound) {
+            revert SapoLedgerRoundNotIncreasing(node, c.round, info.lastRound);
+        }
+        if ((c.rolloutRoot == bytes32(0)) != (c.rolloutCount == 0)) {
+            revert SapoLedgerRootCountMismatch(c.rolloutRoot, c.rolloutCount);
+        }
+        if ((c.externalRoot == bytes32(0)) != (c.externalCount == 0)) {
+            revert SapoLedgerRootCountMismatch(c.externalRoot, c.externalCount);
+        }
+        _checkUsage(node, c);
+
+        // `lastRound` only ever grows, so `_commitments[node][c.round]` is empty here: never overwritten.
+        _commitments[node][c.round] = Commitment({
+            rolloutRoot: c.rolloutRoot,
+            externalRoot: c.externalRoot,
+            policyVersion: c.policyVersion,
+            rolloutCount: c.rolloutCount,
+            externalCount: c.externalCount,
+            committedAt: uint64(block.number),
+            timestamp: uint64(block.timestamp)
+        });
+        _rounds[node].push(c.round);
+        info.lastRound = c.round;
+        info.roundsCommitted += 1;
+        info.rolloutsCommitted += c.rolloutCount;
+        info.externalUsed += c.externalCount;
+        emit CommitmentRecorded(
+            node,
+            c.round,
+            c.policyVersion,
+            c.rolloutRoot,
+            c.rolloutCount,
+            c.externalRoot,
+            c.externalCount,
+            msg.sender
+        );
+        for (uint256 i = 0; i < c.producers.length; ++i) {
+            NodeInfo storage producer = _info[c.producers[i]];
+            producer.creditReceived += c.counts[i];
+            emit UsageCredited(c.producers[i], node, c.round, c.counts[i]);
+        }
+    }
+
+    function _checkUsage(address node, CommitmentInput calldata c) private pure {
+        uint256 n = c.producers.length;
+        if (n != c.counts.length) revert SapoLedgerUsageLengthMismatch(n, c.counts.length);
+        if (n > MAX_PRODUCERS) revert SapoLedgerTooManyProducers(n, MAX_PRODUCERS);
+        address previous = address(0);
+        uint256 sum = 0;
+        for (uint256 i = 0; i < n; ++i) {
+            address producer = c.producers[i];
+            if (producer <= previous) revert SapoLedgerProducersNotSorted(previous, producer);
+            if (producer == node) revert SapoLedgerSelfUsage(node);
+            if (c.counts[i] == 0) revert SapoLedgerZeroUsage(producer);
+            sum += c.counts[i];
+            previous = producer;
+        }
+        if (sum != c.externalCount) revert SapoLedgerUsageSumMismatch(sum, c.externalCount);
+    }
+
+    function _checkSigner(address node, bytes32 digest, bytes calldata signature) private pure {
+        address signer = ECDSA.recover(digest, signature);
+        if (signer != node) revert SapoLedgerInvalidSigner(signer, node);
+    }
+
+    function _clip(uint256 offset, uint256 limit, uint256 length) private pure returns (uint256 start, uint256 end) {
+        start = offset > length ? length : offset;
+        end = limit > length - start ? length : start + limit;
+    }
+}

@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.24;
+
+import {SapoLedger} from "../src/SapoLedger.sol";
+import {Nonces} from "@openzeppelin/contracts/utils/Nonces.sol";
+import {LedgerTestBase} from "./LedgerTestBase.sol";
+
+contract SapoLedgerTest is LedgerTestBase {
+    SapoLedger internal ledger;
+    uint256 internal constant ALICE_PK = 0xA11CE;
+    uint256 internal constant BOB_PK = 0xB0B;
+    uint256 internal constant CAROL_PK = 0xCA201;
+    address internal alice;
+    address internal bob;
+    address internal carol;
+    address internal relayer = address(0xBEEF);
+
+    event CommitmentRecorded(
+        address indexed node,
+        uint64 indexed round,
+        uint64 policyVersion,
+        bytes32 rolloutRoot,
+        uint32 rolloutCount,
+        bytes32 externalRoot,
+        uint32 externalCount,
+        address relayer
+    );
+
+    function setUp() public {
+        ledger = new SapoLedger(keccak256("test-swarm"));
+        alice = vm.addr(ALICE_PK);
+        bob = vm.addr(BOB_PK);
+        carol = vm.addr(CAROL_PK);
+        vm.prank(alice);
+        ledger.register("model:alice");
+        vm.prank(bob);
+        ledger.register("model:bob");
+    }
+
+    // ------------------------------------------------------------------ registration
+
+    function test_RegisterRecordsNodeAndMetadata() public view {
+        assertTrue(ledger.isRegistered(alice), "alice registered");
+        assertEq(ledger.nodeCount(), 2, "two nodes");
+        address[] memory page = ledger.nodes(0, 10);
+        assertEq(page.length, 2, "page length");
+        assertEq(page[0], alice, "first node");
+        assertEq(keccak256(bytes(ledger.metadataOf(bob))), keccak256("model:bob"), "metadata");
+        assertEq(ledger.swarm(), keccak256("test-swarm"), "swarm id");
+    }
+
+    function test_RevertIf_RegisterTwice() public {
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerAlreadyRegistered.selector, alice));
+        vm.prank(alice);
+        ledger.register("again");
+    }
+
+    function test_RegisterBySigFromRelayer() public {
+        bytes32 structHash =
+            keccak256(abi.encode(ledger.REGISTRATION_TYPEHASH(), carol, keccak256(bytes("model:carol")), uint256(0)));
+        bytes32 digest = keccak256(abi.encodePacked(hex"1901", _domainSeparator(), structHash));
+        (uint8 v, bytes32 r, bytes32 s) = vm.sign(CAROL_PK, digest);
+        vm.prank(relayer);
+        ledger.registerBySig(carol, "model:carol", 0, abi.encodePacked(r, s, v));
+        assertTrue(ledger.isRegistered(carol), "carol registered by relayer");
+        assertEq(ledger.nonces(carol), 1, "nonce consumed");
+    }
+
+    function test_NodesPageClipsPastTheEnd() public view {
+        assertEq(ledger.nodes(5, 10).length, 0, "offset past end");
+        assertEq(ledger.nodes(1, 10).length, 1, "clipped limit");
+    }
+
+    // ------------------------------------------------------------------ direct commitments
+
+    function test_CommitStoresRootsAndTotals() public {
+        vm.expectEmit(true, true, false, true);
+        emit CommitmentRecorded(alice, 3, 3, keccak256("r3"), 8, bytes32(0), 0, alice);
+        vm.prank(alice);
+        ledger.commit(_input(3, keccak256("r3"), 8));
+        vm.prank(alice);
+        ledger.commit(_input(5, keccak256("r5"), 4));
+
+        SapoLedger.Commitment memory c = ledger.commitmentOf(alice, 3);
+        assertEq(c.rolloutRoot, keccak256("r3"), "root");
+        assertEq(c.rolloutCount, 8, "count");
+        assertTrue(c.committedAt != 0, "exists");
+        assertEq(ledger.commitmentOf(alice, 4).committedAt, 0, "no round 4");
+        SapoLedger.NodeInfo memory info = ledger.nodeInfo(alice);
+        assertEq(info.roundsCommitted, 2, "rounds");
+        assertEq(info.rolloutsCommitted, 12, "rollouts");
+        assertEq(info.lastRound, 5, "last round");
+        uint64[] memory rounds = ledger.roundsOf(alice, 0, 10);
+        assertEq(rounds.length, 2, "rounds listed");
+        assertEq(rounds[1], 5, "second round");
+    }
+
+    function test_CommitAllowsRoundZeroAndEmptyRounds() public {
+        vm.prank(alice);
+        ledger.commit(_input(0, bytes32(0), 0));
+        assertEq(ledger.nodeInfo(alice).roundsCommitted, 1, "empty round recorded");
+    }
+
+    function test_RevertIf_CommitNotRegistered() public {
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerNotRegistered.selector, carol));
+        vm.prank(carol);
+        ledger.commit(_input(1, keccak256("x"), 1));
+    }
+
+    function test_RevertIf_RoundRepeated() public {
+        vm.startPrank(alice);
+        ledger.commit(_input(2, keccak256("a"), 1));
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerRoundNotIncreasing.selector, alice, 2, 2));
+        ledger.commit(_input(2, keccak256("b"), 1));
+        vm.stopPrank();
+        assertEq(ledger.commitmentOf(alice, 2).rolloutRoot, keccak256("a"), "not overwritten");
+    }
+
+    function test_RevertIf_RoundBackFilled() public {
+        vm.startPrank(alice);
+        ledger.commit(_input(7, keccak256("a"), 1));
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerRoundNotIncreasing.selector, alice, 6, 7));
+        ledger.commit(_input(6, keccak256("b"), 1));
+        vm.stopPrank();
+    }
+
+    function test_RevertIf_RootAndCountDisagree() public {
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerRootCountMismatch.selector, bytes32(0), 3));
+        vm.prank(alice);
+        ledger.commit(_input(1, bytes32(0), 3));
+    }
+
+    // ------------------------------------------------------------------ usage credit
+
+    function test_CommitCreditsProducers() public {
+        (address lo, address hi) = bob < carol ? (bob, carol) : (carol, bob);
+        address[] memory producers = new address[](2);
+        producers[0] = lo;
+        producers[1] = hi;
+        uint32[] memory counts = new uint32[](2);
+        counts[0] = 3;
+        counts[1] = 5;
+        vm.prank(alice);
+        ledger.commit(_withUsage(_input(1, keccak256("a"), 8), producers, counts));
+        assertEq(ledger.creditReceived(lo), 3, "credit lo");
+        assertEq(ledger.creditReceived(hi), 5, "credit hi");
+        assertEq(ledger.nodeInfo(alice).externalUsed, 8, "external used");
+        assertEq(ledger.creditReceived(alice), 0, "no self credit");
+    }
+
+    function test_RevertIf_ProducersUnsortedOrDuplicated() public {
+        address[] memory producers = new address[](2);
+        producers[0] = bob;
+        producers[1] = bob;
+        uint32[] memory counts = new uint32[](2);
+        counts[0] = 1;
+        counts[1] = 1;
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerProducersNotSorted.selector, bob, bob));
+        vm.prank(alice);
+        ledger.commit(_withUsage(_input(1, keccak256("a"), 1), producers, counts));
+    }
+
+    function test_RevertIf_SelfUsage() public {
+        address[] memory producers = new address[](1);
+        producers[0] = alice;
+        uint32[] memory counts = new uint32[](1);
+        counts[0] = 1;
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerSelfUsage.selector, alice));
+        vm.prank(alice);
+        ledger.commit(_withUsage(_input(1, keccak256("a"), 1), producers, counts));
+    }
+
+    function test_RevertIf_UsageSumDiffersFromExternalCount() public {
+        address[] memory producers = new address[](1);
+        producers[0] = bob;
+        uint32[] memory counts = new uint32[](1);
+        counts[0] = 2;
+        SapoLedger.CommitmentInput memory c = _withUsage(_input(1, keccak256("a"), 1), producers, counts);
+        c.externalCount = 3;
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerUsageSumMismatch.selector, 2, 3));
+        vm.prank(alice);
+        ledger.commit(c);
+    }
+
+    function test_RevertIf_UsageLengthsDiffer() public {
+        SapoLedger.CommitmentInput memory c = _input(1, keccak256("a"), 1);
+        c.producers = new address[](1);
+        c.producers[0] = bob;
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerUsageLengthMismatch.selector, 1, 0));
+        vm.prank(alice);
+        ledger.commit(c);
+    }
+
+    function test_RevertIf_ZeroUsage() public {
+        address[] memory producers = new address[](1);
+        producers[0] = bob;
+        uint32[] memory counts = new uint32[](1);
+        SapoLedger.CommitmentInput memory c = _input(1, keccak256("a"), 1);
+        c.producers = producers;
+        c.counts = counts;
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerZeroUsage.selector, bob));
+        vm.prank(alice);
+        ledger.commit(c);
+    }
+
+    function test_RevertIf_TooManyProducers() public {
+        uint256 n = ledger.MAX_PRODUCERS() + 1;
+        address[] memory producers = new address[](n);
+        uint32[] memory counts = new uint32[](n);
+        for (uint256 i = 0; i < n; ++i) {
+            // forge-lint: disable-next-line(unsafe-typecast)
+            producers[i] = address(uint160(0x1000 + i));
+            counts[i] = 1;
+        }
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerTooManyProducers.selector, n, n - 1));
+        vm.prank(alice);
+        ledger.commit(_withUsage(_input(1, keccak256("a"), 1), producers, counts));
+    }
+
+    // ------------------------------------------------------------------ relayed commitments
+
+    function test_CommitBySigFromRelayer() public {
+        SapoLedger.CommitmentInput memory c = _input(4, keccak256("r"), 16);
+        bytes memory sig = _sign(ledger, ALICE_PK, alice, c, 0);
+        vm.prank(relayer);
+        ledger.commitBySig(alice, c, 0, sig);
+        assertEq(ledger.commitmentOf(alice, 4).rolloutCount, 16, "relayed commitment stored");
+        assertEq(ledger.nonces(alice), 1, "nonce consumed");
+    }
+
+    function test_RevertIf_CommitBySigSignedByAnotherKey() public {
+        SapoLedger.CommitmentInput memory c = _input(4, keccak256("r"), 16);
+        bytes memory sig = _sign(ledger, BOB_PK, alice, c, 0);
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerInvalidSigner.selector, bob, alice));
+        vm.prank(relayer);
+        ledger.commitBySig(alice, c, 0, sig);
+    }
+
+    function test_RevertIf_CommitBySigReplayed() public {
+        SapoLedger.CommitmentInput memory c = _input(4, keccak256("r"), 16);
+        bytes memory sig = _sign(ledger, ALICE_PK, alice, c, 0);
+        vm.prank(relayer);
+        ledger.commitBySig(alice, c, 0, sig);
+        vm.expectRevert(abi.encodeWithSelector(Nonces.InvalidAccountNonce.selector, alice, 1));
+        vm.prank(relayer);
+        ledger.commitBySig(alice, c, 0, sig);
+    }
+
+    function test_RevertIf_CommitBySigAltered() public {
+        SapoLedger.CommitmentInput memory c = _input(4, keccak256("r"), 16);
+        bytes memory sig = _sign(ledger, ALICE_PK, alice, c, 0);
+        c.rolloutCount = 17; // the relayer inflates the count: the recovered signer changes
+        vm.prank(relayer);
+        (bool ok,) = address(ledger).call(abi.encodeCall(SapoLedger.commitBySig, (alice, c, 0, sig)));
+        assertTrue(!ok, "altered commitment must revert");
+    }
+
+    function test_RevertIf_SignatureFromAnotherLedger() public {
+        SapoLedger other = new SapoLedger(keccak256("other-swarm"));
+        SapoLedger.CommitmentInput memory c = _input(4, keccak256("r"), 16);
+        bytes memory sig = _sign(other, ALICE_PK, alice, c, 0);
+        vm.prank(relayer);
+        (bool ok,) = address(ledger).call(abi.encodeCall(SapoLedger.commitBySig, (alice, c, 0, sig)));
+        assertTrue(!ok, "signature bound to another domain must revert");
+    }
+
+    // ------------------------------------------------------------------ Merkle proofs
+
+    function test_IsRolloutIncludedWithProof() public {
+        bytes32[3] memory hashes = [keccak256("h0"), keccak256("h1"), keccak256("h2")];
+        bytes32 n01 = _hashPair(_leaf(hashes[0]), _leaf(hashes[1]));
+        bytes32 root = _hashPair(n01, _leaf(hashes[2]));
+        vm.prank(alice);
+        ledger.commit(_input(1, root, 3));
+
+        bytes32[] memory proof = new bytes32[](2);
+        proof[0] = _leaf(hashes[1]);
+        proof[1] = _leaf(hashes[2]);
+        assertTrue(ledger.isRolloutIncluded(alice, 1, hashes[0], proof), "h0 included");
+        assertTrue(!ledger.isRolloutIncluded(alice, 1, keccak256("other"), proof), "other not included");
+        assertTrue(!ledger.isRolloutIncluded(alice, 2, hashes[0], proof), "no such round");
+        assertTrue(!ledger.isRolloutIncluded(bob, 1, hashes[0], proof), "no such node");
+        bytes32[] memory short = new bytes32[](1);
+        short[0] = _leaf(hashes[2]);
+        assertTrue(!ledger.isRolloutIncluded(alice, 1, n01, short), "an internal node is not a rollout");
+    }
+
+    function test_GasPerCommitmentDoesNotDependOnRolloutCount() public {
+        vm.startPrank(alice);
+        ledger.commit(_input(1, keccak256("warm"), 1)); // first write to the node's slots
+        uint256 g0 = gasleft();
+        ledger.commit(_input(2, keccak256("a"), 8));
+        uint256 small = g0 - gasleft();
+        g0 = gasleft();
+        ledger.commit(_input(3, keccak256("b"), 4096));
+        uint256 large = g0 - gasleft();
+        vm.stopPrank();
+        assertTrue(large <= small + 200 && small <= large + 200, "gas independent of rollout count");
+    }
+
+    // ------------------------------------------------------------------ fuzz
+
+    function testFuzz_RoundsStrictlyIncrease(uint64 first, uint64 second) public {
+        vm.startPrank(alice);
+        ledger.commit(_input(first, keccak256("first"), 1));
+        if (second <= first) {
+            vm.expectRevert(
+                abi.encodeWithSelector(SapoLedger.SapoLedgerRoundNotIncreasing.selector, alice, second, first)
+            );
+        }
+        ledger.commit(_input(second, keccak256("second"), 2));
+        vm.stopPrank();
+        assertEq(ledger.commitmentOf(alice, first).rolloutRoot, keccak256("first"), "first kept");
+    }
+
+    function testFuzz_RevertIf_RelaySignedByAnotherKey(uint256 pk, uint64 round, bytes32 root) public {
+        pk = bound(pk, 1, 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364140);
+        vm.assume(pk != ALICE_PK);
+        vm.assume(root != bytes32(0));
+        SapoLedger.CommitmentInput memory c = _input(round, root, 1);
+        bytes memory sig = _sign(ledger, pk, alice, c, 0);
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerInvalidSigner.selector, vm.addr(pk), alice));
+        vm.prank(relayer);
+        ledger.commitBySig(alice, c, 0, sig);
+    }
+
+    function testFuzz_RelayedNonceMustMatch(uint256 nonce) public {
+        vm.assume(nonce != 0);
+        SapoLedger.CommitmentInput memory c = _input(1, keccak256("r"), 1);
+        bytes memory sig = _sign(ledger, ALICE_PK, alice, c, nonce);
+        vm.expectRevert(abi.encodeWithSelector(Nonces.InvalidAccountNonce.selector, alice, 0));
+        vm.prank(relayer);
+        ledger.commitBySig(alice, c, nonce, sig);
+    }
+
+    function testFuzz_MerkleProofsOfFourLeaves(bytes32 a, bytes32 b, bytes32 c, bytes32 d) public {
+        bytes32[4] memory leaves = [_leaf(a), _leaf(b), _leaf(c), _leaf(d)];
+        bytes32 left = _hashPair(leaves[0], leaves[1]);
+        bytes32 right = _hashPair(leaves[2], leaves[3]);
+        vm.prank(alice);
+        ledger.commit(_input(1, _hashPair(left, right), 4));
+        bytes32[] memory proof = new bytes32[](2);
+        proof[0] = leaves[3];
+        proof[1] = left;
+        assertTrue(ledger.isRolloutIncluded(alice, 1, c, proof), "c included");
+        proof[0] = leaves[1];
+        proof[1] = right;
+        assertTrue(ledger.isRolloutIncluded(alice, 1, a, proof), "a included");
+    }
+
+    function testFuzz_CreditAccumulates(uint32 x, uint32 y) public {
+        x = uint32(bound(x, 1, type(uint32).max / 4));
+        y = uint32(bound(y, 1, type(uint32).max / 4));
+        address[] memory producers = new address[](1);
+        producers[0] = bob;
+        uint32[] memory counts = new uint32[](1);
+        counts[0] = x;
+        vm.prank(alice);
+        ledger.commit(_withUsage(_input(1, keccak256("a"), 1), producers, counts));
+        counts[0] = y;
+        vm.prank(alice);
+        ledger.commit(_withUsage(_input(2, keccak256("b"), 1), producers, counts));
+        assertEq(ledger.creditReceived(bob), uint256(x) + y, "credit is the sum of usage");
+        assertEq(ledger.nodeInfo(alice).externalUsed, uint256(x) + y, "external used is the same sum");
+    }
+
+    function _domainSeparator() private view returns (bytes32) {
+        (, string memory name, string memory version, uint256 chainId, address verifying,,) = ledger.eip712Domain();
+        return keccak256(
+            abi.encode(
+                keccak256("EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)"),
+                keccak256(bytes(name)),
+                keccak256(bytes(version)),
+                chainId,
+                verifying
+            )
+        );
+    }
+}

@@ -1,0 +1,47 @@
+"""The ledger port: signed rollout commitments on an EVM chain, and audit reads.
+
+Pieces: :mod:`.merkle` (pure trees and proofs), :mod:`.types` (RoundCommitment and what the
+chain reports), :mod:`.base` (the ``Ledger`` protocol), :mod:`.evm` (web3 adapter),
+:mod:`.embedded` (in-process EVM, the default), :mod:`.rpc` (JSON-RPC URL), :mod:`.deploy`,
+:mod:`.signing` (EIP-712). The recorder (journal + retries) lives in
+:mod:`sapo_async.recorder`, the audit in :mod:`sapo_async.audit`.
+"""
+
+from __future__ import annotations
+
+from sapo_async.ledger.base import Ledger
+from sapo_async.ledger.deploy import Deployment, deploy_contract, deploy_ledger, fund, swarm_id
+from sapo_async.ledger.embedded import embedded_chain
+from sapo_async.ledger.evm import Chain, EvmLedger
+from sapo_async.ledger.merkle import MerkleTree, merkle_root, verify_proof
+from sapo_async.ledger.rpc import rpc_chain
+from sapo_async.ledger.types import (
+    CommitmentPayload,
+    NodeStats,
+    OnChainCommitment,
+    RoundCommitment,
+    SubmitReceipt,
+    UsageCredit,
+)
+
+__all__ = [
+    "Chain",
+    "CommitmentPayload",
+    "Deployment",
+    "EvmLedger",
+    "Ledger",
+    "MerkleTree",
+    "NodeStats",
+    "OnChainCommitment",
+    "RoundCommitment",
+    "SubmitReceipt",
+    "UsageCredit",
+    "deploy_contract",
+    "deploy_ledger",
+    "embedded_chain",
+    "fund",
+    "merkle_root",
+    "rpc_chain",
+    "swarm_id",
+    "verify_proof",
+]

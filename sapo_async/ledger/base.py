@@ -1,0 +1,88 @@
+"""The ledger port: what the recorder, the audit and the swarm need from a chain.
+
+Owns the protocol only. Backends: :mod:`sapo_async.ledger.evm` over web3, reached either
+through the in-process EVM (:mod:`~sapo_async.ledger.embedded`, eth-tester + py-evm, the
+embedded default) or a JSON-RPC URL (:mod:`~sapo_async.ledger.rpc`: anvil, testnets, L2s).
+
+Every method can block on the chain, so every method is async. Errors: connection trouble
+is :class:`~sapo_async.errors.LedgerUnavailable`; a revert is
+:class:`~sapo_async.errors.CommitmentRejected` carrying the contract's custom error name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from eth_account.signers.local import LocalAccount
+
+from sapo_async.ledger.types import (
+    CommitmentPayload,
+    NodeStats,
+    OnChainCommitment,
+    SubmitReceipt,
+    UsageCredit,
+)
+
+__all__ = ["Ledger"]
+
+
+@runtime_checkable
+class Ledger(Protocol):
+    """A deployed ``SapoLedger`` seen through one transaction sender."""
+
+    @property
+    def address(self) -> str:
+        """Checksummed address of the ledger contract."""
+        ...
+
+    @property
+    def chain_id(self) -> int:
+        """Chain id the ledger lives on (part of every EIP-712 signature)."""
+        ...
+
+    async def register(self, node: LocalAccount, metadata: str = "") -> bool:
+        """Register ``node`` (idempotent); True if this call registered it."""
+        ...
+
+    async def submit(self, node: LocalAccount, payload: CommitmentPayload) -> SubmitReceipt:
+        """Send ``node``'s commitment (directly, or relayed with its EIP-712 signature)."""
+        ...
+
+    async def commitment_of(self, node: str, round_: int) -> OnChainCommitment | None:
+        """The stored commitment of ``node`` for ``round_``, or None."""
+        ...
+
+    async def node_stats(self, node: str) -> NodeStats:
+        """Running totals of ``node``."""
+        ...
+
+    async def nodes(self) -> list[str]:
+        """Every registered node, in registration order."""
+        ...
+
+    async def rounds_of(self, node: str) -> list[int]:
+        """Rounds ``node`` committed, ascending."""
+        ...
+
+    async def is_rollout_included(
+        self, node: str, round_: int, rollout_hash: bytes, proof: Sequence[bytes]
+    ) -> bool:
+        """Whether the chain accepts ``proof`` of ``rollout_hash`` in ``node``'s round."""
+        ...
+
+    async def is_external_included(
+        self, node: str, round_: int, rollout_hash: bytes, proof: Sequence[bytes]
+    ) -> bool:
+        """Same for the external rollouts ``node`` trained on in ``round_``."""
+        ...
+
+    async def usage_credits(
+        self, *, producer: str | None = None, consumer: str | None = None
+    ) -> list[UsageCredit]:
+        """``UsageCredited`` events, optionally filtered by producer and/or consumer."""
+        ...
+
+    async def commitments(self, node: str | None = None) -> list[OnChainCommitment]:
+        """Every ``CommitmentRecorded`` event (optionally of one node), oldest first."""
+        ...

@@ -1,0 +1,92 @@
+"""EIP-712 messages a node signs so that any relayer can send its commitment or registration.
+
+Owns the typed-data layout, which must equal ``SapoLedger.COMMITMENT_TYPEHASH`` and
+``REGISTRATION_TYPEHASH`` field for field (a test compares the digest with the contract's
+``commitmentDigest``). The domain is ``("SapoLedger", "1", chain id, ledger address)``, so a
+signature is bound to one chain and one deployment; the per-node nonce makes it single-use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+
+from sapo_async.ledger.types import CommitmentPayload
+
+__all__ = [
+    "COMMITMENT_TYPES",
+    "REGISTRATION_TYPES",
+    "commitment_typed_data",
+    "sign_commitment",
+    "sign_registration",
+]
+
+COMMITMENT_TYPES: dict[str, list[dict[str, str]]] = {
+    "Commitment": [
+        {"name": "node", "type": "address"},
+        {"name": "round", "type": "uint64"},
+        {"name": "policyVersion", "type": "uint64"},
+        {"name": "rolloutRoot", "type": "bytes32"},
+        {"name": "rolloutCount", "type": "uint32"},
+        {"name": "externalRoot", "type": "bytes32"},
+        {"name": "externalCount", "type": "uint32"},
+        {"name": "producers", "type": "address[]"},
+        {"name": "counts", "type": "uint32[]"},
+        {"name": "nonce", "type": "uint256"},
+    ]
+}
+
+REGISTRATION_TYPES: dict[str, list[dict[str, str]]] = {
+    "Registration": [
+        {"name": "node", "type": "address"},
+        {"name": "metadata", "type": "string"},
+        {"name": "nonce", "type": "uint256"},
+    ]
+}
+
+
+def _domain(chain_id: int, ledger: str) -> dict[str, Any]:
+    return {"name": "SapoLedger", "version": "1", "chainId": chain_id, "verifyingContract": ledger}
+
+
+def commitment_typed_data(
+    chain_id: int, ledger: str, node: str, payload: CommitmentPayload, nonce: int
+) -> tuple[dict[str, Any], dict[str, list[dict[str, str]]], dict[str, Any]]:
+    """Return ``(domain, types, message)`` of a relayed commitment."""
+    message = {
+        "node": node,
+        "round": payload.round,
+        "policyVersion": payload.policy_version,
+        "rolloutRoot": payload.rollout_root,
+        "rolloutCount": payload.rollout_count,
+        "externalRoot": payload.external_root,
+        "externalCount": payload.external_count,
+        "producers": list(payload.producers),
+        "counts": list(payload.counts),
+        "nonce": nonce,
+    }
+    return _domain(chain_id, ledger), COMMITMENT_TYPES, message
+
+
+def sign_commitment(
+    account: LocalAccount, chain_id: int, ledger: str, payload: CommitmentPayload, nonce: int
+) -> bytes:
+    """Sign ``payload`` as ``account`` for relaying; returns the 65-byte ``r || s || v``."""
+    domain, types, message = commitment_typed_data(
+        chain_id, ledger, account.address, payload, nonce
+    )
+    signed = Account.sign_typed_data(account.key, domain, types, message)
+    return bytes(signed.signature)
+
+
+def sign_registration(
+    account: LocalAccount, chain_id: int, ledger: str, metadata: str, nonce: int
+) -> bytes:
+    """Sign a registration of ``account`` with ``metadata`` for relaying (65 bytes)."""
+    message = {"node": account.address, "metadata": metadata, "nonce": nonce}
+    signed = Account.sign_typed_data(
+        account.key, _domain(chain_id, ledger), REGISTRATION_TYPES, message
+    )
+    return bytes(signed.signature)
