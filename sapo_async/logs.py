@@ -57,4 +57,6 @@ def configure_logging(*, level: str = "INFO", json: bool | None = None) -> None:
 
 def get_logger(name: str, **bound: Any) -> Any:
     """Return a structlog logger bound to ``component=name`` and any extra context."""
-    return structlog.get_logger(name).bind(component=name, **bound)
+    # Initial values go to the lazy proxy (not .bind()), so loggers created at import time
+    # still follow a configuration made later.
+    return structlog.get_logger(name, component=name, **bound)
