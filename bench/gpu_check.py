@@ -114,7 +114,9 @@ def build_model(shape: dict[str, Any], *, seed: int) -> Qwen2ForCausalLM:
     return Qwen2ForCausalLM(config)
 
 
-def save_checkpoint(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, path: Path) -> Path:
+def save_checkpoint(
+    model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, path: Path
+) -> Path:
     """Write a loadable model directory (config, safetensors, tokenizer) to ``path``."""
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
@@ -179,7 +181,9 @@ def policy_gradient_step(
             old[row, len(p) - 1 : len(seq) - 1] = torch.tensor(lp)
             adv[row, len(p) - 1 : len(seq) - 1] = a
         ids, mask, old, adv = ids.to(device), mask.to(device), old.to(device), adv.to(device)
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with torch.autocast(
+            device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"
+        ):
             logits = model(input_ids=ids).logits[:, :-1].float()
         logp = torch.log_softmax(logits, -1).gather(2, ids[:, 1:].unsqueeze(2)).squeeze(2)
         m, o, a = mask[:, :-1], old[:, :-1], adv[:, :-1]
@@ -214,8 +218,11 @@ def hf_generate(
     for prompt in prompts:
         prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
         input_ids = torch.tensor([prompt_ids], device=device)
-        with torch.inference_mode(), torch.autocast(
-            device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"
+        with (
+            torch.inference_mode(),
+            torch.autocast(
+                device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"
+            ),
         ):
             gen = model.generate(
                 input_ids=input_ids,
@@ -338,13 +345,14 @@ def run_vllm_phase(
     gpu_memory_utilization: float,
 ) -> dict[str, Any]:
     """Phase 2: the project's VllmGenerator colocated with the trainer."""
-    import anyio
+    # Phase 2 only: the script's top-level imports stay torch/transformers/tokenizers.
+    import anyio  # noqa: PLC0415
 
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
-    from sapo_async.errors import WeightSyncError
-    from sapo_async.generation.vllm_backend import VllmGenerator, VllmSettings
-    from sapo_async.wire import SamplingParams
+    from sapo_async.errors import WeightSyncError  # noqa: PLC0415
+    from sapo_async.generation.vllm_backend import VllmGenerator, VllmSettings  # noqa: PLC0415
+    from sapo_async.wire import SamplingParams  # noqa: PLC0415
 
     settings = VllmSettings(
         model=str(checkpoint),
@@ -372,7 +380,12 @@ def run_vllm_phase(
                 results = await gen.generate(prompts, sampling, n=completions, seed=r)
                 gen_s = time.perf_counter() - t1
                 samples = [
-                    (list(res.prompt_token_ids), list(c.token_ids or ()), list(c.logprobs or ()), c.text)
+                    (
+                        list(res.prompt_token_ids),
+                        list(c.token_ids or ()),
+                        list(c.logprobs or ()),
+                        c.text,
+                    )
                     for res in results
                     for c in res.completions
                 ]
@@ -470,7 +483,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model = build_model(shape, seed=0)
     report: dict[str, Any] = {
         "mode": "cpu-smoke" if smoke else "gpu",
-        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else platform.processor() or "cpu",
+        "device": torch.cuda.get_device_name(0)
+        if device.type == "cuda"
+        else platform.processor() or "cpu",
         "torch": torch.__version__,
         "transformers": importlib.import_module("transformers").__version__,
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -494,7 +509,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         has_vllm = importlib.util.find_spec("vllm") is not None
         if smoke or args.skip_vllm or not has_vllm:
-            why = "cpu smoke" if smoke else "--skip-vllm" if args.skip_vllm else "vllm not importable"
+            why = (
+                "cpu smoke" if smoke else "--skip-vllm" if args.skip_vllm else "vllm not importable"
+            )
             report["vllm"] = {"skipped": why}
         else:
             report["vllm_version"] = importlib.import_module("vllm").__version__

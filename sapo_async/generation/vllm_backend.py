@@ -43,11 +43,10 @@ Not yet run on a GPU in this project (see docs/gpu.md).
 from __future__ import annotations
 
 import functools
-import hashlib
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -60,9 +59,17 @@ from sapo_async.generation.probe import (
     causal_lm_token_logprobs,
     compare_logprobs,
 )
+from sapo_async.generation.vllm_api import (
+    VLLM_PINNED_VERSION,
+    LLMSyncClient,
+    VllmApi,
+    VllmSettings,
+    load_vllm_api,
+    named_tensor_source,
+    prompt_seed,
+    to_vllm_sampling_params,
+)
 from sapo_async.limits import (
-    PROBE_MAX_LOGPROB_DIFF,
-    VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
     VLLM_GENERATE_TIMEOUT_S,
     VLLM_SLEEP_TIMEOUT_S,
     VLLM_WEIGHT_SYNC_TIMEOUT_S,
@@ -83,149 +90,8 @@ __all__ = [
     "to_vllm_sampling_params",
 ]
 
-VLLM_PINNED_VERSION = "0.33.0"
-"""The vLLM version this adapter's calls were read from (pinned in the ``gpu`` extra)."""
-
 _T = TypeVar("_T")
 _log = get_logger("generation.vllm")
-
-SleepLevel = Literal[0, 1, 2]
-
-
-@dataclass(frozen=True, slots=True)
-class VllmApi:
-    """The vLLM 0.33.0 names this backend uses: the seam where tests put a fake.
-
-    Attributes:
-        version: ``vllm.__version__``.
-        LLM: ``vllm.LLM``.
-        SamplingParams: ``vllm.SamplingParams``.
-        TokensPrompt: ``vllm.inputs.TokensPrompt``.
-        WeightSource: ``vllm.distributed.weight_transfer.base.WeightSource``.
-        ParamMeta: ``vllm.distributed.weight_transfer.base.ParamMeta``.
-        IPCTrainerInitInfo: ``vllm.distributed.weight_transfer.ipc_engine.IPCTrainerInitInfo``.
-        IPCTrainerWeightTransferEngine: the trainer side of the CUDA-IPC transfer
-            (``...ipc_engine.IPCTrainerWeightTransferEngine``).
-    """
-
-    version: str
-    LLM: Any
-    SamplingParams: Any
-    TokensPrompt: Any
-    WeightSource: Any
-    ParamMeta: Any
-    IPCTrainerInitInfo: Any
-    IPCTrainerWeightTransferEngine: Any
-
-
-def load_vllm_api() -> VllmApi:
-    """Import vLLM and return the names the backend uses.
-
-    Returns:
-        The real :class:`VllmApi`. A version other than :data:`VLLM_PINNED_VERSION` is
-        logged as a warning (the adapter may not match it).
-
-    Raises:
-        GenerationError: vLLM is not installed or fails to import.
-    """
-    try:
-        import vllm
-        from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
-        from vllm.distributed.weight_transfer.ipc_engine import (
-            IPCTrainerInitInfo,
-            IPCTrainerWeightTransferEngine,
-        )
-        from vllm.inputs import TokensPrompt
-    except ImportError as exc:
-        raise GenerationError(
-            f"vLLM is not importable ({exc}); install the GPU extra: "
-            f"pip install 'sapo_async[gpu]' (vllm=={VLLM_PINNED_VERSION}, needs a CUDA GPU)"
-        ) from exc
-    version = str(getattr(vllm, "__version__", "unknown"))
-    if version != VLLM_PINNED_VERSION:
-        _log.warning("vllm_version_unpinned", found=version, pinned=VLLM_PINNED_VERSION)
-    return VllmApi(
-        version=version,
-        LLM=vllm.LLM,
-        SamplingParams=vllm.SamplingParams,
-        TokensPrompt=TokensPrompt,
-        WeightSource=WeightSource,
-        ParamMeta=ParamMeta,
-        IPCTrainerInitInfo=IPCTrainerInitInfo,
-        IPCTrainerWeightTransferEngine=IPCTrainerWeightTransferEngine,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class VllmSettings:
-    """How to start the engine.
-
-    Attributes:
-        model: local directory or hub id of the model (the same weights the trainer starts
-            from: syncs only replace tensors, never the architecture).
-        gpu_memory_utilization: fraction of the whole GPU the engine may use for weights,
-            activations and KV cache, in (0, 1); the colocated trainer gets the rest.
-        dtype: engine dtype (``"auto"``, ``"bfloat16"``, ``"float16"``, ``"float32"``).
-        sleep_level: 0 never sleeps; 1 offloads weights to CPU and drops the KV cache
-            around each training step; 2 drops weights too (a full reload on wake).
-        seed: engine seed.
-        max_model_len: context cap (prompt + completion); ``None`` takes the model's.
-        enforce_eager: skip CUDA-graph capture (faster start, slower decode).
-        probe_threshold: allowed mean |delta log-prob| after a sync.
-        engine_kwargs: further keyword arguments for ``vllm.LLM`` (``EngineArgs`` fields).
-    """
-
-    model: str
-    gpu_memory_utilization: float = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
-    dtype: str = "bfloat16"
-    sleep_level: SleepLevel = 0
-    seed: int = 0
-    max_model_len: int | None = None
-    enforce_eager: bool = False
-    probe_threshold: float = PROBE_MAX_LOGPROB_DIFF
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not self.model:
-            raise ConfigError("model must name a directory or hub id", field="model.name_or_path")
-        if not 0.0 < self.gpu_memory_utilization < 1.0:
-            raise ConfigError(
-                f"gpu_memory_utilization must be in (0, 1), got {self.gpu_memory_utilization}",
-                field="model.gpu_memory_utilization",
-            )
-        if self.sleep_level not in (0, 1, 2):
-            raise ConfigError(
-                f"sleep_level must be 0, 1 or 2, got {self.sleep_level!r}",
-                field="model.sleep_mode",
-            )
-        if not self.probe_threshold > 0:
-            raise ConfigError(
-                f"probe_threshold must be > 0, got {self.probe_threshold}", field="probe_threshold"
-            )
-        reserved = {"model", "weight_transfer_config", "enable_sleep_mode"} & set(
-            self.engine_kwargs
-        )
-        if reserved:
-            raise ConfigError(
-                f"engine_kwargs may not set {sorted(reserved)}: the backend owns them",
-                field="engine_kwargs",
-            )
-
-    def llm_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``vllm.LLM`` (0.33.0)."""
-        kwargs: dict[str, Any] = {
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "dtype": self.dtype,
-            "seed": self.seed,
-            "enforce_eager": self.enforce_eager,
-            # EngineArgs fields, passed through LLM(**kwargs):
-            "enable_sleep_mode": self.sleep_level > 0,
-            "weight_transfer_config": {"backend": "ipc"},
-        }
-        if self.max_model_len is not None:
-            kwargs["max_model_len"] = self.max_model_len
-        kwargs.update(self.engine_kwargs)
-        return kwargs
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,104 +119,6 @@ class VllmStatistics:
     sleeps: int
     asleep: bool
     weight_version: int | None
-
-
-def to_vllm_sampling_params(
-    api: VllmApi, sampling: SamplingParams, *, n: int, seed: int | None
-) -> Any:
-    """Map the node's sampling parameters onto ``vllm.SamplingParams`` (0.33.0).
-
-    ``top_k = 0`` means "off" on both sides in 0.33.0 (vLLM also accepts -1). ``logprobs=0``
-    asks for the sampled token's log-prob only; vLLM's default ``logprobs_mode`` is
-    ``raw_logprobs`` (temperature-1 log-softmax), which is the port's invariant.
-
-    Raises:
-        ConfigError: ``n`` < 1 or a parameter outside its range.
-    """
-    if n < 1:
-        raise ConfigError(f"n must be >= 1, got {n}", field="training.completions_per_question")
-    if not sampling.temperature > 0:
-        raise ConfigError(
-            f"temperature must be > 0, got {sampling.temperature}", field="training.temperature"
-        )
-    if not 0 < sampling.top_p <= 1:
-        raise ConfigError(f"top_p must be in (0, 1], got {sampling.top_p}", field="training.top_p")
-    if sampling.top_k < 0:
-        raise ConfigError(f"top_k must be >= 0 (0 = off), got {sampling.top_k}", field="top_k")
-    if sampling.max_new_tokens < 1:
-        raise ConfigError(
-            f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}",
-            field="training.max_new_tokens",
-        )
-    return api.SamplingParams(
-        n=n,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        top_k=sampling.top_k,
-        max_tokens=sampling.max_new_tokens,
-        seed=seed,
-        logprobs=0,
-    )
-
-
-def _prompt_seed(seed: int | None, index: int) -> int | None:
-    # Hash rather than seed + index: (seed s, prompt i+1) must not equal (seed s+1, prompt i).
-    if seed is None:
-        return None
-    digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
-
-
-class _LLMSyncClient:
-    """Adapts the offline ``LLM`` to vLLM's trainer-side ``VLLMWeightSyncClient`` protocol.
-
-    The protocol passes bare dicts; ``LLM``'s own methods take request objects or dicts
-    wrapped under ``init_info`` / ``update_info`` (``vllm/entrypoints/rl/offline.py``).
-    """
-
-    def __init__(self, llm: Any) -> None:
-        self._llm = llm
-
-    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
-        self._llm.init_weight_transfer_engine({"init_info": init_info})
-
-    def start_weight_update(self) -> None:
-        self._llm.start_weight_update()
-
-    def update_weights(self, update_info: dict[str, Any] | list[dict[str, Any]]) -> None:
-        self._llm.update_weights({"update_info": update_info})
-
-    def finish_weight_update(self, weight_version: str | None = None) -> None:
-        self._llm.finish_weight_update(weight_version)
-
-
-def _named_tensor_source(api: VllmApi, tensors: list[tuple[str, torch.Tensor]]) -> Any:
-    """A vLLM ``WeightSource`` over the trainer's named tensors, refilled every sync."""
-
-    class NamedTensorSource(api.WeightSource):  # type: ignore[misc,name-defined]
-        def __init__(self, first: list[tuple[str, torch.Tensor]]) -> None:
-            self._tensors = first
-
-        @functools.cached_property
-        def metadata(self) -> list[Any]:
-            return [api.ParamMeta(name, t.dtype, tuple(t.shape)) for name, t in self._tensors]
-
-        def iter_full(self) -> Iterable[tuple[str, torch.Tensor]]:
-            yield from self._tensors
-
-        def refill(self, tensors: list[tuple[str, torch.Tensor]]) -> None:
-            expected = [(m.name, tuple(m.shape)) for m in self.metadata]
-            got = [(name, tuple(t.shape)) for name, t in tensors]
-            if got != expected:
-                missing = sorted({n for n, _ in expected} - {n for n, _ in got})
-                extra = sorted({n for n, _ in got} - {n for n, _ in expected})
-                raise GenerationError(
-                    "weights to sync differ from the first sync's names/shapes "
-                    f"(missing {missing[:5]}, unexpected {extra[:5]})"
-                )
-            self._tensors = tensors
-
-    return NamedTensorSource(tensors)
 
 
 class VllmGenerator:
@@ -469,7 +237,7 @@ class VllmGenerator:
                 passes the probe, or vLLM raised or returned something malformed.
         """
         params = [
-            to_vllm_sampling_params(self._api, sampling, n=n, seed=_prompt_seed(seed, i))
+            to_vllm_sampling_params(self._api, sampling, n=n, seed=prompt_seed(seed, i))
             for i in range(len(prompts))
         ]
         if not prompts:
@@ -484,9 +252,12 @@ class VllmGenerator:
                 lambda: self._llm.generate(list(prompts), params, use_tqdm=False),
             )
         if len(outputs) != len(prompts):
-            raise GenerationError(f"vLLM returned {len(outputs)} outputs for {len(prompts)} prompts")
+            raise GenerationError(
+                f"vLLM returned {len(outputs)} outputs for {len(prompts)} prompts"
+            )
         results = [
-            self._convert(prompt, output, n) for prompt, output in zip(prompts, outputs, strict=True)
+            self._convert(prompt, output, n)
+            for prompt, output in zip(prompts, outputs, strict=True)
         ]
         self._generate_calls += 1
         self._generated_tokens += sum(
@@ -584,9 +355,7 @@ class VllmGenerator:
             self._check_usable(allow_pending_sync=True)
             if self._asleep:
                 return
-            await self._call(
-                "sleep", VLLM_SLEEP_TIMEOUT_S, lambda: self._llm.sleep(level=level)
-            )
+            await self._call("sleep", VLLM_SLEEP_TIMEOUT_S, lambda: self._llm.sleep(level=level))
             self._asleep = True
             self._sleeps += 1
         _log.info("engine_slept", level=level)
@@ -621,7 +390,7 @@ class VllmGenerator:
                     "a level-2 sleep discarded the engine's weights: "
                     "wake_up(named_tensors) must reload them"
                 )
-            await self._call("wake_up", VLLM_SLEEP_TIMEOUT_S, lambda: self._llm.wake_up())
+            await self._call("wake_up", VLLM_SLEEP_TIMEOUT_S, self._llm.wake_up)
             self._asleep = False
             _log.info("engine_woke", level=1)
             await self._probe_locked()
@@ -642,7 +411,7 @@ class VllmGenerator:
                 )
             level = self._settings.sleep_level if self._asleep else 0
             if level == 1:
-                await self._call("wake_up", VLLM_SLEEP_TIMEOUT_S, lambda: self._llm.wake_up())
+                await self._call("wake_up", VLLM_SLEEP_TIMEOUT_S, self._llm.wake_up)
             elif level == 2:
                 # Weights region first (contents undefined), load, then the KV cache:
                 # this order is what keeps a level-2 wake from serving gibberish.
@@ -651,7 +420,9 @@ class VllmGenerator:
                 )
             self._needs_sync = True  # until a probe passes, nothing is generated
             await self._call(
-                "weight sync", VLLM_WEIGHT_SYNC_TIMEOUT_S, lambda: self._push(tensors, policy_version)
+                "weight sync",
+                VLLM_WEIGHT_SYNC_TIMEOUT_S,
+                lambda: self._push(tensors, policy_version),
             )
             if level == 2:
                 await self._call(
@@ -691,14 +462,14 @@ class VllmGenerator:
     def _push(self, tensors: list[tuple[str, torch.Tensor]], policy_version: int | None) -> None:
         # Runs in a worker thread (blocking vLLM calls).
         if self._transfer is None:
-            self._source = _named_tensor_source(self._api, tensors)
+            self._source = named_tensor_source(self._api, tensors)
             self._transfer = self._api.IPCTrainerWeightTransferEngine.trainer_init(
                 self._api.IPCTrainerInitInfo(rank=0),
-                client=_LLMSyncClient(self._llm),
+                client=LLMSyncClient(self._llm),
                 source=self._source,
             )
         else:
-            assert self._source is not None  # noqa: S101 - set together with _transfer
+            assert self._source is not None
             self._source.refill(tensors)
         self._transfer.send_weights()
         if policy_version is not None:
@@ -798,14 +569,14 @@ class VllmGenerator:
                 "the last weight sync did not pass the probe: sync again before generating"
             )
 
-    async def _call(self, what: str, timeout: float, fn: Callable[[], _T]) -> _T:
+    async def _call(self, what: str, limit_s: float, fn: Callable[[], _T]) -> _T:
         """Run a blocking vLLM call in a thread under a timeout, translating its errors."""
         try:
-            with anyio.fail_after(timeout):
+            with anyio.fail_after(limit_s):
                 return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
         except TimeoutError as exc:
             # The thread may still be inside vLLM: the engine's state is unknown.
-            self._failed = f"{what} did not finish within {timeout:.0f} s"
+            self._failed = f"{what} did not finish within {limit_s:.0f} s"
             raise GenerationError(f"vLLM {self._failed}") from exc
         except (GenerationError, ConfigError):
             raise

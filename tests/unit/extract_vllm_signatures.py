@@ -3,8 +3,10 @@
 Not a test. Run once per pinned vLLM version, on an unpacked wheel (no import of vLLM,
 which needs a GPU)::
 
-    pip download --no-deps vllm==0.33.0 -d /tmp/w && unzip -q /tmp/w/vllm-*.whl 'vllm/*' -d /tmp/w/src
-    python tests/unit/extract_vllm_signatures.py /tmp/w/src > tests/unit/data/vllm_0_33_0_signatures.json
+    pip download --no-deps vllm==0.33.0 -d /tmp/w
+    unzip -q /tmp/w/vllm-*.whl 'vllm/*' -d /tmp/w/src
+    python tests/unit/extract_vllm_signatures.py /tmp/w/src \
+        > tests/unit/data/vllm_0_33_0_signatures.json
 
 Output: ``{dotted_name: [[param, kind, default_repr_or_null], ...]}`` where kind is
 ``POSITIONAL_OR_KEYWORD``, ``KEYWORD_ONLY``, ``VAR_POSITIONAL`` or ``VAR_KEYWORD``;
@@ -27,36 +29,74 @@ TARGETS = {
     "vllm.LLM.wake_up": ("vllm/entrypoints/llm.py", "LLM", "wake_up"),
     "vllm.LLM.reset_prefix_cache": ("vllm/entrypoints/llm.py", "LLM", "reset_prefix_cache"),
     "vllm.LLM.init_weight_transfer_engine": (
-        "vllm/entrypoints/rl/offline.py", "RLOfflineMixin", "init_weight_transfer_engine"),
+        "vllm/entrypoints/rl/offline.py",
+        "RLOfflineMixin",
+        "init_weight_transfer_engine",
+    ),
     "vllm.LLM.start_weight_update": (
-        "vllm/entrypoints/rl/offline.py", "RLOfflineMixin", "start_weight_update"),
-    "vllm.LLM.update_weights": ("vllm/entrypoints/rl/offline.py", "RLOfflineMixin", "update_weights"),
+        "vllm/entrypoints/rl/offline.py",
+        "RLOfflineMixin",
+        "start_weight_update",
+    ),
+    "vllm.LLM.update_weights": (
+        "vllm/entrypoints/rl/offline.py",
+        "RLOfflineMixin",
+        "update_weights",
+    ),
     "vllm.LLM.finish_weight_update": (
-        "vllm/entrypoints/rl/offline.py", "RLOfflineMixin", "finish_weight_update"),
+        "vllm/entrypoints/rl/offline.py",
+        "RLOfflineMixin",
+        "finish_weight_update",
+    ),
     "vllm.LLM.update_weight_version": (
-        "vllm/entrypoints/rl/offline.py", "RLOfflineMixin", "update_weight_version"),
+        "vllm/entrypoints/rl/offline.py",
+        "RLOfflineMixin",
+        "update_weight_version",
+    ),
     "vllm.LLM.get_weight_version": (
-        "vllm/entrypoints/rl/offline.py", "RLOfflineMixin", "get_weight_version"),
+        "vllm/entrypoints/rl/offline.py",
+        "RLOfflineMixin",
+        "get_weight_version",
+    ),
     "vllm.SamplingParams": ("vllm/sampling_params.py", "SamplingParams", None),
     "vllm.logprobs.Logprob": ("vllm/logprobs.py", "Logprob", None),
     "vllm.outputs.CompletionOutput": ("vllm/outputs.py", "CompletionOutput", None),
     "vllm.outputs.RequestOutput.__init__": ("vllm/outputs.py", "RequestOutput", "__init__"),
     "vllm.distributed.weight_transfer.base.ParamMeta": (
-        "vllm/distributed/weight_transfer/base.py", "ParamMeta", None),
+        "vllm/distributed/weight_transfer/base.py",
+        "ParamMeta",
+        None,
+    ),
     "vllm.distributed.weight_transfer.base.WeightSource.owned_names": (
-        "vllm/distributed/weight_transfer/base.py", "WeightSource", "owned_names"),
+        "vllm/distributed/weight_transfer/base.py",
+        "WeightSource",
+        "owned_names",
+    ),
     "vllm.distributed.weight_transfer.base.WeightSource.iter_full": (
-        "vllm/distributed/weight_transfer/base.py", "WeightSource", "iter_full"),
+        "vllm/distributed/weight_transfer/base.py",
+        "WeightSource",
+        "iter_full",
+    ),
     "vllm.distributed.weight_transfer.ipc_engine.IPCTrainerInitInfo": (
-        "vllm/distributed/weight_transfer/ipc_engine.py", "IPCTrainerInitInfo", None),
+        "vllm/distributed/weight_transfer/ipc_engine.py",
+        "IPCTrainerInitInfo",
+        None,
+    ),
     "vllm.distributed.weight_transfer.ipc_engine.IPCTrainerWeightTransferEngine.__init__": (
-        "vllm/distributed/weight_transfer/ipc_engine.py", "IPCTrainerWeightTransferEngine", "__init__"),
+        "vllm/distributed/weight_transfer/ipc_engine.py",
+        "IPCTrainerWeightTransferEngine",
+        "__init__",
+    ),
     "vllm.distributed.weight_transfer.ipc_engine.IPCTrainerWeightTransferEngine.trainer_init": (
-        "vllm/distributed/weight_transfer/ipc_engine.py", "IPCTrainerWeightTransferEngine",
-        "trainer_init"),
+        "vllm/distributed/weight_transfer/ipc_engine.py",
+        "IPCTrainerWeightTransferEngine",
+        "trainer_init",
+    ),
     "vllm.distributed.weight_transfer.ipc_engine.IPCTrainerWeightTransferEngine.send_weights": (
-        "vllm/distributed/weight_transfer/ipc_engine.py", "IPCTrainerWeightTransferEngine",
-        "send_weights"),
+        "vllm/distributed/weight_transfer/ipc_engine.py",
+        "IPCTrainerWeightTransferEngine",
+        "send_weights",
+    ),
 }
 
 # Names used as defaults in the source, resolved by hand (checked against the source).
@@ -132,9 +172,7 @@ def extract(root: Path) -> dict[str, list[list[str | None]]]:
         if member is None:
             out[dotted] = _fields(cls)
         else:
-            fn = next(
-                n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == member
-            )
+            fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == member)
             out[dotted] = _function(fn)
     return out
 

@@ -30,7 +30,8 @@ from typing import Any, ClassVar, NotRequired, TypedDict
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-from sapo_async.generation.vllm_backend import VllmApi
+from bench.gpu_check import build_tokenizer
+from sapo_async.generation.vllm_api import VllmApi
 
 VERSION = "0.33.0"
 _PACKED_DEFAULT = 1024 * 1024 * 1024  # packed_tensor.DEFAULT_PACKED_BUFFER_SIZE_BYTES
@@ -61,8 +62,6 @@ def tiny_causal_lm(*, seed: int) -> Qwen2ForCausalLM:
 
 def save_tiny_checkpoint(path: Path, *, seed: int = 0) -> Path:
     """Write a tiny model + byte-level tokenizer directory, as ``LLM(model=path)`` takes."""
-    from bench.gpu_check import build_tokenizer
-
     path.mkdir(parents=True, exist_ok=True)
     tiny_causal_lm(seed=seed).save_pretrained(path)
     build_tokenizer(TINY_SHAPE["vocab_size"]).save_pretrained(path)
@@ -266,7 +265,12 @@ class IPCTrainerWeightTransferEngine:
             handles.append({"fake-gpu": tensor.detach().contiguous()})
         if self.is_sender:
             self.client.update_weights(
-                {"names": names, "dtype_names": dtype_names, "shapes": shapes, "ipc_handles": handles}
+                {
+                    "names": names,
+                    "dtype_names": dtype_names,
+                    "shapes": shapes,
+                    "ipc_handles": handles,
+                }
             )
             self.client.finish_weight_update()
 
@@ -308,14 +312,20 @@ class LLM:
         **kwargs: Any,
     ) -> None:
         if not 0 < gpu_memory_utilization <= 1:
-            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+            raise ValueError(
+                f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
+            )
         torch_dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
         hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype).eval()
         self._engine = _FakeEngine(hf_model, AutoTokenizer.from_pretrained(tokenizer or model))
-        self.engine_kwargs = dict(kwargs, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization)
+        self.engine_kwargs = dict(
+            kwargs, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization
+        )
         self._sleep_enabled = bool(kwargs.get("enable_sleep_mode", False))
         wt = kwargs.get("weight_transfer_config")
-        self._transfer_backend = None if wt is None else (wt["backend"] if isinstance(wt, dict) else wt.backend)
+        self._transfer_backend = (
+            None if wt is None else (wt["backend"] if isinstance(wt, dict) else wt.backend)
+        )
         self._sleep_level = 0
         self.drop_weight_updates = False
         self.calls: list[str] = []
@@ -350,7 +360,9 @@ class LLM:
         if len(params) != len(prompt_list):
             raise ValueError("The lengths of prompts and sampling_params must be the same.")
         counter = itertools.count()
-        return [self._one(str(next(counter)), p, sp) for p, sp in zip(prompt_list, params, strict=True)]
+        return [
+            self._one(str(next(counter)), p, sp) for p, sp in zip(prompt_list, params, strict=True)
+        ]
 
     def _one(self, request_id: str, prompt: Any, sp: SamplingParams) -> RequestOutput:
         tok = self._engine.tokenizer
@@ -469,7 +481,9 @@ class LLM:
         if not self._engine.transfer_ready:
             raise RuntimeError("Weight transfer engine is not initialized")
         if self._engine.update_active:
-            raise RuntimeError("start_weight_update called while a weight update is already active.")
+            raise RuntimeError(
+                "start_weight_update called while a weight update is already active."
+            )
         self._engine.update_active = True
 
     def update_weights(self, request: Any) -> None:
@@ -497,7 +511,9 @@ class LLM:
     def finish_weight_update(self, weight_version: str | None = None) -> None:
         self.calls.append("finish_weight_update")
         if not self._engine.update_active:
-            raise RuntimeError("finish_weight_update called without a matching start_weight_update.")
+            raise RuntimeError(
+                "finish_weight_update called without a matching start_weight_update."
+            )
         self._engine.update_active = False
         if weight_version is not None:
             self._engine.weight_version = weight_version

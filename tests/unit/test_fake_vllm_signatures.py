@@ -59,7 +59,11 @@ def _mismatches(fake: list[Param], real: list[Param]) -> list[str]:
             problems.append(f"{name!r} defaults to {default} in the fake, {r_default} in real")
     declared = {name for name, _, _ in fake}
     for name, kind, default in real:
-        if default is None and kind in ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY") and name not in declared:
+        if (
+            default is None
+            and kind in ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY")
+            and name not in declared
+        ):
             problems.append(f"real requires {name!r}, the fake does not declare it")
     return problems
 
@@ -111,7 +115,7 @@ _VLLM_MISSING = importlib.util.find_spec("vllm") is None
 )
 @pytest.mark.parametrize("key", sorted(fake_vllm.MIRRORED))
 def test_fake_matches_the_installed_vllm(key: str) -> None:
-    import vllm
+    import vllm  # noqa: PLC0415 - only where installed
 
     assert vllm.__version__ == VLLM_PINNED_VERSION, "re-record the signatures for this version"
     fake_obj, real_path = fake_vllm.MIRRORED[key]
