@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from typer.testing import CliRunner
 
 from sapo_async import hardware
+from sapo_async.cli.main import build_app
 from sapo_async.errors import ConfigError
 from sapo_async.hardware import PAPER_MODEL, TINY_MODEL, CudaInfo, select_backend
 
@@ -123,3 +125,14 @@ def test_real_probes_run_on_this_machine() -> None:
     version = hardware.vllm_version()
     assert version is None or isinstance(version, str)
     assert select_backend().reason
+
+
+def test_hardware_command_prints_the_choice_and_reason(machine: SetMachine) -> None:
+    machine(H200, PINNED)
+    result = CliRunner().invoke(build_app(), ["hardware", "--json"])
+    assert result.exit_code == 0, result.output
+    assert '"backend": "vllm"' in result.output
+
+    machine(None, None)
+    result = CliRunner().invoke(build_app(), ["hardware", "--backend", "vllm"])
+    assert result.exit_code == 2
