@@ -516,7 +516,7 @@ class VllmGenerator:
 
     def _engine_prompt_logprobs(self, ids: list[int]) -> list[float]:
         # prompt_logprobs=0 returns, per prompt position, the log-prob of the actual token.
-        params = self._api.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+        params = self._api.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, seed=0)
         (output,) = self._llm.generate(
             [self._api.TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False
         )
