@@ -288,14 +288,27 @@ class VllmGenerator:
         await self._sync(named_tensors, policy_version=policy_version)
 
     async def aclose(self) -> None:
-        """Release the engine (drop the reference; vLLM frees its GPU memory). Idempotent."""
+        """Shut the engine down and drop it. Idempotent; never raises.
+
+        In 0.33.0 the engine core runs in its own process; ``llm_engine.engine_core.
+        shutdown()`` stops it (and frees its GPU memory) instead of waiting for garbage
+        collection. A failure to shut down is logged, not raised: closing must finish.
+        """
         async with self._lock:
             if self._closed:
                 return
             self._closed = True
+            llm, self._llm = self._llm, None
             self._transfer = None
             self._source = None
-            self._llm = None
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        shutdown = getattr(core, "shutdown", None)
+        if callable(shutdown):
+            try:
+                with anyio.fail_after(VLLM_SLEEP_TIMEOUT_S):
+                    await anyio.to_thread.run_sync(shutdown, abandon_on_cancel=True)
+            except Exception as exc:  # closing must finish; the error is recorded
+                _log.warning("engine_shutdown_failed", error=repr(exc))
         _log.info("engine_closed", model=self._settings.model)
 
     # --- probe, sleep / wake ------------------------------------------------------------

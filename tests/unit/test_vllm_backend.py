@@ -361,3 +361,19 @@ def test_aclose_is_idempotent_and_closes_the_door(checkpoint: Path) -> None:
     run(gen.aclose)
     with pytest.raises(GenerationError, match="closed"):
         run(lambda: gen.generate(["x"], SAMPLING, n=1))
+
+
+def test_aclose_shuts_the_engine_core_process_down(checkpoint: Path) -> None:
+    gen = make(checkpoint)
+    stopped: list[bool] = []
+
+    class Core:
+        def shutdown(self, timeout: float | None = None) -> None:
+            stopped.append(True)
+
+    class Engine:
+        engine_core = Core()
+
+    llm(gen).llm_engine = Engine()  # type: ignore[attr-defined]
+    run(gen.aclose)
+    assert stopped == [True]
