@@ -156,6 +156,7 @@ class VllmGenerator:
         self._transfer: Any | None = None
         self._probe_ids: list[int] | None = None
         self._asleep = False
+        self._weights_awake = True  # False only between a level-2 sleep and its reload
         self._closed = False
         self._failed: str | None = None
         self._needs_sync = False
@@ -370,6 +371,7 @@ class VllmGenerator:
                 return
             await self._call("sleep", VLLM_SLEEP_TIMEOUT_S, lambda: self._llm.sleep(level=level))
             self._asleep = True
+            self._weights_awake = level == 1  # level 1 keeps a CPU copy; level 2 does not
             self._sleeps += 1
         _log.info("engine_slept", level=level)
 
@@ -423,15 +425,19 @@ class VllmGenerator:
                     "(pass trainer_model= or call attach_trainer(model))"
                 )
             level = self._settings.sleep_level if self._asleep else 0
+            self._needs_sync = True  # until a probe passes, nothing is generated
             if level == 1:
                 await self._call("wake_up", VLLM_SLEEP_TIMEOUT_S, self._llm.wake_up)
-            elif level == 2:
+                self._asleep = False
+                _log.info("engine_woke", level=1)
+            elif level == 2 and not self._weights_awake:
                 # Weights region first (contents undefined), load, then the KV cache:
-                # this order is what keeps a level-2 wake from serving gibberish.
+                # this order is what keeps a level-2 wake from serving gibberish. The flag
+                # keeps a retry after a failed load from waking the weights region twice.
                 await self._call(
                     "wake_up", VLLM_SLEEP_TIMEOUT_S, lambda: self._llm.wake_up(tags=["weights"])
                 )
-            self._needs_sync = True  # until a probe passes, nothing is generated
+                self._weights_awake = True
             await self._call(
                 "weight sync",
                 VLLM_WEIGHT_SYNC_TIMEOUT_S,
@@ -441,9 +447,8 @@ class VllmGenerator:
                 await self._call(
                     "wake_up", VLLM_SLEEP_TIMEOUT_S, lambda: self._llm.wake_up(tags=["kv_cache"])
                 )
-            if level:
                 self._asleep = False
-                _log.info("engine_woke", level=level)
+                _log.info("engine_woke", level=2)
             result = await self._probe_locked()
             self._syncs += 1
             self._weight_version = policy_version

@@ -377,3 +377,31 @@ def test_aclose_shuts_the_engine_core_process_down(checkpoint: Path) -> None:
     llm(gen).llm_engine = Engine()  # type: ignore[attr-defined]
     run(gen.aclose)
     assert stopped == [True]
+
+
+def test_level_two_retry_after_a_failed_load_does_not_wake_the_weights_twice(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trainer = trainer_from(checkpoint)
+    gen = make(checkpoint, sleep_level=2, trainer=trainer)
+    run(gen.sleep)
+    real_update = llm(gen).update_weights
+    failures = iter([RuntimeError("CUDA error: out of memory")])
+
+    def flaky_update(request: Any) -> None:
+        for exc in failures:
+            llm(gen)._engine.update_active = False
+            raise exc
+        real_update(request)
+
+    monkeypatch.setattr(llm(gen), "update_weights", flaky_update)
+    with pytest.raises(GenerationError, match="out of memory"):
+        run(lambda: gen.wake_up(trainer.named_parameters(), policy_version=1))
+    assert gen.statistics().asleep
+
+    run(lambda: gen.wake_up(trainer.named_parameters(), policy_version=1))
+
+    assert llm(gen).calls.count("wake_up(['weights'])") == 1
+    assert not gen.statistics().asleep
+    assert gen.last_probe is not None
+    assert gen.last_probe.ok
