@@ -95,6 +95,22 @@ PROBE_MAX_LOGPROB_DIFF = 0.05
 """vLLM vs trainer mean |delta log-prob| above this means the weight sync failed; bf16
 kernels differ by ~0.01 on healthy syncs."""
 
+# --- gpu generation (vLLM) ----------------------------------------------------------
+
+VLLM_GENERATE_TIMEOUT_S = 600.0
+"""One round (8 x 8 completions of <= 512 tokens) takes seconds on vLLM; ten minutes
+means the engine is wedged, and the backend is marked failed rather than waited on."""
+
+VLLM_WEIGHT_SYNC_TIMEOUT_S = 300.0
+"""A CUDA-IPC sync of a 0.5B model is sub-second; 5 min covers a 7B layerwise reload."""
+
+VLLM_SLEEP_TIMEOUT_S = 120.0
+"""Sleep/wake moves at most the weights over PCIe (~1 GB for 0.5B at >= 10 GB/s)."""
+
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.3
+"""Engine share of the GPU when colocated: the trainer's fp32 weights, grads and AdamW
+state of a 0.5B model need ~8 GB, so the engine must leave most of the card alone."""
+
 
 # --- ledger -------------------------------------------------------------------------
 
