@@ -23,6 +23,8 @@ from sapo_async.errors import (
     TransportUnavailable,
     WeightSyncError,
 )
+from sapo_async.node import Node, RoundReport
+from sapo_async.swarm import Swarm
 from sapo_async.wire import Completion, RolloutGroup, SamplingParams, SignedGroup, TaskRef
 
 __version__ = "0.1.0"
@@ -38,12 +40,15 @@ __all__ = [
     "GenerationError",
     "LedgerError",
     "LedgerUnavailable",
+    "Node",
     "PublishError",
     "RejectedInput",
     "RolloutGroup",
+    "RoundReport",
     "SamplingParams",
     "SapoError",
     "SignedGroup",
+    "Swarm",
     "TaskRef",
     "TrainingError",
     "TransportError",

@@ -220,7 +220,9 @@ class Node:
         include_tokens: bool = True,
     ) -> None:
         if local < 0 or external < 0 or local + external == 0:
-            raise ValueError(f"need local >= 0, external >= 0, local + external > 0; got {local}/{external}")
+            raise ValueError(
+                f"need local >= 0, external >= 0, local + external > 0; got {local}/{external}"
+            )
         self.name = name
         self.learner = learner
         self.publisher = publisher
@@ -458,7 +460,9 @@ class Node:
 
     def _select(self, shared: SharedRound) -> tuple[list[ScoredGroup], list[_Candidate], Any]:
         fresh, newest = self._fresh_candidates()
-        rng = random.Random(round_seed(self.seed, self.learner.config.node_index, shared.round, "external"))
+        rng = random.Random(
+            round_seed(self.seed, self.learner.config.node_index, shared.round, "external")
+        )
 
         def score(b: BufferedGroup) -> _Candidate:
             return _Candidate(b, self.learner.score_external(b.group))
@@ -553,5 +557,7 @@ class Node:
 def _without_tokens(group: RolloutGroup) -> RolloutGroup:
     import msgspec
 
-    comps = tuple(msgspec.structs.replace(c, token_ids=None, logprobs=None) for c in group.completions)
+    comps = tuple(
+        msgspec.structs.replace(c, token_ids=None, logprobs=None) for c in group.completions
+    )
     return msgspec.structs.replace(group, completions=comps)

@@ -95,8 +95,12 @@ def build_learner(
     Raises:
         ConfigError: an invalid setting (named).
     """
+    import transformers
+
     from sapo_async.generation.transformers_backend import TransformersGenerator
     from sapo_async.models import LoadedModel, load_model, load_tiny_model, tiny_spec
+
+    transformers.utils.logging.disable_progress_bar()  # one bar per node clutters the display
 
     if isinstance(model, LoadedModel):
         loaded = model
@@ -333,7 +337,9 @@ class Swarm:
         account: LocalAccount = kw["account"] or Account.create()
         swarm: str = kw["swarm"]
         name = kw["name"] or f"node-{account.address[2:8].lower()}"
-        index = kw["node_index"] if kw["node_index"] is not None else node_index_for(account.address)
+        index = (
+            kw["node_index"] if kw["node_index"] is not None else node_index_for(account.address)
+        )
         learner = await anyio.to_thread.run_sync(
             lambda: build_learner(
                 model=kw["model"],
@@ -386,7 +392,13 @@ class Swarm:
             ledger_opt = kw["ledger"]
             if ledger_opt:
                 recorder = await _make_recorder(
-                    ledger_opt, kw["contract_address"], swarm, account, learner, kw["journal_path"], cleanups
+                    ledger_opt,
+                    kw["contract_address"],
+                    swarm,
+                    account,
+                    learner,
+                    kw["journal_path"],
+                    cleanups,
                 )
             node = Node(
                 name=name,

@@ -77,12 +77,12 @@ def markdown_table(
         baseline: configuration the ratios are taken against.
     """
     lines = [
-        "| config | seed | cumulative reward | ratio to 8/0 | rounds to "
+        f"| config | seed | cumulative reward | ratio to {baseline} | rounds to "
         f"{threshold:g} | paper cumulative | paper ratio |",
         "|---|---|---|---|---|---|---|",
     ]
     base = results.get(baseline, {})
-    paper_base = PAPER_CUMULATIVE[baseline]
+    paper_base = PAPER_CUMULATIVE["8/0"]
     for config, by_seed in results.items():
         ratios = []
         for seed, trace in sorted(by_seed.items()):
@@ -93,8 +93,7 @@ def markdown_table(
             lines.append(
                 f"| {config} | {seed} | {cum:.2f} | {ratio:.2f}x | "
                 f"{rtt if rtt is not None else 'never'} | "
-                f"{PAPER_CUMULATIVE.get(config, float('nan')):.2f} | "
-                f"{PAPER_CUMULATIVE.get(config, float('nan')) / paper_base:.2f}x |"
+                f"{_paper(config, 1.0)} | {_paper(config, paper_base)} |"
             )
         if len(by_seed) > 1:
             mean_cum = sum(cumulative_reward(t) for t in by_seed.values()) / len(by_seed)
@@ -103,6 +102,13 @@ def markdown_table(
                 f"| **{config}** | mean | **{mean_cum:.2f}** | **{mean_ratio:.2f}x** | | | |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _paper(config: str, divisor: float) -> str:
+    value = PAPER_CUMULATIVE.get(config)
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if divisor == 1.0 else f"{value / divisor:.2f}x"
 
 
 def plot_traces(results: Mapping[str, Trace], path: Path, *, title: str, window: int = 10) -> None:

@@ -1,0 +1,66 @@
+"""Three nodes in one process sharing rollouts through an embedded NATS server.
+
+Run: python examples/local_swarm.py [ROUNDS]
+
+Each node trains its own copy of the tiny model with GRPO on reasoning-gym's chain_sum,
+training on 2 of its own question groups and 2 drawn from the others every round, and
+records its commitments on the embedded EVM ledger.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+
+from sapo_async import Swarm
+
+
+async def main(rounds: int = 3) -> dict[str, dict[str, object]]:
+    limiter = anyio.CapacityLimiter(2)  # two worker threads for three nodes on two cores
+    summary: dict[str, dict[str, object]] = {}
+    async with (
+        Swarm.join(
+            swarm="example",
+            name="ada",
+            local=2,
+            external=2,
+            questions=4,
+            rounds=rounds,
+            limiter=limiter,
+        ) as ada,
+        Swarm.join(
+            swarm="example",
+            name="bob",
+            local=2,
+            external=2,
+            questions=4,
+            rounds=rounds,
+            limiter=limiter,
+        ) as bob,
+        Swarm.join(
+            swarm="example",
+            name="cyd",
+            local=2,
+            external=2,
+            questions=4,
+            rounds=rounds,
+            limiter=limiter,
+        ) as cyd,
+    ):
+        for node in (ada, bob, cyd):
+            async for report in node.rounds():
+                print(
+                    f"{report.name} round {report.round}: reward {report.reward_mean:.3f}, "
+                    f"shared {report.groups_shared}, external used {report.external_total}"
+                )
+            summary[node.name] = {
+                "rounds": len(node.reports),
+                "shared": sum(r.groups_shared for r in node.reports),
+                "external": sum(r.external_total for r in node.reports),
+            }
+    return summary
+
+
+if __name__ == "__main__":
+    anyio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 3)

@@ -1,0 +1,221 @@
+"""``sapo-async swarm`` (a local swarm, the README's main job) and
+``sapo-async experiment paper-table``.
+
+Owns argument parsing, the live display and the logs; the work is in
+:mod:`sapo_async.swarm`, :mod:`sapo_async.node` and :mod:`sapo_async.experiment`.
+"""
+
+# PLC0415: lazy imports keep `--help` fast; B008/PLR0917: typer's declarative options.
+# ruff: noqa: PLC0415, B008, PLR0917
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+__all__ = ["register"]
+
+
+def swarm(
+    nodes: int = typer.Option(8, min=1, help="Nodes in the swarm (one process, one NATS)."),
+    local: int = typer.Option(4, min=0, help="I: own groups trained on per round."),
+    external: int = typer.Option(4, min=0, help="J: external groups trained on per round."),
+    rounds: int = typer.Option(60, min=1, help="Rounds per node."),
+    regime: str = typer.Option("dense", help="Tiny model warm start: dense or sparse."),
+    seed: int = typer.Option(0, help="Swarm seed (questions and sampling derive from it)."),
+    name: str = typer.Option("local", help="Swarm name."),
+    nats_url: str | None = typer.Option(None, help="NATS URL (default: embedded server)."),
+    ledger: bool = typer.Option(True, help="Record commitments on the embedded EVM."),
+    log_dir: Path = typer.Option(Path("runs/swarm"), help="Per-node JSONL logs go here."),
+    threads: int = typer.Option(2, min=1, help="Worker threads for generation and training."),
+) -> None:
+    """Run a local swarm of NODES nodes sharing rollouts, with a live progress display."""
+    import anyio
+
+    from sapo_async.logs import configure_logging
+
+    configure_logging(level="WARNING")
+    summary = anyio.run(
+        _run_swarm,
+        dict(
+            nodes=nodes,
+            local=local,
+            external=external,
+            rounds=rounds,
+            regime=regime,
+            seed=seed,
+            name=name,
+            nats_url=nats_url,
+            ledger=ledger,
+            log_dir=log_dir,
+            threads=threads,
+        ),
+    )
+    first, last = summary["first"], summary["last"]
+    typer.echo(
+        f"swarm reward (mean of first/last {summary['window']} rounds): {first:.3f} -> {last:.3f}"
+        f"  ({summary['seconds']:.0f} s; logs in {log_dir})"
+    )
+
+
+async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
+    import time
+
+    import anyio
+    import torch
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    from sapo_async.node import Node, RoundReport
+    from sapo_async.swarm import Swarm, embedded_ledger
+
+    torch.set_num_threads(1)
+    console = Console(stderr=True)
+    log_dir: Path = opts["log_dir"]
+    log_dir.mkdir(parents=True, exist_ok=True)
+    limiter = anyio.CapacityLimiter(opts["threads"])
+    t0 = time.perf_counter()
+    console.print(
+        f"[bold]sapo-async swarm[/]: {opts['nodes']} nodes, I/J = {opts['local']}/{opts['external']}, "
+        f"{opts['rounds']} rounds, {opts['regime']} regime (building the tiny model on first use)"
+    )
+    nodes: list[Node] = []
+    latest: dict[str, RoundReport] = {}
+    history: list[list[float]] = []
+    try:
+        for i in range(opts["nodes"]):
+            nodes.append(
+                await Swarm.join(
+                    swarm=opts["name"],
+                    regime=opts["regime"],
+                    local=opts["local"],
+                    external=opts["external"],
+                    rounds=opts["rounds"],
+                    seed=opts["seed"],
+                    name=f"node{i}",
+                    node_index=i,
+                    nats_url=opts["nats_url"],
+                    ledger=opts["ledger"],
+                    limiter=limiter,
+                )
+            )
+
+        def table() -> Table:
+            t = Table(title=f"swarm {opts['name']!r}  ({time.perf_counter() - t0:.0f} s)")
+            for col in (
+                "node",
+                "address",
+                "round",
+                "reward",
+                "shared",
+                "ext used",
+                "rejected",
+                "commits ok/pending",
+            ):
+                t.add_column(col, justify="right")
+            for n in nodes:
+                r = latest.get(n.name)
+                if r is None:
+                    t.add_row(n.name, n.address[:10], "-", "-", "-", "-", "-", "-")
+                    continue
+                t.add_row(
+                    n.name,
+                    n.address[:10],
+                    str(r.round),
+                    f"{_mean(n, 10):.3f}",
+                    str(r.groups_shared),
+                    str(r.external_total),
+                    str(sum(r.rejections.values())),
+                    f"{r.commitments_confirmed}/{r.commitments_pending}",
+                )
+            return t
+
+        async def follow(node: Node, sink: Any) -> None:
+            with (log_dir / f"{node.name}.jsonl").open("w") as fh:
+                async for report in node.rounds():
+                    latest[node.name] = report
+                    fh.write(json.dumps(report.as_dict()) + "\n")
+                    fh.flush()
+                    sink()
+
+        with Live(table(), console=console, refresh_per_second=2) as live:
+            async with anyio.create_task_group() as tg:
+                for n in nodes:
+                    tg.start_soon(follow, n, lambda: live.update(table()))
+        for n in nodes:
+            history.append([r.reward_mean for r in n.reports])
+        if opts["ledger"]:
+            for n in nodes:
+                if n.recorder is not None:
+                    await n.recorder.wait_idle(60)
+            handle = embedded_ledger(opts["name"])
+            if handle is not None:
+                from sapo_async.audit import audit_swarm, swarm_table
+
+                console.print(swarm_table(await audit_swarm(handle.ledger)))
+    finally:
+        for n in reversed(nodes):
+            await n.leave()
+    window = max(1, min(10, opts["rounds"] // 3))
+    rounds = min(len(h) for h in history) if history else 0
+    first = sum(sum(h[:window]) for h in history) / max(1, window * len(history))
+    last = sum(sum(h[rounds - window : rounds]) for h in history) / max(1, window * len(history))
+    return {"first": first, "last": last, "window": window, "seconds": time.perf_counter() - t0}
+
+
+def _mean(node: Any, k: int) -> float:
+    reports = node.reports[-k:]
+    return sum(r.reward_mean for r in reports) / max(1, len(reports))
+
+
+experiment_app = typer.Typer(
+    help="Experiments that reproduce the paper's comparisons.", no_args_is_help=True
+)
+
+
+@experiment_app.command("paper-table")
+def paper_table(
+    regime: str = typer.Option("both", help="sparse, dense, or both."),
+    out: Path = typer.Option(Path("docs/results/paper-table"), help="Output directory."),
+    seeds: int = typer.Option(2, min=1, help="Seeds per configuration."),
+    rounds: int | None = typer.Option(None, help="Rounds per run (default: the preset's)."),
+    workers: int = typer.Option(2, min=1, help="Runs in parallel (one process each)."),
+    quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke version (tests)."),
+) -> None:
+    """Run 8/0, 6/2, 4/4 and 2/6 with common random numbers; write table, figure, JSON."""
+    from dataclasses import replace
+
+    from sapo_async.experiment import paper_table as pt
+    from sapo_async.logs import configure_logging
+
+    configure_logging(level="WARNING")
+    regimes = ["sparse", "dense"] if regime == "both" else [regime]
+    for name in regimes:
+        if name not in pt.PRESETS:
+            raise typer.BadParameter(f"regime must be sparse, dense or both, got {name!r}")
+        spec = pt.PRESETS[name]
+        spec = replace(spec, seeds=tuple(range(seeds)))
+        if rounds is not None:
+            spec = replace(spec, rounds=rounds)
+        if quick:
+            spec = pt.quick(spec)
+
+        def progress(res: pt.RunResult) -> None:
+            cum = sum(sum(n) for n in res.rewards)
+            typer.echo(
+                f"  {name} {res.config} seed {res.seed}: cumulative {cum:.2f} ({res.seconds:.0f} s)"
+            )
+
+        typer.echo(f"{name}: {len(spec.configs) * len(spec.seeds)} runs of {spec.rounds} rounds")
+        pt.run_experiment(spec, out, workers=1 if quick else workers, on_result=progress)
+        typer.echo((out / f"{name}.md").read_text())
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``swarm`` and ``experiment`` to the command line."""
+    app.command("swarm")(swarm)
+    app.add_typer(experiment_app, name="experiment")

@@ -1,0 +1,40 @@
+"""The paper-table experiment's quick mode runs the real nodes and writes its outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from sapo_async.cli.main import build_app
+
+pytestmark = [pytest.mark.slow]
+
+
+@pytest.mark.timeout(600)
+def test_paper_table_quick_writes_table_figure_and_json(tmp_path):
+    result = CliRunner().invoke(
+        build_app(),
+        ["experiment", "paper-table", "--quick", "--regime", "sparse", "--out", str(tmp_path)],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "sparse.json").read_text())
+    assert [r["config"] for r in summary["runs"]] == ["4/0", "2/2"]
+    for run in summary["runs"]:
+        assert len(run["rewards"]) == 3 and all(len(node) == 3 for node in run["rewards"])
+        assert run["rejected"] == {}
+    # Only the configuration with J > 0 trains on other nodes' groups.
+    assert summary["runs"][0]["external_used"] == 0
+    table = (tmp_path / "sparse.md").read_text()
+    assert "| 2/2 | 0 |" in table and "ratio to 4/0" in table
+    assert (tmp_path / "sparse.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_paper_table_rejects_an_unknown_regime(tmp_path):
+    result = CliRunner().invoke(
+        build_app(),
+        ["experiment", "paper-table", "--quick", "--regime", "medium", "--out", str(tmp_path)],
+    )
+    assert result.exit_code != 0
+    assert "regime must be sparse, dense or both" in result.output
