@@ -22,10 +22,11 @@ Deliberately does not decode or verify payloads.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Self
 
@@ -55,7 +56,7 @@ from sapo_async.transport.base import (
     rollouts_subject,
     validate_token,
 )
-from sapo_async.transport.embedded import NatsOptions, connect_nats
+from sapo_async.transport.embedded import NatsOptions, connect_nats, nats_endpoint
 from sapo_async.wire.rollout import SignedGroup
 from sapo_async.wire.signing import encode_signed, rollout_hash
 
@@ -64,6 +65,7 @@ __all__ = [
     "JetStreamSubscription",
     "JetStreamTransport",
     "StreamSettings",
+    "open_jetstream",
     "stream_name",
 ]
 
@@ -479,3 +481,22 @@ class JetStreamTransport:
                     await self._nc.close()
                 except nats.errors.Error as exc:
                     _log.debug("close_failed", error=repr(exc))
+
+
+@contextlib.asynccontextmanager
+async def open_jetstream(
+    swarm: str, options: NatsOptions | None = None, *, settings: StreamSettings | None = None
+) -> AsyncIterator[JetStreamTransport]:
+    """Yield a JetStream transport for ``swarm``: at ``options.url``, or, with no URL, on a
+    private embedded nats-server that is stopped when the block exits.
+
+    Raises:
+        TransportUnavailable: the server cannot be reached or started.
+        TransportError: the stream could not be created or updated.
+    """
+    async with nats_endpoint(options or NatsOptions()) as resolved:
+        transport = await JetStreamTransport.connect(resolved, swarm, settings=settings)
+        try:
+            yield transport
+        finally:
+            await transport.aclose()
