@@ -84,6 +84,10 @@ MAX_CLOCK_SKEW_S = 60.0
 """A group stamped more than a minute in the future is rejected: a forged future time would
 otherwise keep it from ever ageing out."""
 
+SIGNER_CACHE_SIZE = 16384
+"""Recovered signers memoised per process (~200 B each, ~3 MB): covers the buffer several
+times over, so nodes sharing a process recover each group's signature once."""
+
 SEEN_HASHES_MAX = 65536
 """Rollout hashes remembered for duplicate rejection (16x the buffer); entries older than the
 buffer age are forgotten anyway, since staleness rejects those replays."""

@@ -37,11 +37,11 @@ from typing import Any, Self
 import anyio
 import nats
 import nats.errors
+import structlog
 from nats.aio.client import Client as NatsClient
 
 from sapo_async.errors import ConfigError, TransportUnavailable
 from sapo_async.limits import CONNECT_TIMEOUT_S, SERVER_START_TIMEOUT_S, SERVER_STOP_TIMEOUT_S
-from sapo_async.logs import get_logger
 
 __all__ = [
     "EmbeddedNats",
@@ -52,7 +52,8 @@ __all__ = [
     "nats_endpoint",
 ]
 
-_log = get_logger("nats")
+# A lazy proxy (no .bind() at import): it follows configure_logging() called later.
+_log = structlog.get_logger("nats", component="nats")
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}
 
 _POLL_S = 0.02

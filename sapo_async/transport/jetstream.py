@@ -33,6 +33,7 @@ from typing import Self
 import anyio
 import nats.errors
 import nats.js.errors
+import structlog
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import api
@@ -48,7 +49,6 @@ from sapo_async.limits import (
     STREAM_MAX_AGE_S,
     STREAM_MAX_BYTES,
 )
-from sapo_async.logs import get_logger
 from sapo_async.transport.base import (
     PublishAck,
     PublishRefusedError,
@@ -69,7 +69,8 @@ __all__ = [
     "stream_name",
 ]
 
-_log = get_logger("jetstream")
+# A lazy proxy (no .bind() at import): it follows configure_logging() called later.
+_log = structlog.get_logger("jetstream", component="jetstream")
 
 _TRANSIENT = (
     nats.errors.TimeoutError,

@@ -159,3 +159,10 @@ def test_oversize_envelope_is_rejected_before_decoding() -> None:
     with pytest.raises(RejectedInput) as caught:
         decode_signed(b"\x00" * 2000, max_bytes=1000)
     assert caught.value.reason == "oversize"
+
+
+def test_fast_signature_is_byte_identical_to_eth_accounts() -> None:
+    body = encode_group(make_group(ACCOUNT))
+    ours = sign_body(ACCOUNT, body).signature
+    theirs = ACCOUNT.sign_message(encode_defunct(primitive=rollout_hash(body))).signature
+    assert ours == bytes(theirs)
