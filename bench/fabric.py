@@ -247,15 +247,17 @@ def ecc_backend() -> str:
     return type(get_backend()).__name__
 
 
-class signer_cache_off:  # noqa: N801 - reads as a phrase at the call site
-    """Recover every signature as if each consumer ran in its own process."""
+class process_caches_off:  # noqa: N801 - reads as a phrase at the call site
+    """Decode, hash and recover every message per consumer, as if each ran in its own
+    process (turns off the per-process memoisation in sapo_async.wire.signing)."""
 
     def __enter__(self) -> None:
-        self._saved = signing._recover_cached
-        signing._recover_cached = self._saved.__wrapped__  # type: ignore[assignment]
+        self._saved = (signing._recover_cached, signing._decode_envelope_cached)
+        signing._recover_cached = self._saved[0].__wrapped__  # type: ignore[assignment]
+        signing._decode_envelope_cached = signing._decode_envelope  # type: ignore[assignment]
 
     def __exit__(self, *exc: object) -> None:
-        signing._recover_cached = self._saved
+        signing._recover_cached, signing._decode_envelope_cached = self._saved
 
 
 async def main(quick: bool) -> dict[str, object]:
@@ -276,7 +278,7 @@ async def main(quick: bool) -> dict[str, object]:
             ]
             raw_runs.append(await run_raw(server.url, raw_payloads, f"raw{rep}"))
             path_runs.append(await run_path(server.url, accounts, groups, f"path{rep}"))
-            with signer_cache_off():
+            with process_caches_off():
                 uncached_runs.append(await run_path(server.url, accounts, groups, f"nocache{rep}"))
     deliveries = NODES * NODES * per_producer
     raw_s, path_s, uncached_s = (statistics.median(r) for r in (raw_runs, path_runs, uncached_runs))
@@ -296,13 +298,13 @@ async def main(quick: bool) -> dict[str, object]:
         "verified_groups_per_s": round(path_rate, 1),
         "raw_groups_per_s": round(raw_rate, 1),
         "ratio_to_raw": round(path_rate / raw_rate, 3),
-        "verified_groups_per_s_no_signer_cache": round(uncached_rate, 1),
-        "ratio_to_raw_no_signer_cache": round(uncached_rate / raw_rate, 3),
+        "verified_groups_per_s_no_process_caches": round(uncached_rate, 1),
+        "ratio_to_raw_no_process_caches": round(uncached_rate / raw_rate, 3),
         "goal_ratio": 0.5,
         "runs_seconds": {
             "raw": [round(t, 3) for t in raw_runs],
             "path": [round(t, 3) for t in path_runs],
-            "path_no_signer_cache": [round(t, 3) for t in uncached_runs],
+            "path_no_process_caches": [round(t, 3) for t in uncached_runs],
         },
         "stage_us_per_group": {k: round(v, 1) for k, v in stages.items()},
         "ecc_backend": ecc_backend(),
@@ -321,10 +323,10 @@ def print_table(result: dict[str, object]) -> None:
             f"{r['group_bytes']} B/group, median of {r['repetitions']}",
         ),
         ("whole path", f"{r['verified_groups_per_s']} verified groups/s"),
-        ("  same, no signer cache", f"{r['verified_groups_per_s_no_signer_cache']} groups/s"),
+        ("  same, no process caches", f"{r['verified_groups_per_s_no_process_caches']} groups/s"),
         ("raw nats-py", f"{r['raw_groups_per_s']} groups/s"),
         ("ratio_to_raw", f"{r['ratio_to_raw']} (goal >= {r['goal_ratio']})"),
-        ("  no signer cache", str(r["ratio_to_raw_no_signer_cache"])),
+        ("  no process caches", str(r["ratio_to_raw_no_process_caches"])),
         ("ecc backend", str(r["ecc_backend"])),
     ]
     stages = r["stage_us_per_group"]

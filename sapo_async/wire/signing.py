@@ -16,9 +16,10 @@ Speed (measured in bench/fabric.py; it decides whether receivers can verify ever
 message): signing and recovery call libsecp256k1 through coincurve directly on that digest,
 skipping eth-account's per-call message objects (5x faster signing, 1.5x faster recovery).
 The signatures are eth-account's byte for byte (RFC 6979 deterministic nonces; a test pins
-it). Recovered signers are memoised in a bounded LRU keyed by (hash, signature): a pure
-function of its inputs, so the cache cannot change a verdict, and when several nodes share
-one process (a local swarm) each group's signature is recovered once, not once per node.
+it). Recovered signers are memoised in a bounded LRU keyed by (hash, signature), and
+decoded-and-hashed envelopes in one keyed by their bytes: pure functions of their inputs,
+so the caches cannot change a verdict, and when several nodes share one process (a local
+swarm) each message is decoded, hashed and recovered once, not once per node.
 
 Deliberately does not know about transports, swarms or staleness: it answers only "are
 these bytes a well-formed group, and who signed them".
@@ -41,7 +42,12 @@ from eth_account.signers.local import LocalAccount
 from eth_utils.address import to_checksum_address
 
 from sapo_async.errors import RejectedInput
-from sapo_async.limits import MAX_GROUP_BYTES, SIGNER_CACHE_SIZE
+from sapo_async.limits import (
+    DECODE_CACHE_MAX_BYTES,
+    DECODE_CACHE_SIZE,
+    MAX_GROUP_BYTES,
+    SIGNER_CACHE_SIZE,
+)
 from sapo_async.wire.rollout import (
     SCHEMA_VERSION,
     RolloutGroup,
@@ -53,8 +59,10 @@ from sapo_async.wire.rollout import (
 
 __all__ = [
     "EIP191_PREFIX",
+    "DecodedEnvelope",
     "VerifiedGroup",
     "decode_body",
+    "decode_envelope",
     "decode_signed",
     "encode_signed",
     "recover_signer",
@@ -251,6 +259,45 @@ def verify(signed: SignedGroup, *, max_bytes: int = MAX_GROUP_BYTES) -> Verified
             producer=group.producer,
         )
     return VerifiedGroup(group, digest, signer)
+
+
+class DecodedEnvelope(NamedTuple):
+    """An envelope decoded and hashed, not yet checked against a signer.
+
+    Attributes:
+        signed: the envelope.
+        group: its strictly decoded body.
+        rollout_hash: keccak-256 of the body.
+    """
+
+    signed: SignedGroup
+    group: RolloutGroup
+    rollout_hash: bytes
+
+
+def decode_envelope(data: bytes, *, max_bytes: int = MAX_GROUP_BYTES) -> DecodedEnvelope:
+    """Decode envelope and body and hash the body: everything but the signature check.
+
+    Memoised per process for messages up to ``DECODE_CACHE_MAX_BYTES`` (a bounded LRU
+    keyed by the exact bytes: a pure function, so it cannot change a verdict): nodes that
+    share a process decode and hash each message once. Failures are not cached.
+
+    Raises:
+        RejectedInput: ``oversize``, ``malformed_envelope``, ``schema_version`` or
+            ``malformed_group``.
+    """
+    if len(data) > DECODE_CACHE_MAX_BYTES:
+        return _decode_envelope(data, max_bytes)
+    return _decode_envelope_cached(bytes(data), max_bytes)
+
+
+def _decode_envelope(data: bytes, max_bytes: int) -> DecodedEnvelope:
+    signed = decode_signed(data, max_bytes=max_bytes)
+    group = decode_body(signed.body, max_bytes=max_bytes)
+    return DecodedEnvelope(signed, group, rollout_hash(signed.body))
+
+
+_decode_envelope_cached = functools.lru_cache(maxsize=DECODE_CACHE_SIZE)(_decode_envelope)
 
 
 def reference_recover(hash32: bytes, signature: bytes) -> str:

@@ -23,6 +23,7 @@ from sapo_async.wire.rollout import (
 )
 from sapo_async.wire.signing import (
     EIP191_PREFIX,
+    decode_envelope,
     decode_signed,
     encode_signed,
     recover_signer,
@@ -166,3 +167,14 @@ def test_fast_signature_is_byte_identical_to_eth_accounts() -> None:
     ours = sign_body(ACCOUNT, body).signature
     theirs = ACCOUNT.sign_message(encode_defunct(primitive=rollout_hash(body))).signature
     assert ours == bytes(theirs)
+
+
+def test_decoding_an_envelope_twice_gives_the_same_verdict_and_failures_are_not_cached() -> None:
+    data = encode_signed(sign_group(ACCOUNT, make_group(ACCOUNT)))
+    first, second = decode_envelope(data), decode_envelope(bytes(bytearray(data)))
+    assert first == second
+    assert first.rollout_hash == rollout_hash(first.signed.body)
+    for _ in range(2):
+        with pytest.raises(RejectedInput) as caught:
+            decode_envelope(data[:-1])
+        assert caught.value.reason == "malformed_envelope"
