@@ -226,17 +226,17 @@ class JetStreamSubscription:
         except nats.js.errors.APIError as exc:
             _log.warning("consumer_check_failed", consumer=self._name, error=repr(exc))
             return
-        if info.num_pending or info.num_waiting == 0:
-            # Messages wait for us (or the server holds no pull request of ours) and yet our
-            # fetches came back empty: the subscription went silent. Re-bind it.
+        if info.num_pending:
+            # Messages wait for us and yet our fetches came back empty: the subscription
+            # went silent (#504). Re-bind it; no pull request of ours is outstanding now, so
+            # nothing is in flight to the old inbox.
             try:
                 await self._bind()
             except _TRANSIENT as exc:
                 _log.debug("consumer_rebind_failed", consumer=self._name, error=repr(exc))
                 return
-            if info.num_pending:
-                self.repairs += 1
-                _log.info("consumer_rebound", consumer=self._name, pending=info.num_pending)
+            self.repairs += 1
+            _log.info("consumer_rebound", consumer=self._name, pending=info.num_pending)
 
     async def _recreate(self) -> None:
         if self._last_seq:
@@ -454,10 +454,16 @@ class JetStreamTransport:
             exists = False
             if durable is not None:
                 try:
-                    await self.js.consumer_info(self.stream, name)
+                    info = await self.js.consumer_info(self.stream, name)
                     exists = True
                 except nats.js.errors.NotFoundError:
                     pass
+                else:
+                    have = sorted(info.config.filter_subjects or [info.config.filter_subject])
+                    if have != sorted(subjects):
+                        raise TransportError(
+                            f"durable consumer {name!r} exists for {have}, not {sorted(subjects)}"
+                        )
             if exists:
                 await sub._bind()
             else:

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from sapo_async.collector import Collector
-from sapo_async.errors import ConfigError
+from sapo_async.errors import ConfigError, TransportError
 from sapo_async.publisher import Publisher
 from sapo_async.transport.base import (
     PublishRefusedError,
@@ -260,3 +260,13 @@ async def test_collector_survives_hostile_traffic_and_keeps_admitting_valid_grou
     want = Counter(reason for _, reason in hostile[:-1]) + Counter({"hash_mismatch": 1})
     assert stats.rejected == dict(want)
     assert stats.accepted == 2
+
+
+async def test_resuming_a_durable_consumer_with_other_families_is_refused(
+    transport_factory: TransportFactory,
+) -> None:
+    transport = await transport_factory()
+    sub = await transport.subscribe(families=["bf"], durable="node-a")
+    await sub.aclose()
+    with pytest.raises(TransportError, match="node-a"):
+        await transport.subscribe(families=["arc_1d"], durable="node-a")
