@@ -209,6 +209,8 @@ class Actor(Generic[MsgT]):
         In-flight and queued mailbox messages are handled, then ``_drain()`` runs, all under
         the drain deadline; whatever is left is then cancelled and ``_teardown()`` runs.
         The wait is shielded, so a cancelled caller still leaves a stopped actor behind.
+        From inside the actor's own hooks use :meth:`stop_nowait` (awaiting ``stop()`` there
+        would wait for itself).
         """
         if self._state is ActorState.CREATED:
             self._state = ActorState.STOPPED
@@ -217,6 +219,10 @@ class Actor(Generic[MsgT]):
         self._stop_requested.set()
         with anyio.CancelScope(shield=True):
             await self.wait_stopped()
+
+    def stop_nowait(self) -> None:
+        """Ask the actor to drain and stop, without waiting (safe from its own hooks)."""
+        self._stop_requested.set()
 
     async def run(self, *, task_status: TaskStatus[Self] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the actor until stopped; use with ``task_group.start(actor.run)``.

@@ -181,3 +181,21 @@ async def test_cancelled_supervisor_still_leaves_a_stopped_actor() -> None:
             await anyio.sleep_forever()
     assert actor.state is ActorState.STOPPED
     assert actor.torn_down
+
+
+async def test_an_actor_can_ask_itself_to_stop_from_a_hook() -> None:
+    class StopsOnNegative(Recorder):
+        async def _handle(self, message: int) -> None:
+            if message < 0:
+                self.stop_nowait()
+            await super()._handle(message)
+
+    actor = StopsOnNegative()
+    async with anyio.create_task_group() as tg:
+        await tg.start(actor.run)
+        await actor.send(1)
+        await actor.send(-1)
+        with anyio.fail_after(5):
+            await actor.wait_stopped()
+    assert actor.state is ActorState.STOPPED
+    assert actor.seen == [1, -1]
