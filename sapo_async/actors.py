@@ -117,9 +117,9 @@ class Actor(Generic[MsgT]):
         self._drain_timeout = drain_timeout
         self._start_timeout = start_timeout
         self._capacity = mailbox_size
-        send, receive = anyio.create_memory_object_stream[MsgT](mailbox_size)
-        self._mailbox_send: MemoryObjectSendStream[MsgT] = send
-        self._mailbox_receive: MemoryObjectReceiveStream[MsgT] = receive
+        # Streams are made in run(): an actor that never starts holds nothing to close.
+        self._mailbox_send: MemoryObjectSendStream[MsgT] | None = None
+        self._mailbox_receive: MemoryObjectReceiveStream[MsgT] | None = None
         self._handled = 0
         self._stop_requested = anyio.Event()
         self._finished = anyio.Event()
@@ -155,16 +155,15 @@ class Actor(Generic[MsgT]):
 
     def statistics(self) -> ActorStatistics:
         """Return a snapshot of this actor and its mailbox."""
-        stats = self._mailbox_send.statistics()
+        size = waiting = 0
+        if self._mailbox_send is not None:
+            stats = self._mailbox_send.statistics()
+            size, waiting = stats.current_buffer_used, stats.tasks_waiting_send
         return ActorStatistics(
             name=self.name,
             state=self._state,
             handled=self._handled,
-            mailbox=MailboxStatistics(
-                size=stats.current_buffer_used,
-                capacity=self._capacity,
-                senders_waiting=stats.tasks_waiting_send,
-            ),
+            mailbox=MailboxStatistics(size=size, capacity=self._capacity, senders_waiting=waiting),
         )
 
     async def send(self, message: MsgT) -> None:
@@ -173,9 +172,9 @@ class Actor(Generic[MsgT]):
         Raises:
             ActorStopped: the actor is not running, or stopped while we waited.
         """
-        self._check_accepting()
+        send = self._check_accepting()
         try:
-            await self._mailbox_send.send(message)
+            await send.send(message)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             raise ActorStopped(self.name, self._state.value) from exc
 
@@ -186,9 +185,9 @@ class Actor(Generic[MsgT]):
             ActorStopped: the actor is not running.
             anyio.WouldBlock: the mailbox is full.
         """
-        self._check_accepting()
+        send = self._check_accepting()
         try:
-            self._mailbox_send.send_nowait(message)
+            send.send_nowait(message)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             raise ActorStopped(self.name, self._state.value) from exc
 
@@ -210,16 +209,20 @@ class Actor(Generic[MsgT]):
         In-flight and queued mailbox messages are handled, then ``_drain()`` runs, all under
         the drain deadline; whatever is left is then cancelled and ``_teardown()`` runs.
         The wait is shielded, so a cancelled caller still leaves a stopped actor behind.
+        From inside the actor's own hooks use :meth:`stop_nowait` (awaiting ``stop()`` there
+        would wait for itself).
         """
         if self._state is ActorState.CREATED:
             self._state = ActorState.STOPPED
-            self._mailbox_send.close()
-            self._mailbox_receive.close()
             self._finished.set()
             return
         self._stop_requested.set()
         with anyio.CancelScope(shield=True):
             await self.wait_stopped()
+
+    def stop_nowait(self) -> None:
+        """Ask the actor to drain and stop, without waiting (safe from its own hooks)."""
+        self._stop_requested.set()
 
     async def run(self, *, task_status: TaskStatus[Self] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the actor until stopped; use with ``task_group.start(actor.run)``.
@@ -234,12 +237,14 @@ class Actor(Generic[MsgT]):
         if self._state is not ActorState.CREATED:
             raise ActorError(f"actor {self.name!r} was already started ({self._state.value})")
         self._state = ActorState.STARTING
+        send, receive = anyio.create_memory_object_stream[MsgT](self._capacity)
+        self._mailbox_send, self._mailbox_receive = send, receive
         try:
             async with anyio.create_task_group() as tg:
                 with anyio.fail_after(self._start_timeout):
                     await self._setup()
                 mailbox_done = anyio.Event()
-                tg.start_soon(self._mailbox_loop, mailbox_done)
+                tg.start_soon(self._mailbox_loop, receive, mailbox_done)
                 tg.start_soon(self._serve)
                 self._state = ActorState.RUNNING
                 self._log.debug("actor_started")
@@ -247,7 +252,7 @@ class Actor(Generic[MsgT]):
                 await self._stop_requested.wait()
                 self._state = ActorState.DRAINING
                 with anyio.move_on_after(self._drain_timeout, shield=True) as scope:
-                    self._mailbox_send.close()
+                    send.close()
                     await mailbox_done.wait()
                     await self._drain()
                 if scope.cancelled_caught:
@@ -260,8 +265,8 @@ class Actor(Generic[MsgT]):
             self._log.error("actor_failed", error=repr(cause))
             raise ActorFailed(self.name, repr(cause)) from cause
         finally:
-            self._mailbox_send.close()
-            self._mailbox_receive.close()
+            send.close()
+            receive.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._drain_timeout):
                 await self._teardown()
             if self._state is not ActorState.FAILED:
@@ -296,13 +301,17 @@ class Actor(Generic[MsgT]):
 
     # --- internals -----------------------------------------------------------------
 
-    def _check_accepting(self) -> None:
-        if self._state not in (ActorState.STARTING, ActorState.RUNNING):
+    def _check_accepting(self) -> MemoryObjectSendStream[MsgT]:
+        send = self._mailbox_send
+        if send is None or self._state not in (ActorState.STARTING, ActorState.RUNNING):
             raise ActorStopped(self.name, self._state.value)
+        return send
 
-    async def _mailbox_loop(self, done: anyio.Event) -> None:
+    async def _mailbox_loop(
+        self, receive: MemoryObjectReceiveStream[MsgT], done: anyio.Event
+    ) -> None:
         try:
-            async for message in self._mailbox_receive:
+            async for message in receive:
                 await self._handle(message)
                 self._handled += 1
         finally:

@@ -52,7 +52,7 @@ from sapo_async.limits import (
 from sapo_async.logs import get_logger
 from sapo_async.transport.base import StartAt, Subscription, Transport, validate_token
 from sapo_async.wire.rollout import RolloutGroup
-from sapo_async.wire.signing import decode_body, decode_signed, recover_signer, rollout_hash
+from sapo_async.wire.signing import decode_envelope, recover_signer
 
 __all__ = ["BufferedGroup", "Collector", "CollectorStatistics", "ExtraCheck"]
 
@@ -254,9 +254,7 @@ class Collector(Actor[None]):
         return admitted
 
     def _admit(self, data: bytes, msg_id: str | None, subject: str | None) -> BufferedGroup | None:
-        signed = decode_signed(data, max_bytes=self._max_group_bytes)
-        group = decode_body(signed.body, max_bytes=self._max_group_bytes)
-        digest = rollout_hash(signed.body)
+        signed, group, digest = decode_envelope(data, max_bytes=self._max_group_bytes)
         hex_hash = digest.hex()
 
         def reject(reason: str, detail: str = "") -> RejectedInput:

@@ -84,6 +84,17 @@ MAX_CLOCK_SKEW_S = 60.0
 """A group stamped more than a minute in the future is rejected: a forged future time would
 otherwise keep it from ever ageing out."""
 
+SIGNER_CACHE_SIZE = 16384
+"""Recovered signers memoised per process (~200 B each, ~3 MB): covers the buffer several
+times over, so nodes sharing a process recover each group's signature once."""
+
+DECODE_CACHE_SIZE = 1024
+"""Decoded envelopes memoised per process: nodes sharing a process read a message within
+moments of each other, so a short memory catches the repeats."""
+
+DECODE_CACHE_MAX_BYTES = 64 * 1024
+"""Only messages up to 64 KiB are memoised, so the decode cache holds at most 64 MiB."""
+
 SEEN_HASHES_MAX = 65536
 """Rollout hashes remembered for duplicate rejection (16x the buffer); entries older than the
 buffer age are forgotten anyway, since staleness rejects those replays."""

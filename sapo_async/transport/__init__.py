@@ -19,6 +19,7 @@ from sapo_async.transport.embedded import (
 from sapo_async.transport.jetstream import (
     JetStreamTransport,
     StreamSettings,
+    open_jetstream,
     stream_name,
 )
 from sapo_async.transport.memory import MemoryBroker, MemoryTransport
@@ -39,6 +40,7 @@ __all__ = [
     "connect_nats",
     "find_nats_server",
     "nats_endpoint",
+    "open_jetstream",
     "rollouts_subject",
     "stream_name",
 ]

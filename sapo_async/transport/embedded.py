@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
@@ -37,11 +38,11 @@ from typing import Any, Self
 import anyio
 import nats
 import nats.errors
+import structlog
 from nats.aio.client import Client as NatsClient
 
 from sapo_async.errors import ConfigError, TransportUnavailable
 from sapo_async.limits import CONNECT_TIMEOUT_S, SERVER_START_TIMEOUT_S, SERVER_STOP_TIMEOUT_S
-from sapo_async.logs import get_logger
 
 __all__ = [
     "EmbeddedNats",
@@ -52,7 +53,8 @@ __all__ = [
     "nats_endpoint",
 ]
 
-_log = get_logger("nats")
+# A lazy proxy (no .bind() at import): it follows configure_logging() called later.
+_log = structlog.get_logger("nats", component="nats")
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}
 
 _POLL_S = 0.02
@@ -110,16 +112,23 @@ class EmbeddedNats:
         store_dir: JetStream store directory; a temporary one (deleted on exit) if ``None``.
         port: loopback port; a free one if ``None``. Kept across :meth:`restart`.
         max_payload: the server's max message payload in bytes.
+        extra_config: more nats-server configuration appended verbatim (TLS, accounts).
     """
 
     def __init__(
-        self, *, store_dir: Path | None = None, port: int | None = None, max_payload: int = 1 << 20
+        self,
+        *,
+        store_dir: Path | None = None,
+        port: int | None = None,
+        max_payload: int = 1 << 20,
+        extra_config: str = "",
     ) -> None:
         self._given_store = store_dir
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.store_dir = store_dir
         self.port = port
         self._max_payload = max_payload
+        self._extra_config = extra_config
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
 
@@ -160,6 +169,7 @@ class EmbeddedNats:
             f"listen: 127.0.0.1:{self.port}\n"
             f"max_payload: {self._max_payload}\n"
             f"jetstream {{ store_dir: {json.dumps(str(self.store_dir / 'js'))} }}\n"
+            f"{self._extra_config}\n"
         )
         argv = [str(find_nats_server()), "--config", str(config), "--log", str(self._log_path)]
         offset = self._log_path.stat().st_size if self._log_path.exists() else 0
@@ -306,6 +316,11 @@ async def connect_nats(options: NatsOptions) -> NatsClient:
         path = getattr(options, field_name)
         if path is not None and not Path(path).is_file():  # noqa: ASYNC240 - one local stat
             raise ConfigError(f"{field_name} {path} does not exist", field=field_name)
+    if (options.creds_file or options.nkey_seed_file) and importlib.util.find_spec("nkeys") is None:
+        raise ConfigError(
+            "credentials-file and nkey auth need the nkeys package: pip install 'nats-py[nkeys]'",
+            field="creds_file" if options.creds_file else "nkey_seed_file",
+        )
     log = _log.bind(url=options.url, connection=options.name)
 
     async def on_error(exc: Exception) -> None:

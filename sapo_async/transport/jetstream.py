@@ -22,16 +22,18 @@ Deliberately does not decode or verify payloads.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Self
 
 import anyio
 import nats.errors
 import nats.js.errors
+import structlog
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import api
@@ -47,7 +49,6 @@ from sapo_async.limits import (
     STREAM_MAX_AGE_S,
     STREAM_MAX_BYTES,
 )
-from sapo_async.logs import get_logger
 from sapo_async.transport.base import (
     PublishAck,
     PublishRefusedError,
@@ -55,7 +56,7 @@ from sapo_async.transport.base import (
     rollouts_subject,
     validate_token,
 )
-from sapo_async.transport.embedded import NatsOptions, connect_nats
+from sapo_async.transport.embedded import NatsOptions, connect_nats, nats_endpoint
 from sapo_async.wire.rollout import SignedGroup
 from sapo_async.wire.signing import encode_signed, rollout_hash
 
@@ -64,10 +65,12 @@ __all__ = [
     "JetStreamSubscription",
     "JetStreamTransport",
     "StreamSettings",
+    "open_jetstream",
     "stream_name",
 ]
 
-_log = get_logger("jetstream")
+# A lazy proxy (no .bind() at import): it follows configure_logging() called later.
+_log = structlog.get_logger("jetstream", component="jetstream")
 
 _TRANSIENT = (
     nats.errors.TimeoutError,
@@ -223,17 +226,17 @@ class JetStreamSubscription:
         except nats.js.errors.APIError as exc:
             _log.warning("consumer_check_failed", consumer=self._name, error=repr(exc))
             return
-        if info.num_pending or info.num_waiting == 0:
-            # Messages wait for us (or the server holds no pull request of ours) and yet our
-            # fetches came back empty: the subscription went silent. Re-bind it.
+        if info.num_pending:
+            # Messages wait for us and yet our fetches came back empty: the subscription
+            # went silent (#504). Re-bind it; no pull request of ours is outstanding now, so
+            # nothing is in flight to the old inbox.
             try:
                 await self._bind()
             except _TRANSIENT as exc:
                 _log.debug("consumer_rebind_failed", consumer=self._name, error=repr(exc))
                 return
-            if info.num_pending:
-                self.repairs += 1
-                _log.info("consumer_rebound", consumer=self._name, pending=info.num_pending)
+            self.repairs += 1
+            _log.info("consumer_rebound", consumer=self._name, pending=info.num_pending)
 
     async def _recreate(self) -> None:
         if self._last_seq:
@@ -451,10 +454,16 @@ class JetStreamTransport:
             exists = False
             if durable is not None:
                 try:
-                    await self.js.consumer_info(self.stream, name)
+                    info = await self.js.consumer_info(self.stream, name)
                     exists = True
                 except nats.js.errors.NotFoundError:
                     pass
+                else:
+                    have = sorted(info.config.filter_subjects or [info.config.filter_subject])
+                    if have != sorted(subjects):
+                        raise TransportError(
+                            f"durable consumer {name!r} exists for {have}, not {sorted(subjects)}"
+                        )
             if exists:
                 await sub._bind()
             else:
@@ -479,3 +488,22 @@ class JetStreamTransport:
                     await self._nc.close()
                 except nats.errors.Error as exc:
                     _log.debug("close_failed", error=repr(exc))
+
+
+@contextlib.asynccontextmanager
+async def open_jetstream(
+    swarm: str, options: NatsOptions | None = None, *, settings: StreamSettings | None = None
+) -> AsyncIterator[JetStreamTransport]:
+    """Yield a JetStream transport for ``swarm``: at ``options.url``, or, with no URL, on a
+    private embedded nats-server that is stopped when the block exits.
+
+    Raises:
+        TransportUnavailable: the server cannot be reached or started.
+        TransportError: the stream could not be created or updated.
+    """
+    async with nats_endpoint(options or NatsOptions()) as resolved:
+        transport = await JetStreamTransport.connect(resolved, swarm, settings=settings)
+        try:
+            yield transport
+        finally:
+            await transport.aclose()
