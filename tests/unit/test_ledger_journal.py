@@ -68,7 +68,11 @@ def test_states_only_leave_pending_once(tmp_path: Path):
         j.mark_landed(NODE, 1, tx_hash="0x1", block_number=1)  # ignored: not pending
         entry = j.entry(NODE, 1)
         assert entry is not None
-        assert (entry.state, entry.attempts, entry.last_error) == (EntryState.FAILED, 1, "superseded")
+        assert (entry.state, entry.attempts, entry.last_error) == (
+            EntryState.FAILED,
+            1,
+            "superseded",
+        )
         assert j.counts() == {EntryState.PENDING: 0, EntryState.LANDED: 0, EntryState.FAILED: 1}
 
 
