@@ -181,7 +181,7 @@ async def verify_rollout(
 def swarm_table(audits: Sequence[NodeAudit], *, title: str = "swarm ledger audit") -> Table:
     """A rich table: one row per node with its committed and used/credited counts."""
     table = Table(title=title)
-    table.add_column("node")
+    table.add_column("node", no_wrap=True, min_width=42)  # an address must stay copyable
     table.add_column("metadata")
     table.add_column("rounds", justify="right")
     table.add_column("last round", justify="right")
