@@ -23,6 +23,7 @@ from sapo_async.ledger import (
     deploy_ledger,
     embedded_chain,
     fund,
+    open_embedded_ledger,
     rpc_chain,
 )
 from sapo_async.recorder import Recorder, RecorderState
@@ -269,3 +270,13 @@ async def test_commitments_pending_at_a_crash_land_after_restart(anvil: Anvil, t
             assert rec.statistics().landed == 4
     assert await ledger.rounds_of(node.address) == [0, 1, 2, 3]
     assert [e.round for e in await ledger.commitments(node.address)] == [0, 1, 2, 3]
+
+
+async def test_open_embedded_ledger_serves_unfunded_nodes(tmp_path: Path):
+    ledger = await open_embedded_ledger("quickstart")
+    node = Account.create()
+    with Journal(tmp_path / "j.sqlite") as journal:
+        async with Recorder(ledger, journal, node) as rec:
+            rec.record_nowait(round_of(node, 0))
+            assert (await rec.wait_settled(0, 60)).state is EntryState.LANDED
+    assert ledger.chain.w3.eth.get_balance(node.address) == 0
