@@ -193,6 +193,29 @@ def _is_revert(exc: BaseException) -> bool:
     return type(exc).__name__ == "TransactionFailed"
 
 
+_FOREIGN_ROOTS = frozenset(
+    {
+        "web3",
+        "eth_tester",
+        "eth",
+        "eth_utils",
+        "eth_abi",
+        "eth_account",
+        "eth_keys",
+        "requests",
+        "urllib3",
+        "hexbytes",
+    }
+)
+
+
+def _is_foreign(exc: BaseException) -> bool:
+    # Anything else raised from inside the web3 stack (RPC error payloads, eth-tester
+    # validation, ...) is a ledger failure: the recorder retries it instead of letting the
+    # chain take training down. Our own bugs (raised from sapo_async) still propagate.
+    return type(exc).__module__.split(".")[0] in _FOREIGN_ROOTS
+
+
 @contextmanager
 def translate_errors() -> Iterator[None]:
     """Translate web3, eth-tester and HTTP errors raised inside into ``LedgerError``s."""
@@ -207,8 +230,8 @@ def translate_errors() -> Iterator[None]:
             data = _revert_data(exc)
             name, message = decode_revert(data) if data else ("unknown", str(exc))
             raise CommitmentRejected(f"ledger reverted: {message}", reason=name) from exc
-        if isinstance(exc, TransactionNotFound | Web3Exception):
-            raise LedgerError(f"ledger call failed: {exc}") from exc
+        if isinstance(exc, TransactionNotFound | Web3Exception) or _is_foreign(exc):
+            raise LedgerError(f"ledger call failed: {type(exc).__name__}: {exc}") from exc
         raise
 
 
