@@ -269,9 +269,19 @@ class EvmLedger:
 
     @property
     def chain_id(self) -> int:
-        """Chain id (read once; blocks the caller briefly on first use)."""
+        """Chain id, cached after the first read.
+
+        The first read blocks the caller on the chain (use :meth:`get_chain_id` from async
+        code); every submit caches it anyway.
+        """
+        if self.chain._chain_id is not None:
+            return self.chain._chain_id
         with self.chain.lock, translate_errors():
             return self.chain.chain_id_sync()
+
+    async def get_chain_id(self) -> int:
+        """Chain id, read in a worker thread on first use."""
+        return await self.chain.run(self.chain.chain_id_sync)
 
     # ------------------------------------------------------------------ writes
 

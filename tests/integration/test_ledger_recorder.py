@@ -225,13 +225,19 @@ async def test_journaled_commitments_land_once_after_the_rpc_returns(anvil: Anvi
 
 @pytest.mark.anvil
 @pytest.mark.timeout(240)
-async def test_commitments_pending_at_a_crash_land_after_restart(anvil: Anvil, tmp_path: Path):
+@pytest.mark.parametrize("chain_up", [False, True], ids=["chain-down", "chain-up"])
+async def test_commitments_pending_at_a_crash_land_after_restart(
+    anvil: Anvil, tmp_path: Path, chain_up: bool
+):
     relayer = Account.from_key(ANVIL_KEY_0)
     ledger = await deploy_ledger(
         rpc_chain(anvil.url, timeout_s=2), relayer, "crash", relayer=relayer
     )
     node = Account.create()
-    anvil.stop()  # the child journals while the chain is away, so nothing can land
+    if not chain_up:
+        anvil.stop()  # the child journals while the chain is away, so nothing can land
+    # chain up: the child is killed while it is sending, so some rounds may have landed
+    # (maybe without their receipt journaled) and the rest are pending.
     journal_path = tmp_path / "journal.sqlite"
     env = os.environ | {
         "SAPO_TEST_NODE_KEY": node.key.hex(),
@@ -262,9 +268,12 @@ async def test_commitments_pending_at_a_crash_land_after_restart(anvil: Anvil, t
         if child.stdout is not None:
             child.stdout.close()
     assert child.returncode == -signal.SIGKILL
-    anvil.start()
+    if not chain_up:
+        anvil.start()
     with Journal(journal_path) as journal:
-        assert len(journal.pending(node.address)) == 4
+        assert len(journal.entries(node.address)) == 4
+        if not chain_up:
+            assert len(journal.pending(node.address)) == 4
         async with Recorder(ledger, journal, node, retry_base_s=0.05, retry_max_s=0.3) as rec:
             await rec.wait_idle(120)
             assert rec.statistics().landed == 4
