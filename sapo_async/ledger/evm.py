@@ -92,13 +92,18 @@ class Chain:
         Raises:
             CommitmentRejected: the call reverts (at gas estimation or once mined).
         """
-        tx = call.build_transaction(
-            {
-                "from": account.address,
-                "nonce": self.w3.eth.get_transaction_count(account.address, "pending"),
-                "chainId": self.chain_id_sync(),
-            }
-        )
+        params: dict[str, Any] = {
+            "from": account.address,
+            "nonce": self.w3.eth.get_transaction_count(account.address, "pending"),
+            "chainId": self.chain_id_sync(),
+        }
+        if self.kind == "embedded" and hasattr(call, "call"):
+            # py-evm estimates gas by a binary search (~14 executions, 80 % of a submit's
+            # time). One eth_call surfaces any revert with its reason; a fixed limit then
+            # covers the transaction (unused gas is refunded, so it costs nothing).
+            call.call({"from": account.address})
+            params["gas"] = limits.LEDGER_EMBEDDED_TX_GAS
+        tx = call.build_transaction(params)
         signed = account.sign_transaction(tx)
         tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
         receipt = self.w3.eth.wait_for_transaction_receipt(
