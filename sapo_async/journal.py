@@ -33,7 +33,10 @@ from types import TracebackType
 from sapo_async.errors import RejectedInput
 from sapo_async.ledger.types import RoundCommitment, checksum
 
-__all__ = ["EntryState", "Journal", "JournalEntry", "RolloutLocation"]
+__all__ = ["DEFAULT_JOURNAL_PATH", "EntryState", "Journal", "JournalEntry", "RolloutLocation"]
+
+DEFAULT_JOURNAL_PATH = Path(".sapo") / "ledger-journal.sqlite"
+"""Where a node keeps its journal unless configured otherwise (``.sapo/`` is git-ignored)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS commitments (

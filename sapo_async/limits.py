@@ -142,3 +142,7 @@ LEDGER_VIEW_PAGE = 256
 
 LEDGER_MAX_ATTEMPTS_LOGGED = 3
 """Failed sends of one commitment logged at warning level before the recorder goes quiet."""
+
+LEDGER_EMBEDDED_TX_GAS = 5_000_000
+"""Gas limit of embedded-chain transactions (skips py-evm's slow estimate); a commitment that
+credits the maximum 64 producers uses ~1.3M, and unused gas is refunded."""

@@ -246,6 +246,20 @@ contract SapoLedgerTest is LedgerTestBase {
         ledger.commitBySig(alice, c, 0, sig);
     }
 
+    function test_RevertIf_OutstandingSignatureOutlivedItsNonce() public {
+        // Two signatures made against nonce 0: once one lands, the other is dead even though
+        // its round is higher. Nonces make every signature single-use, independent of rounds.
+        SapoLedger.CommitmentInput memory c5 = _input(5, keccak256("r5"), 1);
+        SapoLedger.CommitmentInput memory c9 = _input(9, keccak256("r9"), 1);
+        bytes memory sig5 = _sign(ledger, ALICE_PK, alice, c5, 0);
+        bytes memory sig9 = _sign(ledger, ALICE_PK, alice, c9, 0);
+        vm.prank(relayer);
+        ledger.commitBySig(alice, c5, 0, sig5);
+        vm.expectRevert(abi.encodeWithSelector(Nonces.InvalidAccountNonce.selector, alice, 1));
+        vm.prank(relayer);
+        ledger.commitBySig(alice, c9, 0, sig9);
+    }
+
     function test_RevertIf_CommitBySigAltered() public {
         SapoLedger.CommitmentInput memory c = _input(4, keccak256("r"), 16);
         bytes memory sig = _sign(ledger, ALICE_PK, alice, c, 0);

@@ -92,13 +92,18 @@ class Chain:
         Raises:
             CommitmentRejected: the call reverts (at gas estimation or once mined).
         """
-        tx = call.build_transaction(
-            {
-                "from": account.address,
-                "nonce": self.w3.eth.get_transaction_count(account.address, "pending"),
-                "chainId": self.chain_id_sync(),
-            }
-        )
+        params: dict[str, Any] = {
+            "from": account.address,
+            "nonce": self.w3.eth.get_transaction_count(account.address, "pending"),
+            "chainId": self.chain_id_sync(),
+        }
+        if self.kind == "embedded" and hasattr(call, "call"):
+            # py-evm estimates gas by a binary search (~14 executions, 80 % of a submit's
+            # time). One eth_call surfaces any revert with its reason; a fixed limit then
+            # covers the transaction (unused gas is refunded, so it costs nothing).
+            call.call({"from": account.address})
+            params["gas"] = limits.LEDGER_EMBEDDED_TX_GAS
+        tx = call.build_transaction(params)
         signed = account.sign_transaction(tx)
         tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
         receipt = self.w3.eth.wait_for_transaction_receipt(
@@ -193,6 +198,29 @@ def _is_revert(exc: BaseException) -> bool:
     return type(exc).__name__ == "TransactionFailed"
 
 
+_FOREIGN_ROOTS = frozenset(
+    {
+        "web3",
+        "eth_tester",
+        "eth",
+        "eth_utils",
+        "eth_abi",
+        "eth_account",
+        "eth_keys",
+        "requests",
+        "urllib3",
+        "hexbytes",
+    }
+)
+
+
+def _is_foreign(exc: BaseException) -> bool:
+    # Anything else raised from inside the web3 stack (RPC error payloads, eth-tester
+    # validation, ...) is a ledger failure: the recorder retries it instead of letting the
+    # chain take training down. Our own bugs (raised from sapo_async) still propagate.
+    return type(exc).__module__.split(".")[0] in _FOREIGN_ROOTS
+
+
 @contextmanager
 def translate_errors() -> Iterator[None]:
     """Translate web3, eth-tester and HTTP errors raised inside into ``LedgerError``s."""
@@ -207,8 +235,8 @@ def translate_errors() -> Iterator[None]:
             data = _revert_data(exc)
             name, message = decode_revert(data) if data else ("unknown", str(exc))
             raise CommitmentRejected(f"ledger reverted: {message}", reason=name) from exc
-        if isinstance(exc, TransactionNotFound | Web3Exception):
-            raise LedgerError(f"ledger call failed: {exc}") from exc
+        if isinstance(exc, TransactionNotFound | Web3Exception) or _is_foreign(exc):
+            raise LedgerError(f"ledger call failed: {type(exc).__name__}: {exc}") from exc
         raise
 
 
@@ -246,9 +274,19 @@ class EvmLedger:
 
     @property
     def chain_id(self) -> int:
-        """Chain id (read once; blocks the caller briefly on first use)."""
+        """Chain id, cached after the first read.
+
+        The first read blocks the caller on the chain (use :meth:`get_chain_id` from async
+        code); every submit caches it anyway.
+        """
+        if self.chain._chain_id is not None:
+            return self.chain._chain_id
         with self.chain.lock, translate_errors():
             return self.chain.chain_id_sync()
+
+    async def get_chain_id(self) -> int:
+        """Chain id, read in a worker thread on first use."""
+        return await self.chain.run(self.chain.chain_id_sync)
 
     # ------------------------------------------------------------------ writes
 

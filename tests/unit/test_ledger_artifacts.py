@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from sapo_async.ledger.artifacts import load_artifact, source_hash
+from sapo_async.ledger.artifacts import ARTIFACT_DIR, load_artifact, source_hash
 
 CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
 
@@ -28,3 +29,13 @@ def test_source_hash_changes_when_a_source_changes(tmp_path: Path):
     before = source_hash(tmp_path)
     (tmp_path / "src" / "A.sol").write_text("contract A { uint x; }\n")
     assert source_hash(tmp_path) != before
+
+
+def test_artifacts_match_the_installed_openzeppelin_version():
+    package = CONTRACTS.parent / "node_modules" / "@openzeppelin" / "contracts" / "package.json"
+    if not package.exists():
+        pytest.skip("node_modules not installed (run `npm ci`)")
+    raw = json.loads((ARTIFACT_DIR / "SapoLedger.json").read_text())
+    assert raw["openzeppelin"] == json.loads(package.read_text())["version"], (
+        "artifacts were built against another OpenZeppelin: run `just contracts`"
+    )

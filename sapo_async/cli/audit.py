@@ -1,0 +1,230 @@
+"""``sapo-async audit``, ``verify`` and ``deploy``: the ledger from the command line.
+
+Owns argument parsing and printing only; the work is in :mod:`sapo_async.audit` and
+:mod:`sapo_async.ledger`. The chain is reached by JSON-RPC (``--rpc`` / ``SAPO_LEDGER_RPC``)
+and the ledger by address (``--ledger`` / ``SAPO_LEDGER_ADDRESS``). The embedded chain
+lives inside its process, so a local swarm prints its own audit table (same code) instead.
+
+Exit codes: 0 success; 1 a verification failed or found nothing; 2 bad input or the chain
+could not be used.
+"""
+
+# Heavy imports (web3, eth-tester) live inside the commands so `--help` stays fast (cli/main.py).
+# ruff: noqa: PLC0415
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from sapo_async.ledger.evm import EvmLedger
+
+__all__ = ["register"]
+
+_Rpc = Annotated[
+    str,
+    typer.Option("--rpc", envvar="SAPO_LEDGER_RPC", help="JSON-RPC URL of the chain."),
+]
+_LedgerAddress = Annotated[
+    str,
+    typer.Option("--ledger", envvar="SAPO_LEDGER_ADDRESS", help="Address of the SapoLedger."),
+]
+_Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.secho(message, err=True, fg=typer.colors.RED)
+    return typer.Exit(2)
+
+
+def _ledger(rpc: str, address: str) -> EvmLedger:
+    from sapo_async.ledger.evm import EvmLedger
+    from sapo_async.ledger.rpc import rpc_chain
+
+    return EvmLedger(rpc_chain(rpc), address)
+
+
+def audit(
+    node: Annotated[str | None, typer.Argument(help="Node address to audit.")] = None,
+    swarm: Annotated[bool, typer.Option("--swarm", help="Audit every registered node.")] = False,
+    rpc: _Rpc = "http://127.0.0.1:8545",
+    ledger: _LedgerAddress = "",
+    as_json: _Json = False,
+) -> None:
+    """Show what a node (or every node) committed on the ledger and the credit it received."""
+    import anyio
+    from rich.console import Console
+    from rich.table import Table
+
+    from sapo_async.audit import NodeAudit, audit_node, audit_swarm, swarm_table
+    from sapo_async.errors import SapoError
+
+    if (node is None) == (not swarm):
+        raise _fail("give a NODE address or --swarm (not both)")
+    if not ledger:
+        raise _fail("no ledger address: pass --ledger or set SAPO_LEDGER_ADDRESS")
+    try:
+        client = _ledger(rpc, ledger)
+        audits: list[NodeAudit]
+        if node is None:
+            audits = anyio.run(audit_swarm, client)
+        else:
+            audits = [anyio.run(audit_node, client, node)]
+    except SapoError as exc:
+        raise _fail(f"audit failed: {exc}") from exc
+    if as_json:
+        typer.echo(json.dumps([_audit_json(a) for a in audits], indent=1))
+        return
+    console = Console()
+    console.print(swarm_table(audits))
+    if not swarm:
+        a = audits[0]
+        for title, rows in (
+            ("credit received, by consumer", a.credit_by_consumer),
+            ("external rollouts used, by producer", a.usage_by_producer),
+        ):
+            table = Table(title=title)
+            table.add_column("node")
+            table.add_column("rollouts", justify="right")
+            for other, count in sorted(rows.items()):
+                table.add_row(other, str(count))
+            console.print(table)
+
+
+def _audit_json(a: Any) -> dict[str, Any]:
+    p = a.participation
+    return {
+        "node": a.node,
+        "registered": a.registered,
+        "metadata": a.metadata,
+        "last_round": a.last_round,
+        "rounds_committed": p.rounds_committed,
+        "rollouts_committed": p.rollouts_committed,
+        "external_used": p.external_used,
+        "credit_received": p.credit_received,
+        "credit_by_consumer": a.credit_by_consumer,
+        "usage_by_producer": a.usage_by_producer,
+    }
+
+
+def verify(
+    rollout_hash: Annotated[str, typer.Argument(help="0x-prefixed 32-byte rollout hash.")],
+    journal: Annotated[
+        list[Path] | None,
+        typer.Option("--journal", help="Journal(s) to look the hash up in (repeatable)."),
+    ] = None,
+    rpc: _Rpc = "http://127.0.0.1:8545",
+    ledger: _LedgerAddress = "",
+    as_json: _Json = False,
+) -> None:
+    """Find the commitment(s) naming ROLLOUT_HASH and check the inclusion proof on chain."""
+    import anyio
+
+    from sapo_async.audit import verify_rollout
+    from sapo_async.errors import SapoError
+    from sapo_async.journal import DEFAULT_JOURNAL_PATH, Journal
+
+    text = rollout_hash.removeprefix("0x")
+    try:
+        digest = bytes.fromhex(text)
+    except ValueError:
+        digest = b""
+    if len(digest) != 32:
+        raise _fail(f"ROLLOUT_HASH must be 32 bytes of hex, got {rollout_hash!r}")
+    if not ledger:
+        raise _fail("no ledger address: pass --ledger or set SAPO_LEDGER_ADDRESS")
+    paths = journal or [Path(os.environ.get("SAPO_JOURNAL", str(DEFAULT_JOURNAL_PATH)))]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise _fail(f"journal not found: {', '.join(missing)}")
+    journals = [Journal(p) for p in paths]
+    try:
+        results = anyio.run(verify_rollout, _ledger(rpc, ledger), journals, digest)
+    except SapoError as exc:
+        raise _fail(f"verify failed: {exc}") from exc
+    finally:
+        for j in journals:
+            j.close()
+    if as_json:
+        rows = [
+            {
+                "node": r.node,
+                "round": r.round,
+                "kind": r.kind,
+                "producer": r.producer,
+                "included": r.included,
+                "proof": ["0x" + p.hex() for p in r.proof],
+            }
+            for r in results
+        ]
+        typer.echo(json.dumps({"rollout_hash": "0x" + text, "found": rows}, indent=1))
+    elif not results:
+        typer.echo(f"0x{text}: not in any journal")
+    for r in results if not as_json else []:
+        verdict = "INCLUDED" if r.included else "NOT INCLUDED"
+        typer.echo(
+            f"0x{text}: {verdict} in round {r.round} of {r.node} ({r.kind}, producer "
+            f"{r.producer}, proof of {len(r.proof)})"
+        )
+    if not results or not all(r.included for r in results):
+        raise typer.Exit(1)
+
+
+def deploy(
+    rpc: Annotated[str, typer.Option("--rpc", help="JSON-RPC URL of the chain.")],
+    key_env: Annotated[
+        str, typer.Option("--key-env", help="Environment variable holding the deployer key.")
+    ],
+    swarm: Annotated[
+        str, typer.Option("--swarm", help="Swarm name the ledger serves.")
+    ] = "default",
+    as_json: _Json = False,
+) -> None:
+    """Deploy a SapoLedger for a swarm and print its address."""
+    import anyio
+    from eth_account import Account
+
+    from sapo_async.errors import SapoError
+    from sapo_async.ledger.deploy import deploy_contract, swarm_id
+    from sapo_async.ledger.rpc import rpc_chain
+
+    key = os.environ.get(key_env, "")
+    if not key:
+        raise _fail(f"environment variable {key_env} is empty or unset")
+    try:
+        account = Account.from_key(key)
+    except (ValueError, TypeError) as exc:
+        raise _fail(f"{key_env} does not hold a valid private key") from exc
+    try:
+        chain = rpc_chain(rpc)
+        deployment = anyio.run(deploy_contract, chain, account, "SapoLedger", swarm_id(swarm))
+    except SapoError as exc:
+        raise _fail(f"deploy failed: {exc}") from exc
+    info = {
+        "ledger": deployment.address,
+        "block": deployment.block_number,
+        "tx_hash": deployment.tx_hash,
+        "gas_used": deployment.gas_used,
+        "swarm": swarm,
+        "rpc": rpc,
+    }
+    if as_json:
+        typer.echo(json.dumps(info))
+    else:
+        typer.echo(
+            f"SapoLedger for swarm {swarm!r} at {deployment.address} "
+            f"(block {deployment.block_number})"
+        )
+        typer.echo(f"export SAPO_LEDGER_RPC={rpc} SAPO_LEDGER_ADDRESS={deployment.address}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``audit``, ``verify`` and ``deploy`` to the ``sapo-async`` app."""
+    app.command("audit")(audit)
+    app.command("verify")(verify)
+    app.command("deploy")(deploy)

@@ -1,0 +1,43 @@
+"""expected_participation: the numbers an audit must report, from commitments (pure)."""
+
+from __future__ import annotations
+
+import os
+
+from web3 import Web3
+
+from sapo_async.audit import NodeAudit, Participation, expected_participation, swarm_table
+from sapo_async.ledger.types import RoundCommitment
+
+A, B, C = (Web3.to_checksum_address("0x" + f"{i:02x}" * 20) for i in (10, 11, 12))
+
+
+def h(n: int) -> list[bytes]:
+    return [os.urandom(32) for _ in range(n)]
+
+
+def test_expected_participation_counts_rounds_rollouts_usage_and_credit():
+    commitments = [
+        RoundCommitment(A, 0, 0, h(3)),
+        RoundCommitment(A, 1, 1, h(2), {B: h(4), C: h(1)}),
+        RoundCommitment(B, 0, 0, h(5), {A: h(2)}),
+    ]
+    assert expected_participation(commitments) == {
+        A: Participation(
+            rounds_committed=2, rollouts_committed=5, external_used=5, credit_received=2
+        ),
+        B: Participation(
+            rounds_committed=1, rollouts_committed=5, external_used=2, credit_received=4
+        ),
+        C: Participation(credit_received=1),  # credited without ever committing
+    }
+
+
+def test_swarm_table_has_one_row_per_node():
+    audits = [
+        NodeAudit(A, True, "m", 3, Participation(4, 10, 2, 1)),
+        NodeAudit(B, False, "", None, Participation()),
+    ]
+    table = swarm_table(audits)
+    assert table.row_count == 2
+    assert [c.header for c in table.columns][:3] == ["node", "metadata", "rounds"]

@@ -1,0 +1,56 @@
+"""Foreign exceptions become LedgerErrors at the web3 adapter, with the revert decoded."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+from eth_abi.abi import encode
+from eth_utils import ValidationError
+from web3.exceptions import ContractCustomError, TimeExhausted
+
+from sapo_async.errors import CommitmentRejected, LedgerError, LedgerUnavailable
+from sapo_async.ledger.evm import decode_revert, translate_errors
+from sapo_async.wire.rollout import keccak256
+
+NODE = "0x" + "ab" * 20
+SELECTOR = keccak256(b"SapoLedgerRoundNotIncreasing(address,uint64,uint64)")[:4]
+REVERT = SELECTOR + encode(["address", "uint64", "uint64"], [NODE, 3, 7])
+
+
+def test_revert_data_decodes_to_the_custom_error_and_its_values():
+    name, message = decode_revert(REVERT)
+    assert name == "SapoLedgerRoundNotIncreasing"
+    assert message == f"SapoLedgerRoundNotIncreasing(node={NODE}, round=3, lastRound=7)"
+    assert decode_revert(b"\x01\x02\x03\x04")[0] == "unknown"
+    error_string = keccak256(b"Error(string)")[:4] + encode(["string"], ["boom"])
+    assert decode_revert(error_string) == ("Error", "boom")
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ContractCustomError("0x" + REVERT.hex(), data="0x" + REVERT.hex()),
+        # eth-tester's TransactionFailed carries the bytes in its message
+        type("TransactionFailed", (Exception,), {})(f"execution reverted: {REVERT!r}"),
+    ],
+)
+def test_reverts_become_commitment_rejected_with_the_error_name(exc):
+    with pytest.raises(CommitmentRejected) as info, translate_errors():
+        raise exc
+    assert info.value.reason == "SapoLedgerRoundNotIncreasing"
+    assert info.value.__cause__ is exc
+
+
+@pytest.mark.parametrize(
+    "exc", [requests.exceptions.ConnectionError("refused"), TimeExhausted("slow"), OSError("x")]
+)
+def test_unreachable_endpoints_become_ledger_unavailable(exc):
+    with pytest.raises(LedgerUnavailable), translate_errors():
+        raise exc
+
+
+def test_other_web3_stack_errors_become_ledger_errors_but_our_bugs_propagate():
+    with pytest.raises(LedgerError), translate_errors():
+        raise ValidationError("insufficient funds")
+    with pytest.raises(KeyError), translate_errors():
+        raise KeyError("a bug of ours")
