@@ -99,7 +99,7 @@ def make_groups(account, count: int, target_bytes: int = 2048) -> list[RolloutGr
 
 
 def msgspec_replace(group: RolloutGroup, **changes: object) -> RolloutGroup:
-    import msgspec  # noqa: PLC0415
+    import msgspec
 
     return msgspec.structs.replace(group, **changes)
 
@@ -154,7 +154,7 @@ async def run_path(url: str, accounts, groups, swarm: str) -> float:  # type: ig
 
 async def run_raw(url: str, payloads: list[list[bytes]], swarm: str) -> float:
     """Raw nats-py: publish (await ack) and pull-fetch the same bytes, no encode/sign/verify."""
-    from nats.js import api  # noqa: PLC0415
+    from nats.js import api
 
     total = sum(len(p) for p in payloads)
     options = NatsOptions(url=url)
@@ -242,7 +242,7 @@ def stage_costs(account, groups: list[RolloutGroup]) -> dict[str, float]:  # typ
 
 
 def ecc_backend() -> str:
-    from eth_keys.backends import get_backend  # noqa: PLC0415
+    from eth_keys.backends import get_backend
 
     return type(get_backend()).__name__
 

@@ -346,13 +346,13 @@ def run_vllm_phase(
 ) -> dict[str, Any]:
     """Phase 2: the project's VllmGenerator colocated with the trainer."""
     # Phase 2 only: the script's top-level imports stay torch/transformers/tokenizers.
-    import anyio  # noqa: PLC0415
+    import anyio
 
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
-    from sapo_async.errors import WeightSyncError  # noqa: PLC0415
-    from sapo_async.generation.vllm_backend import VllmGenerator, VllmSettings  # noqa: PLC0415
-    from sapo_async.wire import SamplingParams  # noqa: PLC0415
+    from sapo_async.errors import WeightSyncError
+    from sapo_async.generation.vllm_backend import VllmGenerator, VllmSettings
+    from sapo_async.wire import SamplingParams
 
     settings = VllmSettings(
         model=str(checkpoint),

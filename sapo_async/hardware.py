@@ -99,7 +99,7 @@ class HardwareChoice:
 
 def cuda_info() -> CudaInfo | None:
     """The first CUDA device, or ``None`` when torch sees no usable CUDA device."""
-    import torch  # noqa: PLC0415 - selection is the only part of start-up that needs it
+    import torch
 
     if not torch.cuda.is_available():
         return None

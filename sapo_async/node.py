@@ -447,7 +447,8 @@ class Node:
         newest: dict[str, int] = {}
         for b in pool:
             newest[b.producer] = max(newest.get(b.producer, -1), b.group.producer_round)
-        fresh, stale = [], []
+        fresh: list[BufferedGroup] = []
+        stale: list[BufferedGroup] = []
         for b in pool:
             lag = newest[b.producer] - b.group.producer_round
             (fresh if lag <= self.max_staleness_rounds else stale).append(b)

@@ -100,7 +100,7 @@ def build_learner(
     from sapo_async.generation.transformers_backend import TransformersGenerator
     from sapo_async.models import LoadedModel, load_model, load_tiny_model, tiny_spec
 
-    transformers.utils.logging.disable_progress_bar()  # one bar per node clutters the display
+    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call] # one bar per node clutters the display
 
     if isinstance(model, LoadedModel):
         loaded = model
@@ -184,14 +184,11 @@ class _Embedded:
                     await server.aclose()
 
     async def acquire_ledger(self, swarm: str) -> LedgerHandle:
-        from sapo_async.ledger import deploy_ledger, embedded_chain, fund
+        from sapo_async.ledger.connect import open_embedded_ledger
 
         async with self.lock:
             if swarm not in self.ledgers:
-                chain = embedded_chain()
-                relayer: LocalAccount = Account.create()
-                await fund(chain, relayer.address)
-                ledger = await deploy_ledger(chain, relayer, swarm, relayer=relayer)
+                ledger = await open_embedded_ledger(swarm)
                 if self.tmp is None:
                     self.tmp = tempfile.TemporaryDirectory(prefix="sapo-journal-")
                 self.ledgers[swarm] = LedgerHandle(ledger, Path(self.tmp.name) / swarm)
@@ -261,6 +258,7 @@ class Swarm:
         transport: Transport | None = None,
         ledger: bool | str = True,
         contract_address: str | None = None,
+        relayer_key: str | None = None,
         account: LocalAccount | None = None,
         name: str | None = None,
         node_index: int | None = None,
@@ -294,6 +292,8 @@ class Swarm:
             transport: use this transport instead (tests, the in-memory broker).
             ledger: True for the embedded EVM, an ``http(s)://`` RPC URL, or False for none.
             contract_address: the ledger contract on an RPC chain.
+            relayer_key: key of an account that pays for this node's commitments (EIP-712
+                relaying); None: the node pays its own gas.
             account: the node's key (a fresh one if None).
             name: a human name.
             node_index: slot in the task index layout (derived from the address if None).
@@ -326,7 +326,8 @@ class Swarm:
 
         if kw["local"] < 0 or kw["external"] < 0 or kw["local"] + kw["external"] == 0:
             raise ConfigError(
-                f"local and external must be >= 0 and not both 0, got {kw['local']}/{kw['external']}",
+                "local and external must be >= 0 and not both 0, "
+                f"got {kw['local']}/{kw['external']}",
                 field="training.local",
             )
         if kw["local"] > kw["questions"]:
@@ -379,13 +380,12 @@ class Swarm:
                 if start == "all"
                 else StartAt.last(float(start))
             )
-            checks = [c for c in (kw["extra_check"],) if c is not None]
             collector = Collector(
                 transport,
                 own_address=account.address,
                 families=sorted({f.family for f in learner.tasks.families}) or None,
                 start=start_at,
-                extra_check=(lambda g: [c(g) for c in checks] and None) if checks else None,
+                extra_check=kw["extra_check"],
                 name=f"collector-{name}",
             )
             recorder = None
@@ -393,12 +393,13 @@ class Swarm:
             if ledger_opt:
                 recorder = await _make_recorder(
                     ledger_opt,
-                    kw["contract_address"],
-                    swarm,
-                    account,
-                    learner,
-                    kw["journal_path"],
-                    cleanups,
+                    contract_address=kw["contract_address"],
+                    relayer_key=kw["relayer_key"],
+                    swarm=swarm,
+                    account=account,
+                    learner=learner,
+                    journal_path=kw["journal_path"],
+                    cleanups=cleanups,
                 )
             node = Node(
                 name=name,
@@ -424,12 +425,12 @@ class Swarm:
                 node.add_cleanup(_Callback(cleanup))
             cleanups = []
             await node.start()
-            return node
         except BaseException:
             with anyio.CancelScope(shield=True):
                 for cleanup in reversed(cleanups):
                     await cleanup()
             raise
+        return node
 
 
 class _Callback:
@@ -442,7 +443,9 @@ class _Callback:
 
 async def _make_recorder(
     ledger_opt: bool | str,
+    *,
     contract_address: str | None,
+    relayer_key: str | None,
     swarm: str,
     account: LocalAccount,
     learner: LocalTrainerNode,
@@ -450,7 +453,7 @@ async def _make_recorder(
     cleanups: list[Any],
 ) -> Any:
     from sapo_async.journal import Journal
-    from sapo_async.ledger import EvmLedger, rpc_chain
+    from sapo_async.ledger.connect import connect_ledger
     from sapo_async.recorder import Recorder
 
     if ledger_opt is True:
@@ -463,7 +466,7 @@ async def _make_recorder(
             raise ConfigError(
                 "a ledger RPC URL needs the contract address", field="ledger.contract_address"
             )
-        ledger = EvmLedger(rpc_chain(str(ledger_opt)), contract_address)
+        ledger = connect_ledger(str(ledger_opt), contract_address, relayer_key=relayer_key)
         if journal_path is None:
             raise ConfigError("a ledger RPC URL needs a journal path", field="ledger.journal")
         path = journal_path

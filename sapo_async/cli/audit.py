@@ -10,7 +10,6 @@ could not be used.
 """
 
 # Heavy imports (web3, eth-tester) live inside the commands so `--help` stays fast (cli/main.py).
-# ruff: noqa: PLC0415
 
 from __future__ import annotations
 

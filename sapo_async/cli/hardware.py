@@ -24,8 +24,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ) -> None:
         """Show which generation backend, device and model this machine would use, and why."""
-        from sapo_async.errors import ConfigError  # noqa: PLC0415 - keep --help fast
-        from sapo_async.hardware import select_backend  # noqa: PLC0415
+        from sapo_async.errors import ConfigError
+        from sapo_async.hardware import select_backend
 
         try:
             choice = select_backend(backend, model=model, device=device)

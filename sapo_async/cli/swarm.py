@@ -6,7 +6,7 @@ Owns argument parsing, the live display and the logs; the work is in
 """
 
 # PLC0415: lazy imports keep `--help` fast; B008/PLR0917: typer's declarative options.
-# ruff: noqa: PLC0415, B008, PLR0917
+# ruff: noqa: B008, PLR0917
 
 from __future__ import annotations
 
@@ -38,21 +38,22 @@ def swarm(
     from sapo_async.logs import configure_logging
 
     configure_logging(level="WARNING")
+    log_dir.mkdir(parents=True, exist_ok=True)
     summary = anyio.run(
         _run_swarm,
-        dict(
-            nodes=nodes,
-            local=local,
-            external=external,
-            rounds=rounds,
-            regime=regime,
-            seed=seed,
-            name=name,
-            nats_url=nats_url,
-            ledger=ledger,
-            log_dir=log_dir,
-            threads=threads,
-        ),
+        {
+            "nodes": nodes,
+            "local": local,
+            "external": external,
+            "rounds": rounds,
+            "regime": regime,
+            "seed": seed,
+            "name": name,
+            "nats_url": nats_url,
+            "ledger": ledger,
+            "log_dir": log_dir,
+            "threads": threads,
+        },
     )
     first, last = summary["first"], summary["last"]
     typer.echo(
@@ -76,12 +77,12 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(1)
     console = Console(stderr=True)
     log_dir: Path = opts["log_dir"]
-    log_dir.mkdir(parents=True, exist_ok=True)
     limiter = anyio.CapacityLimiter(opts["threads"])
     t0 = time.perf_counter()
     console.print(
-        f"[bold]sapo-async swarm[/]: {opts['nodes']} nodes, I/J = {opts['local']}/{opts['external']}, "
-        f"{opts['rounds']} rounds, {opts['regime']} regime (building the tiny model on first use)"
+        f"[bold]sapo-async swarm[/]: {opts['nodes']} nodes, "
+        f"I/J = {opts['local']}/{opts['external']}, {opts['rounds']} rounds, "
+        f"{opts['regime']} regime (the tiny model is built on first use)"
     )
     nodes: list[Node] = []
     latest: dict[str, RoundReport] = {}
@@ -169,7 +170,7 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
 
 def _mean(node: Any, k: int) -> float:
     reports = node.reports[-k:]
-    return sum(r.reward_mean for r in reports) / max(1, len(reports))
+    return float(sum(r.reward_mean for r in reports) / max(1, len(reports)))
 
 
 experiment_app = typer.Typer(
@@ -204,10 +205,11 @@ def paper_table(
         if quick:
             spec = pt.quick(spec)
 
-        def progress(res: pt.RunResult) -> None:
+        def progress(res: pt.RunResult, regime: str = name) -> None:
             cum = sum(sum(n) for n in res.rewards)
             typer.echo(
-                f"  {name} {res.config} seed {res.seed}: cumulative {cum:.2f} ({res.seconds:.0f} s)"
+                f"  {regime} {res.config} seed {res.seed}: cumulative {cum:.2f} "
+                f"({res.seconds:.0f} s)"
             )
 
         typer.echo(f"{name}: {len(spec.configs) * len(spec.seeds)} runs of {spec.rounds} rounds")

@@ -7,7 +7,7 @@ Heavy imports happen inside the commands so ``--help`` stays fast.
 
 # PLC0415: lazy imports keep `--help` fast (cli/main.py's rule); B008/PLR0917: typer's
 # declarative options are function defaults by design.
-# ruff: noqa: PLC0415, B008, PLR0917
+# ruff: noqa: B008, PLR0917
 
 from __future__ import annotations
 

@@ -134,7 +134,7 @@ def causal_lm_token_logprobs(model: Any, token_ids: Sequence[int]) -> list[float
         GenerationError: the sequence is shorter than 2 tokens or the model's output has
             the wrong shape.
     """
-    import torch  # noqa: PLC0415 - lazy: importing the port must not import torch
+    import torch
 
     ids = [int(t) for t in token_ids]
     if len(ids) < 2:
@@ -159,7 +159,7 @@ def causal_lm_token_logprobs(model: Any, token_ids: Sequence[int]) -> list[float
 
 
 def _module_device(model: Any) -> torch.device:
-    import torch  # noqa: PLC0415 - lazy, as above
+    import torch
 
     for parameter in model.parameters():
         return parameter.device  # type: ignore[no-any-return]

@@ -92,13 +92,13 @@ def load_vllm_api() -> VllmApi:
         GenerationError: vLLM is not installed or fails to import.
     """
     try:
-        import vllm  # noqa: PLC0415 - lazy by design: vLLM is an optional GPU extra
-        from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource  # noqa: PLC0415
-        from vllm.distributed.weight_transfer.ipc_engine import (  # noqa: PLC0415
+        import vllm
+        from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+        from vllm.distributed.weight_transfer.ipc_engine import (
             IPCTrainerInitInfo,
             IPCTrainerWeightTransferEngine,
         )
-        from vllm.inputs import TokensPrompt  # noqa: PLC0415
+        from vllm.inputs import TokensPrompt
     except ImportError as exc:
         raise GenerationError(
             f"vLLM is not importable ({exc}); install the GPU extra: "

@@ -22,12 +22,14 @@ def test_paper_table_quick_writes_table_figure_and_json(tmp_path):
     summary = json.loads((tmp_path / "sparse.json").read_text())
     assert [r["config"] for r in summary["runs"]] == ["4/0", "2/2"]
     for run in summary["runs"]:
-        assert len(run["rewards"]) == 3 and all(len(node) == 3 for node in run["rewards"])
+        assert len(run["rewards"]) == 3
+        assert all(len(node) == 3 for node in run["rewards"])
         assert run["rejected"] == {}
     # Only the configuration with J > 0 trains on other nodes' groups.
     assert summary["runs"][0]["external_used"] == 0
     table = (tmp_path / "sparse.md").read_text()
-    assert "| 2/2 | 0 |" in table and "ratio to 4/0" in table
+    assert "| 2/2 | 0 |" in table
+    assert "ratio to 4/0" in table
     assert (tmp_path / "sparse.png").read_bytes()[:4] == b"\x89PNG"
 
 

@@ -115,7 +115,7 @@ _VLLM_MISSING = importlib.util.find_spec("vllm") is None
 )
 @pytest.mark.parametrize("key", sorted(fake_vllm.MIRRORED))
 def test_fake_matches_the_installed_vllm(key: str) -> None:
-    import vllm  # noqa: PLC0415 - only where installed
+    import vllm
 
     assert vllm.__version__ == VLLM_PINNED_VERSION, "re-record the signatures for this version"
     fake_obj, real_path = fake_vllm.MIRRORED[key]
