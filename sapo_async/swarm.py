@@ -76,6 +76,7 @@ def build_learner(
     trainer: TrainerConfig | None = None,
     device: str = "cpu",
     offload: bool = False,
+    prompt_style: Literal["auto", "compact", "instruct"] = "auto",
 ) -> LocalTrainerNode:
     """Build one node's learner: model, tasks, generator, verifier and GRPO trainer.
 
@@ -91,6 +92,9 @@ def build_learner(
         trainer: GRPO settings.
         device: ``"cpu"`` or ``"cuda"``.
         offload: run generation in a worker thread.
+        prompt_style: ``compact`` (bare expression, for models trained from scratch),
+            ``instruct`` (question plus answer-format instruction, for real LMs), or
+            ``auto`` (compact for the tiny model, instruct otherwise).
 
     Raises:
         ConfigError: an invalid setting (named).
@@ -110,6 +114,7 @@ def build_learner(
         loaded = load_model(str(model), device=device)
     families = preset(tasks) if isinstance(tasks, str) else tuple(tasks)
     is_tiny = loaded.model_id.startswith("sapo-tiny")
+    style = prompt_style if prompt_style != "auto" else ("compact" if is_tiny else "instruct")
     config = NodeConfig(
         swarm_seed=seed,
         node_index=node_index,
@@ -118,8 +123,9 @@ def build_learner(
         sampling=SamplingParams(
             temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=max_new_tokens
         ),
-        prompt_style="compact" if is_tiny else "instruct",
-        chat_template=not is_tiny and getattr(loaded.tokenizer, "chat_template", None) is not None,
+        prompt_style=style,
+        chat_template=style == "instruct"
+        and getattr(loaded.tokenizer, "chat_template", None) is not None,
         trainer=trainer or TrainerConfig(),
     )
     generator = TransformersGenerator(
@@ -274,6 +280,7 @@ class Swarm:
         start: Literal["new", "all"] | float = "all",
         include_tokens: bool = True,
         device: str = "cpu",
+        prompt_style: Literal["auto", "compact", "instruct"] = "auto",
         limiter: anyio.CapacityLimiter | None = None,
         journal_path: Path | None = None,
         extra_check: Any = None,
@@ -306,6 +313,7 @@ class Swarm:
                 retained ones, or a number of seconds back.
             include_tokens: share token ids and log-probs.
             device: ``"cpu"`` or ``"cuda"``.
+            prompt_style: how questions are shown to the model (see :func:`build_learner`).
             limiter: worker-thread limiter shared by the nodes of a process.
             journal_path: the ledger journal's SQLite file.
             extra_check: a receiver-side check added to the collector's.
@@ -356,6 +364,7 @@ class Swarm:
                 trainer=kw["trainer"],
                 device=kw["device"],
                 offload=True,
+                prompt_style=kw["prompt_style"],
             )
         )
         cleanups: list[Any] = []
