@@ -285,7 +285,7 @@ def _warm_start(model: Any, tokenizer: Any, source: TaskSource, spec: TinyModelS
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % 100 == 0:
-            _log.debug("warm_start_stepped", step=step, loss=float(loss))
+            _log.debug("warm_start_stepped", step=step, loss=float(loss.detach()))
 
 
 def build_tiny_model(spec: TinyModelSpec, out_dir: Path) -> WarmStartReport:
