@@ -71,8 +71,7 @@ class FakeGenerator:
                 prompt=p,
                 prompt_token_ids=(),
                 completions=tuple(
-                    Completion(text=self.script(p, i, seed), finish_reason="stop")
-                    for i in range(n)
+                    Completion(text=self.script(p, i, seed), finish_reason="stop") for i in range(n)
                 ),
             )
             for p in prompts
