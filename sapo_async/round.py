@@ -359,7 +359,12 @@ class LocalTrainerNode:
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
-        self.trainer = Trainer(model, tokenizer, self.config.trainer)
+        self.trainer = Trainer(
+            model,
+            tokenizer,
+            self.config.trainer,
+            add_special_tokens=not self.config.chat_template,
+        )
         self.generator: Generator = generator or TransformersGenerator(
             model,
             tokenizer,

@@ -143,13 +143,15 @@ def sample_batch(
     if any(len(p) == 0 for p in prompt_ids):
         raise ConfigError("every prompt needs at least one token", field="prompts")
     device = torch.device(device)
-    rows = [list(p) for p in prompt_ids for _ in range(n)]
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-        mask[i, width - len(r) :] = 1
+    # Prefill each distinct prompt once, then copy its KV cache to its n rows: the prompt
+    # is the longest part of a tiny-model sequence, so this saves most prefill compute.
+    prompts = [list(p) for p in prompt_ids]
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
     ids, mask = ids.to(device), mask.to(device)
     pos = (mask.cumsum(-1) - 1).clamp_min(0)
     gen = torch.Generator(device=device)
@@ -158,8 +160,12 @@ def sample_batch(
 
     kw = _cache_kwarg(model)
     logits, past = _forward(model, ids=ids, mask=mask, pos=pos, past=None, kw=kw)
+    if n > 1:
+        expand = torch.arange(len(prompts), device=device).repeat_interleave(n)
+        past.reorder_cache(expand)
+        logits, mask, pos = logits[expand], mask[expand], pos[expand]
     next_pos = pos[:, -1:] + 1
-    batch = len(rows)
+    batch = len(prompts) * n
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     steps_ids: list[torch.Tensor] = []
     steps_lp: list[torch.Tensor] = []

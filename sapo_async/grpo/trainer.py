@@ -230,12 +230,21 @@ class Trainer:
         model: the transformers causal LM to train in place.
         tokenizer: its tokenizer (EOS required).
         config: settings (validated here).
+        add_special_tokens: passed to the tokenizer when re-tokenising prompt text
+            (``False`` when prompts are already chat-templated, as for the generator).
 
     Raises:
         ConfigError: invalid settings or a tokenizer without EOS.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, config: TrainerConfig | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        config: TrainerConfig | None = None,
+        *,
+        add_special_tokens: bool = True,
+    ) -> None:
         self.config = config or TrainerConfig()
         self.config.validate()
         if tokenizer.eos_token_id is None:
@@ -243,6 +252,7 @@ class Trainer:
         self.model = model
         self.tokenizer = tokenizer
         self.tokenizer_id = _tokenizer_id(tokenizer)
+        self._add_special = add_special_tokens
         self._eos = int(tokenizer.eos_token_id)
         pad = tokenizer.pad_token_id
         self._pad = int(pad) if pad is not None else self._eos
@@ -283,7 +293,8 @@ class Trainer:
                 prompt = list(group.prompt_token_ids)
             else:
                 if group.prompt not in prompt_cache:
-                    prompt_cache[group.prompt] = list(self.tokenizer(group.prompt)["input_ids"])
+                    enc = self.tokenizer(group.prompt, add_special_tokens=self._add_special)
+                    prompt_cache[group.prompt] = list(enc["input_ids"])
                 prompt = prompt_cache[group.prompt]
             advs = group_advantages(group.rewards, mode=self.config.advantage)
             for comp, adv in zip(group.completions, advs, strict=True):

@@ -20,6 +20,7 @@ from sapo_async.tasks.source import (
     score_entry,
 )
 from sapo_async.tasks.spec import (
+    CPU_EASY_PRESET,
     CPU_PRESET,
     PAPER_PRESET,
     PRESETS,
@@ -32,6 +33,7 @@ from sapo_async.tasks.spec import (
 __all__ = [
     "ANSWER_CLOSE",
     "ANSWER_OPEN",
+    "CPU_EASY_PRESET",
     "CPU_PRESET",
     "PAPER_PRESET",
     "PRESETS",
