@@ -63,3 +63,21 @@ LEDGER_RETRY_MAX_S = 30.0
 
 LEDGER_TX_TIMEOUT_S = 60.0
 """A transaction not mined within a minute is retried (anvil mines instantly; L2s ~2 s)."""
+
+
+# --- volunteer node -----------------------------------------------------------------
+
+KEYSTORE_SCRYPT_N = 2**18
+"""scrypt cost of a new keystore: geth's "standard" setting (~0.5 s, 256 MiB to unlock),
+paid once per node start."""
+
+DOCTOR_CONNECT_TIMEOUT_S = 5.0
+"""doctor gives each server (NATS, RPC) 5 s: a healthy one answers in milliseconds, and a
+volunteer should not wait long to learn that one is down."""
+
+DOCTOR_MIN_FREE_BYTES = 2 * 1024**3
+"""doctor warns under 2 GiB free in data_dir: checkpoints of a 0.5B model with optimizer
+state take ~6 GB; even the tiny model needs room for a few."""
+
+METRICS_STOP_TIMEOUT_S = 5.0
+"""The metrics HTTP server's shutdown waits at most 5 s for in-flight scrapes."""

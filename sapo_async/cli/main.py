@@ -17,6 +17,7 @@ __all__ = ["build_app", "main"]
 
 _COMMAND_MODULES: tuple[str, ...] = (
     # one line per command module, e.g. "sapo_async.cli.train"
+    "sapo_async.cli.volunteer",
 )
 
 
