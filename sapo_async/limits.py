@@ -81,3 +81,9 @@ state take ~6 GB; even the tiny model needs room for a few."""
 
 METRICS_STOP_TIMEOUT_S = 5.0
 """The metrics HTTP server's shutdown waits at most 5 s for in-flight scrapes."""
+
+SERVER_START_TIMEOUT_S = 20.0
+"""nats-server and anvil listen within ~0.1 s; 20 s covers a cold disk and a busy CI box."""
+
+SERVER_STOP_TIMEOUT_S = 10.0
+"""After SIGTERM a child server gets 10 s (JetStream flushes its store) before SIGKILL."""
