@@ -118,7 +118,10 @@ async def _check_one_nats(url: str, cfg: NodeConfig, connect_timeout: float) -> 
                 servers=[url],
                 connect_timeout=connect_timeout,
                 allow_reconnect=False,
-                max_reconnect_attempts=0,
+                # nats-py's first connect loops forever on a refused server when this is
+                # 0 (only values > 0 are checked); 1 means two tries, 0.1 s apart.
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0.1,
                 error_cb=on_error,
                 **options,
             )
