@@ -51,6 +51,7 @@ __all__ = [
     "TrainingSection",
     "load_config",
     "render_example",
+    "render_reference",
 ]
 
 ENV_PREFIX = "SAPO_"
@@ -568,5 +569,23 @@ def render_example() -> str:
                 out.append(f"# {name} =")
             else:
                 out.append(f"{name} = {_toml_value(value if name != 'data_dir' else '~/.sapo')}")
+        out.append("")
+    return "\n".join(out)
+
+
+def render_reference() -> str:
+    """Return the settings reference as Markdown tables, one per section.
+
+    docs/volunteer.md embeds this text verbatim (a test keeps the two in sync).
+    """
+    out: list[str] = []
+    for section_name, model in _SECTIONS.items():
+        out += [f"#### [{section_name}]", "", "| setting | default | meaning |", "|---|---|---|"]
+        defaults = model()
+        for name, info in model.model_fields.items():
+            value = "~/.sapo" if name == "data_dir" else getattr(defaults, name)
+            shown = "unset" if value is None else _toml_value(value)
+            meaning = f"{info.description}{_allowed(info)}".replace("|", "/")
+            out.append(f"| `{name}` | `{shown}` | {meaning} |")
         out.append("")
     return "\n".join(out)
