@@ -96,7 +96,7 @@ def render_status(state: StatusState) -> Table:
     table.add_row(
         "round",
         _fmt(last.get("round") if state.last else None),
-        str(state.rounds) + " done",
+        f"{state.rounds} this run",
     )
     table.add_row("policy version", _fmt(last.get("policy_version")), "")
     table.add_row("reward", _fmt(last.get("reward"), ".3f"), format(state.reward_cumulative, ".2f"))

@@ -62,7 +62,7 @@ def test_rendered_table_shows_round_reward_groups_rejections_and_commitments() -
 
 def test_empty_state_renders_placeholders_not_errors() -> None:
     text = render_text(StatusState())
-    assert "0 done" in text
+    assert "0 this run" in text
     assert "-" in text
 
 
