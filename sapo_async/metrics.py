@@ -168,8 +168,7 @@ class MetricsServer:
         Raises:
             ConfigError: the port cannot be bound (in use, or not permitted).
         """
-        if self._server is not None:
-            assert self.port is not None
+        if self._server is not None and self.port is not None:
             return self.port
         try:
             server, thread = start_http_server(
@@ -196,6 +195,7 @@ class MetricsServer:
         server.server_close()  # type: ignore[attr-defined]
         thread.join(timeout=METRICS_STOP_TIMEOUT_S)
         _log().info("metrics_server_stopped", port=self.port)
+        self.port = None
 
     def __enter__(self) -> Self:
         self.start()
