@@ -1,4 +1,4 @@
-"""The volunteer's commands: ``init`` (example config), ``doctor`` (checks), ``devnet``.
+"""The volunteer's commands: ``init``, ``identity``, ``doctor`` and ``devnet``.
 
 Each command translates :class:`~sapo_async.errors.SapoError` into a one-paragraph message
 and a non-zero exit; heavy imports happen inside the command so ``--help`` stays fast.
@@ -68,6 +68,25 @@ def doctor(
         raise typer.Exit(code=1)
 
 
+def identity(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="node.toml (default: ./node.toml if any)."),
+    ] = None,
+) -> None:
+    """Create the node's encrypted keystore if needed, and print its address."""
+    from sapo_async.errors import SapoError  # noqa: PLC0415
+    from sapo_async.identity import load_or_create_identity  # noqa: PLC0415
+
+    try:
+        cfg = _load(config)
+        account = load_or_create_identity(cfg)
+    except SapoError as exc:
+        typer.echo(f"identity: {exc}", err=True)
+        raise typer.Exit(code=1) from exc
+    typer.echo(f"node address {account.address} (keystore {cfg.keystore_path})")
+
+
 def devnet(
     swarm: Annotated[str, typer.Option(help="Swarm name the contract is deployed for.")] = "devnet",
     nats_port: Annotated[int, typer.Option(help="NATS client port.")] = 4222,
@@ -101,4 +120,5 @@ def register(app: typer.Typer) -> None:
     """Add the volunteer commands to the ``sapo-async`` app."""
     app.command("init")(init)
     app.command("doctor")(doctor)
+    app.command("identity")(identity)
     app.command("devnet")(devnet)

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 from eth_account import Account
+from typer.testing import CliRunner
 
+from sapo_async.cli.main import build_app
 from sapo_async.config import NodeConfig, load_config
 from sapo_async.errors import ConfigError
 from sapo_async.identity import IdentityError, load_or_create_identity
@@ -128,3 +130,19 @@ def test_corrupt_keystore_is_reported_not_replaced(
     with pytest.raises(IdentityError, match="not readable JSON"):
         load_or_create_identity(cfg, scrypt_n=FAST_N)
     assert cfg.keystore_path.read_text() == "{not json"
+
+
+def test_identity_command_prints_the_address_of_the_keystore(
+    cfg: NodeConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SAPO_KEY_PASSWORD", "pw")
+    account = load_or_create_identity(cfg, scrypt_n=FAST_N)  # cheap keystore to open
+    path = tmp_path / "node.toml"
+    path.write_text(f'[node]\ndata_dir = "{cfg.node.data_dir}"\n')
+    result = CliRunner().invoke(build_app(), ["identity", "--config", str(path)])
+    assert result.exit_code == 0, result.output
+    assert f"node address {account.address}" in result.output
+    monkeypatch.delenv("SAPO_KEY_PASSWORD")
+    result = CliRunner().invoke(build_app(), ["identity", "--config", str(path)])
+    assert result.exit_code == 1
+    assert "SAPO_KEY_PASSWORD" in result.output
