@@ -146,3 +146,27 @@ LEDGER_MAX_ATTEMPTS_LOGGED = 3
 LEDGER_EMBEDDED_TX_GAS = 5_000_000
 """Gas limit of embedded-chain transactions (skips py-evm's slow estimate); a commitment that
 credits the maximum 64 producers uses ~1.3M, and unused gas is refunded."""
+
+
+# --- volunteer node -----------------------------------------------------------------
+
+KEYSTORE_SCRYPT_N = 2**18
+"""scrypt cost of a new keystore: geth's "standard" setting (~0.5 s, 256 MiB to unlock),
+paid once per node start."""
+
+DOCTOR_CONNECT_TIMEOUT_S = 5.0
+"""doctor gives each server (NATS, RPC) 5 s: a healthy one answers in milliseconds, and a
+volunteer should not wait long to learn that one is down."""
+
+DOCTOR_MIN_FREE_BYTES = 2 * 1024**3
+"""doctor warns under 2 GiB free in data_dir: checkpoints of a 0.5B model with optimizer
+state take ~6 GB; even the tiny model needs room for a few."""
+
+METRICS_STOP_TIMEOUT_S = 5.0
+"""The metrics HTTP server's shutdown waits at most 5 s for in-flight scrapes."""
+
+SERVER_START_TIMEOUT_S = 20.0
+"""nats-server and anvil listen within ~0.1 s; 20 s covers a cold disk and a busy CI box."""
+
+SERVER_STOP_TIMEOUT_S = 10.0
+"""After SIGTERM a child server gets 10 s (JetStream flushes its store) before SIGKILL."""

@@ -21,6 +21,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "sapo_async.cli.hardware",
     "sapo_async.cli.swarm",
     "sapo_async.cli.train",
+    "sapo_async.cli.volunteer",
 )
 
 

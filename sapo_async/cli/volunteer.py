@@ -1,0 +1,124 @@
+"""The volunteer's commands: ``init``, ``identity``, ``doctor`` and ``devnet``.
+
+Each command translates :class:`~sapo_async.errors.SapoError` into a one-paragraph message
+and a non-zero exit; heavy imports happen inside the command so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from sapo_async.config import NodeConfig
+
+__all__ = ["register"]
+
+
+def init(
+    path: Annotated[Path, typer.Argument(help="Where to write the example config.")] = Path(
+        "node.toml"
+    ),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a commented example node.toml listing every setting and its default."""
+    from sapo_async.config import render_example  # noqa: PLC0415 - keeps --help fast
+
+    if path.exists() and not force:
+        typer.echo(f"{path} already exists; pass --force to overwrite it.", err=True)
+        raise typer.Exit(code=1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_example(), encoding="utf-8")
+    typer.echo(f"wrote {path}; edit it, then run: sapo-async node --config {path}")
+
+
+def _load(config: Path | None) -> NodeConfig:
+    from sapo_async.config import load_config  # noqa: PLC0415 - keeps --help fast
+
+    if config is None and Path("node.toml").exists():
+        config = Path("node.toml")
+    return load_config(config)
+
+
+def doctor(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="node.toml to check (default: ./node.toml if any)."),
+    ] = None,
+    skip_gpu: Annotated[
+        bool, typer.Option("--skip-gpu", help="Skip the GPU check (saves importing torch).")
+    ] = False,
+) -> None:
+    """Check NATS, JetStream, the chain and contract, GPU, disk and model; explain problems."""
+    import anyio  # noqa: PLC0415
+
+    from sapo_async.doctor import format_checks, run_doctor  # noqa: PLC0415
+    from sapo_async.errors import SapoError  # noqa: PLC0415
+
+    try:
+        cfg = _load(config)
+    except SapoError as exc:
+        typer.echo(f"[FAIL] config: {exc}", err=True)
+        raise typer.Exit(code=1) from exc
+    checks = anyio.run(lambda: run_doctor(cfg, gpu=not skip_gpu))
+    typer.echo(format_checks(checks))
+    if any(check.failed for check in checks):
+        raise typer.Exit(code=1)
+
+
+def identity(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="node.toml (default: ./node.toml if any)."),
+    ] = None,
+) -> None:
+    """Create the node's encrypted keystore if needed, and print its address."""
+    from sapo_async.errors import SapoError  # noqa: PLC0415
+    from sapo_async.identity import load_or_create_identity  # noqa: PLC0415
+
+    try:
+        cfg = _load(config)
+        account = load_or_create_identity(cfg)
+    except SapoError as exc:
+        typer.echo(f"identity: {exc}", err=True)
+        raise typer.Exit(code=1) from exc
+    typer.echo(f"node address {account.address} (keystore {cfg.keystore_path})")
+
+
+def devnet(
+    swarm: Annotated[str, typer.Option(help="Swarm name the contract is deployed for.")] = "devnet",
+    nats_port: Annotated[int, typer.Option(help="NATS client port.")] = 4222,
+    anvil_port: Annotated[int, typer.Option(help="anvil JSON-RPC port.")] = 8545,
+    data_dir: Annotated[Path, typer.Option(help="JetStream store and server logs.")] = Path(
+        ".sapo/devnet"
+    ),
+    fund: Annotated[
+        list[str] | None, typer.Option(help="Address to give 100 ETH (repeatable).")
+    ] = None,
+) -> None:
+    """Run NATS (JetStream) and anvil locally, deploy the ledger, print node settings."""
+    from sapo_async.devnet import run_devnet  # noqa: PLC0415
+    from sapo_async.errors import SapoError  # noqa: PLC0415
+
+    try:
+        run_devnet(
+            data_dir,
+            swarm=swarm,
+            nats_port=nats_port,
+            anvil_port=anvil_port,
+            fund=fund or [],
+            echo=typer.echo,
+        )
+    except SapoError as exc:
+        typer.echo(f"devnet failed: {exc}", err=True)
+        raise typer.Exit(code=1) from exc
+
+
+def register(app: typer.Typer) -> None:
+    """Add the volunteer commands to the ``sapo-async`` app."""
+    app.command("init")(init)
+    app.command("doctor")(doctor)
+    app.command("identity")(identity)
+    app.command("devnet")(devnet)

@@ -1,0 +1,180 @@
+"""NodeConfig: the written example round-trips, env overrides win, bad values name the field."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sapo_async.cli.main import build_app
+from sapo_async.config import NodeConfig, load_config, render_example, render_reference
+from sapo_async.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def _clean_sapo_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("SAPO_"):
+            monkeypatch.delenv(name)
+
+
+def test_written_example_loads_back_to_the_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text(render_example())
+    assert load_config(path) == load_config()
+    assert load_config(path) == NodeConfig()
+
+
+def test_example_documents_every_field_of_every_section() -> None:
+    text = render_example()
+    for section, model in NodeConfig.model_fields.items():
+        assert f"[{section}]" in text
+        assert model.annotation is not None
+        for name, info in model.annotation.model_fields.items():
+            assert info.description, f"{section}.{name} has no description"
+            assert f"# {info.description}" in text
+            assert f"{name} =" in text
+
+
+def test_example_lists_allowed_values_of_choices() -> None:
+    assert 'One of: "grpo", "dapo", "dr_grpo"' in render_example()
+
+
+def test_defaults_match_the_documented_values() -> None:
+    cfg = load_config()
+    assert cfg.node.swarm == "local"
+    assert cfg.node.rounds is None
+    assert cfg.node.data_dir == Path("~/.sapo").expanduser()
+    assert cfg.keystore_path == cfg.node.data_dir / "key.json"
+    assert cfg.nats.urls == []
+    assert cfg.ledger.enabled is True
+    assert cfg.ledger.rpc_url is None
+    assert (cfg.training.local, cfg.training.external) == (4, 4)
+    assert cfg.training.lr == 3e-5
+    assert (cfg.training.clip_low, cfg.training.clip_high) == (0.2, 0.28)
+    assert cfg.metrics.prometheus_port is None
+
+
+def test_environment_overrides_the_file_and_merges_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text('[training]\nlocal = 2\nlr = 1e-4\n[node]\nswarm = "alpha"\n')
+    monkeypatch.setenv("SAPO_TRAINING__LR", "1e-5")
+    monkeypatch.setenv("SAPO_NATS__URLS", "nats://a:4222, nats://b:4222")
+    cfg = load_config(path)
+    assert cfg.training.lr == 1e-5
+    assert cfg.training.local == 2  # from the file, not reset by the env section
+    assert cfg.node.swarm == "alpha"
+    assert cfg.nats.urls == ["nats://a:4222", "nats://b:4222"]
+
+
+def test_environment_list_may_be_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAPO_TASKS__FAMILIES", '["bf", "arc_1d"]')
+    assert load_config().tasks.families == ["bf", "arc_1d"]
+
+
+def test_password_variable_is_not_mistaken_for_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAPO_KEY_PASSWORD", "hunter2")
+    assert load_config() == NodeConfig()
+
+
+def test_keyword_overrides_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAPO_TRAINING__LR", "1e-5")
+    assert load_config(training={"lr": 2e-5}).training.lr == 2e-5
+
+
+def test_config_is_frozen() -> None:
+    cfg = load_config()
+    with pytest.raises(ValueError, match="frozen"):
+        cfg.training.lr = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("toml", "field", "says"),
+    [
+        ('[training]\nloss_type = "sapo"\n', "training.loss_type", "'grpo', 'dapo' or 'dr_grpo'"),
+        ("[training]\nlr = -1\n", "training.lr", "greater than 0"),
+        (
+            "[training]\ncompletions_per_question = 1\n",
+            "training.completions_per_question",
+            "greater than or equal to 2",
+        ),
+        ('[model]\nbackend = "tensorrt"\n', "model.backend", "'auto', 'transformers' or 'vllm'"),
+        (
+            "[model]\ngpu_memory_utilization = 1.5\n",
+            "model.gpu_memory_utilization",
+            "less than or equal to 1",
+        ),
+        ('[nats]\nurls = ["http://x:80"]\n', "nats.urls", "not a NATS URL"),
+        ('[nats]\nstart = "oldest"\n', "nats.start", "'new' or 'last_minutes'"),
+        ('[ledger]\ncontract_address = "0x12"\n', "ledger.contract_address", "pattern"),
+        ('[ledger]\nrpc_url = "http://x:8545"\n', "ledger", "contract_address"),
+        ('[node]\nswarm = "a b"\n', "node.swarm", "pattern"),
+        ("[training]\nlrr = 1\n", "training.lrr", "unknown setting; allowed here"),
+        ("[metrics]\nprometheus_port = 70000\n", "metrics.prometheus_port", "65535"),
+        ("[training]\nlocal = 0\nexternal = 0\n", "training", "at least 1"),
+        ('[nats]\ntls_cert = "c.pem"\n', "nats", "tls_key"),
+    ],
+)
+def test_bad_value_in_file_names_the_field_and_what_is_allowed(
+    tmp_path: Path, toml: str, field: str, says: str
+) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.field == field
+    assert field in str(info.value)
+    assert says in str(info.value)
+
+
+def test_bad_value_in_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAPO_TRAINING__LR", "fast")
+    with pytest.raises(ConfigError, match=r"training\.lr = 'fast'.*SAPO_TRAINING__LR") as info:
+        load_config()
+    assert info.value.field == "training.lr"
+
+
+def test_unknown_section_is_rejected_with_the_allowed_ones(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text("[trainig]\nlr = 1\n")
+    with pytest.raises(ConfigError, match=r"unknown section\(s\) \[trainig\].*\[training\]"):
+        load_config(path)
+
+
+def test_missing_file_says_how_to_make_one(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="sapo-async init"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_broken_toml_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text("[training\n")
+    with pytest.raises(ConfigError, match=r"cannot read .* as TOML"):
+        load_config(path)
+
+
+def test_init_command_writes_the_example_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    runner = CliRunner()
+    result = runner.invoke(build_app(), ["init", str(path)])
+    assert result.exit_code == 0, result.output
+    assert path.read_text() == render_example()
+    path.write_text("# mine\n")
+    result = runner.invoke(build_app(), ["init", str(path)])
+    assert result.exit_code != 0
+    assert "--force" in result.output
+    assert path.read_text() == "# mine\n"
+    result = runner.invoke(build_app(), ["init", str(path), "--force"])
+    assert result.exit_code == 0
+    assert path.read_text() == render_example()
+
+
+def test_docs_embed_the_current_settings_reference() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs" / "volunteer.md"
+    assert render_reference() in docs.read_text(), (
+        "docs/volunteer.md is out of date: paste sapo_async.config.render_reference()"
+    )

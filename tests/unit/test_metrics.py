@@ -1,0 +1,89 @@
+"""Node metrics: round reports become Prometheus series, scraped over loopback HTTP."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+import pytest
+
+from sapo_async.errors import ConfigError
+from sapo_async.metrics import MetricsServer, NodeMetrics
+from sapo_async.report import RoundReport
+
+REPORT: RoundReport = {
+    "round": 7,
+    "policy_version": 7,
+    "reward": 0.25,
+    "groups_shared": 8,
+    "groups_received": 5,
+    "groups_trained_external": 4,
+    "rejections": {"stale": 2, "bad_signature": 1},
+    "staleness": 1.5,
+    "commitments_pending": 2,
+    "commitments_confirmed": 6,
+    "round_s": 0.8,
+}
+
+
+def _sample(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.split(" ")[0] == name:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in exposition:\n{text}")
+
+
+def test_round_reports_update_counters_and_gauges() -> None:
+    metrics = NodeMetrics()
+    metrics.observe_round(REPORT, node="0xA")
+    metrics.observe_round({**REPORT, "round": 8, "rejections": {"stale": 1}}, node="0xA")
+    text = metrics.exposition().decode()
+    assert _sample(text, 'sapo_rounds_total{node="0xA"}') == 2
+    assert _sample(text, 'sapo_round{node="0xA"}') == 8
+    assert _sample(text, 'sapo_reward_cumulative{node="0xA"}') == 0.5
+    assert _sample(text, 'sapo_groups_shared_total{node="0xA"}') == 16
+    assert _sample(text, 'sapo_groups_received_total{node="0xA"}') == 10
+    assert _sample(text, 'sapo_rejections_total{node="0xA",reason="stale"}') == 3
+    assert _sample(text, 'sapo_rejections_total{node="0xA",reason="bad_signature"}') == 1
+    assert _sample(text, 'sapo_staleness_rounds{node="0xA"}') == 1.5
+    assert _sample(text, 'sapo_commitments_pending{node="0xA"}') == 2
+    assert _sample(text, 'sapo_commitments_confirmed{node="0xA"}') == 6
+    assert _sample(text, 'sapo_round_seconds_count{node="0xA"}') == 2
+
+
+def test_two_nodes_share_one_registry_by_label() -> None:
+    metrics = NodeMetrics()
+    metrics.observe_round(REPORT, node="0xA")
+    metrics.rejected("oversize", node="0xB")
+    text = metrics.exposition().decode()
+    assert _sample(text, 'sapo_rejections_total{node="0xB",reason="oversize"}') == 1
+    assert _sample(text, 'sapo_rounds_total{node="0xA"}') == 1
+
+
+def test_endpoint_serves_the_metrics_over_loopback_and_releases_its_port() -> None:
+    metrics = NodeMetrics()
+    metrics.observe_round(REPORT, node="0xA")
+    server = MetricsServer(metrics.registry, port=0)
+    port = server.start()
+    try:
+        assert server.start() == port  # idempotent
+        with urllib.request.urlopen(server.url, timeout=5) as response:
+            body = response.read().decode()
+        assert 'sapo_groups_shared_total{node="0xA"} 8.0' in body
+    finally:
+        server.stop()
+    server.stop()  # idempotent
+    with MetricsServer(metrics.registry, port=port) as again:  # the port is free again
+        assert again.port == port
+
+
+def test_busy_port_is_a_config_error_naming_the_setting() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with (
+            pytest.raises(ConfigError, match="prometheus_port"),
+            MetricsServer(NodeMetrics().registry, port=port),
+        ):
+            pass

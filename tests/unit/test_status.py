@@ -1,0 +1,102 @@
+"""The volunteer's status view: totals fold correctly and the table shows them."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import structlog
+from rich.console import Console
+
+from sapo_async.logs import configure_logging
+from sapo_async.report import RoundReport
+from sapo_async.status import StatusState, StatusView, render_text, report_log_fields
+
+ROUND_3: RoundReport = {
+    "round": 3,
+    "policy_version": 3,
+    "reward": 0.625,
+    "groups_shared": 8,
+    "groups_received": 12,
+    "groups_trained_external": 4,
+    "rejections": {"bad_signature": 2, "stale": 1},
+    "staleness": 1.5,
+    "commitments_pending": 1,
+    "commitments_confirmed": 3,
+    "round_s": 0.42,
+}
+
+
+def test_state_accumulates_totals_across_rounds() -> None:
+    state = StatusState(node="0xabc", swarm="alpha")
+    state.update({"round": 2, "reward": 0.5, "groups_shared": 8, "rejections": {"stale": 4}})
+    state.update(ROUND_3)
+    assert state.rounds == 2
+    assert state.reward_cumulative == pytest.approx(1.125)
+    assert state.groups_shared == 16
+    assert state.groups_received == 12
+    assert state.rejections == {"stale": 5, "bad_signature": 2}
+
+
+def test_rendered_table_shows_round_reward_groups_rejections_and_commitments() -> None:
+    state = StatusState(node="0xabc", swarm="alpha")
+    state.update({"round": 2, "reward": 0.5, "groups_shared": 8, "rejections": {"stale": 4}})
+    state.update(ROUND_3)
+    text = render_text(state, width=100)
+    assert "0xabc" in text
+    assert "alpha" in text
+    lines = {line.split("│")[1].strip(): line for line in text.splitlines() if "│" in line}
+    assert "3" in lines["round"].split("│")[2]
+    assert "0.625" in lines["reward"]
+    assert "1.12" in lines["reward"]  # cumulative
+    assert lines["groups shared"].split("│")[2].strip() == "8"
+    assert lines["groups shared"].split("│")[3].strip() == "16"
+    assert "12" in lines["groups received"]
+    assert [c.strip() for c in lines["rejected: stale"].split("│")[2:4]] == ["1", "5"]
+    assert [c.strip() for c in lines["rejected: bad_signature"].split("│")[2:4]] == ["2", "2"]
+    assert "1.50" in lines["staleness (rounds)"]
+    assert "1 pending" in lines["commitments"]
+    assert "3 confirmed" in lines["commitments"]
+
+
+def test_empty_state_renders_placeholders_not_errors() -> None:
+    text = render_text(StatusState())
+    assert "0 this run" in text
+    assert "-" in text
+
+
+def test_report_log_fields_flatten_rejections() -> None:
+    fields = report_log_fields(ROUND_3)
+    assert fields["rejected_bad_signature"] == 2
+    assert fields["rejected_stale"] == 1
+    assert "rejections" not in fields
+    assert fields["round"] == 3
+
+
+def test_view_without_terminal_logs_one_structured_line_per_round(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    configure_logging(json=True)
+    try:
+        with StatusView(node="0xabc", swarm="alpha", live=False) as view:
+            view.update(ROUND_3)
+    finally:
+        structlog.reset_defaults()  # the captured stderr closes after this test
+    assert not view.is_live
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line]
+    finished = [line for line in lines if line.get("event") == "round_finished"]
+    assert len(finished) == 1
+    assert finished[0]["round"] == 3
+    assert finished[0]["rejected_stale"] == 1
+    assert finished[0]["node"] == "0xabc"
+
+
+def test_live_view_draws_the_table_on_its_console() -> None:
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=100, force_terminal=True, color_system=None)
+    with StatusView(node="0xabc", live=True, console=console) as view:
+        view.update(ROUND_3)
+    assert view.is_live
+    assert "groups received" in buffer.getvalue()
+    assert "bad_signature" in buffer.getvalue()
