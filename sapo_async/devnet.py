@@ -384,7 +384,7 @@ def start_anvil(
 
 def swarm_id(swarm: str) -> bytes:
     """The ``bytes32`` a swarm's name is recorded under on chain: keccak-256 of its UTF-8."""
-    from sapo_async.wire.rollout import keccak256  # noqa: PLC0415 - keeps import light
+    from sapo_async.wire.rollout import keccak256
 
     return keccak256(swarm.encode("utf-8"))
 
@@ -428,8 +428,8 @@ def deploy_artifact(
         LedgerUnavailable: the RPC cannot be reached.
         LedgerError: the deployment reverted.
     """
-    from eth_account import Account  # noqa: PLC0415 - web3 is heavy; only deploys need it
-    from web3 import Web3  # noqa: PLC0415
+    from eth_account import Account
+    from web3 import Web3
 
     w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": 10}))
     deployer = Account.from_key(private_key)

@@ -80,10 +80,10 @@ def _tls_context(cfg: NodeConfig) -> ssl.SSLContext | None:
 
 
 async def _check_one_nats(url: str, cfg: NodeConfig, connect_timeout: float) -> list[Check]:
-    import nats  # noqa: PLC0415 - only doctor and the transport need the client
-    from nats.errors import NoRespondersError  # noqa: PLC0415
-    from nats.errors import TimeoutError as NatsTimeoutError  # noqa: PLC0415
-    from nats.js.errors import APIError, ServiceUnavailableError  # noqa: PLC0415
+    import nats
+    from nats.errors import NoRespondersError
+    from nats.errors import TimeoutError as NatsTimeoutError
+    from nats.js.errors import APIError, ServiceUnavailableError
 
     name = f"nats {url}"
     options: dict[str, Any] = {}
@@ -229,7 +229,7 @@ def check_ledger(  # noqa: PLR0911 - one early return per finding reads best
                 "" if found else "pip install 'eth-tester[py-evm]'",
             )
         ]
-    from web3 import Web3  # noqa: PLC0415 - heavy; only needed here
+    from web3 import Web3
 
     w3 = web3 or Web3(Web3.HTTPProvider(ledger.rpc_url, request_kwargs={"timeout": timeout}))
     where = ledger.rpc_url or "the given provider"
@@ -330,7 +330,7 @@ def _check_contract_abi(
 
 def check_gpu(cfg: NodeConfig) -> Check:
     """Check that the configured device and backend are available."""
-    import torch  # noqa: PLC0415 - slow to import; only doctor and the trainer need it
+    import torch
 
     cuda = torch.cuda.is_available()
     vllm = importlib.util.find_spec("vllm") is not None

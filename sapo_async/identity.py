@@ -150,7 +150,7 @@ def load_or_create_identity(
             encrypted Ethereum key file.
     """
     # eth-account pulls in half of web3's stack; only a starting node needs it.
-    from eth_account import Account  # noqa: PLC0415
+    from eth_account import Account
 
     path = cfg.keystore_path
     if path.exists():

@@ -37,6 +37,7 @@ from collections import Counter, deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
@@ -53,6 +54,7 @@ from sapo_async.errors import (
 )
 from sapo_async.grpo.trainer import ScoredGroup
 from sapo_async.ledger.types import RoundCommitment
+from sapo_async.limits import ACTOR_DRAIN_TIMEOUT_S
 from sapo_async.logs import get_logger
 from sapo_async.publisher import Publisher
 from sapo_async.recorder import Recorder
@@ -197,6 +199,10 @@ class Node:
         limiter: worker-thread limiter shared by the nodes of a process.
         include_tokens: share token ids and log-probs (receivers with the same tokenizer
             use them for importance weights).
+        checkpoint_dir: where checkpoints go (None: no checkpoints).
+        checkpoint_every: save a checkpoint every this many rounds (and always on leave).
+        drain_timeout_s: how long :meth:`leave` lets the round in progress finish before
+            abandoning it.
     """
 
     def __init__(
@@ -218,7 +224,12 @@ class Node:
         offload: bool = True,
         limiter: anyio.CapacityLimiter | None = None,
         include_tokens: bool = True,
+        checkpoint_dir: Path | None = None,
+        checkpoint_every: int = 10,
+        drain_timeout_s: float = ACTOR_DRAIN_TIMEOUT_S,
     ) -> None:
+        if checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
         if local < 0 or external < 0 or local + external == 0:
             raise ValueError(
                 f"need local >= 0, external >= 0, local + external > 0; got {local}/{external}"
@@ -239,6 +250,12 @@ class Node:
         self.offload = offload
         self.limiter = limiter
         self.include_tokens = include_tokens
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_every = checkpoint_every
+        self.drain_timeout_s = drain_timeout_s
+        self._saved_round = learner.round
+        self._stopping = False
+        self._loop_done = anyio.Event()
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
         self._reports: deque[RoundReport] = deque(maxlen=10_000)
@@ -265,6 +282,11 @@ class Node:
     def round(self) -> int:
         """The next round this node will run."""
         return self.learner.round
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`leave` was called."""
+        return self._stopping
 
     @property
     def reports(self) -> list[RoundReport]:
@@ -304,6 +326,8 @@ class Node:
             stack.push_async_callback(self.collector.stop)
             if loop:
                 tg.start_soon(self._loop)
+            else:
+                self._loop_done.set()
         except BaseException:
             await stack.aclose()
             raise
@@ -311,14 +335,45 @@ class Node:
         self._log.info("node_started", swarm=self.swarm, local=self.local, external=self.external)
 
     async def leave(self) -> None:
-        """Stop the round loop (the round in progress is abandoned), drain the collector,
-        flush the recorder's journal, and release resources. Idempotent."""
+        """Drain and stop: let the round in progress finish (abandon it after
+        ``drain_timeout_s``), save a checkpoint, stop the collector, flush the recorder's
+        journal, and release resources. Idempotent; the drain and checkpoint are shielded
+        from cancellation."""
         stack, self._stack = self._stack, None
         if stack is None:
             return
-        if self._tg is not None:
-            self._tg.cancel_scope.cancel()
-        self._running.set()
+        with anyio.CancelScope(shield=True):
+            self._stopping = True
+            self._running.set()
+            with anyio.move_on_after(self.drain_timeout_s) as scope:
+                await self._loop_done.wait()
+            if scope.cancelled_caught:
+                self._log.warning("round_abandoned", round=self.learner.round)
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
+            try:
+                await self.save_checkpoint()
+            except SapoError as exc:
+                self._log.error("checkpoint_failed", error=str(exc))
+        # Outside the shield: the stack holds task groups entered before it, which must be
+        # exited from the scope they were entered in (each part shields its own cleanup).
+        await self._close(stack)
+
+    async def save_checkpoint(self) -> Path | None:
+        """Checkpoint model, optimizer, round and RNG states now (no-op without a
+        checkpoint directory or when nothing changed since the last one).
+
+        Raises:
+            CheckpointError: the write failed.
+        """
+        if self.checkpoint_dir is None or self._saved_round == self.learner.round:
+            return None
+        path: Path = await anyio.to_thread.run_sync(self.learner.save, self.checkpoint_dir)
+        self._saved_round = self.learner.round
+        self._log.info("checkpoint_saved", round=self.learner.round, path=str(path))
+        return path
+
+    async def _close(self, stack: AsyncExitStack) -> None:
         try:
             await stack.aclose()
         finally:
@@ -387,13 +442,20 @@ class Node:
 
     async def _loop(self) -> None:
         try:
-            while self.max_rounds is None or self._rounds_done < self.max_rounds:
+            while not self.stopping and (
+                self.max_rounds is None or self._rounds_done < self.max_rounds
+            ):
                 await self._running.wait()
+                if self.stopping:  # leave() was called while paused
+                    break
                 await self.step()
+                if (self.learner.round - self._saved_round) >= self.checkpoint_every:
+                    await self.save_checkpoint()
         except Exception as exc:
             self._failure = exc
             self._log.exception("node_failed", error=repr(exc))
         finally:
+            self._loop_done.set()
             self._done.set()
             self._new_report.set()
 

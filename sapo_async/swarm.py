@@ -32,6 +32,7 @@ from eth_account.signers.local import LocalAccount
 from sapo_async.collector import Collector
 from sapo_async.errors import ConfigError
 from sapo_async.grpo.trainer import TrainerConfig
+from sapo_async.limits import ACTOR_DRAIN_TIMEOUT_S
 from sapo_async.logs import get_logger
 from sapo_async.node import Node
 from sapo_async.publisher import Publisher
@@ -284,6 +285,9 @@ class Swarm:
         limiter: anyio.CapacityLimiter | None = None,
         journal_path: Path | None = None,
         extra_check: Any = None,
+        checkpoint_dir: Path | None = None,
+        checkpoint_every: int = 10,
+        drain_timeout_s: float = ACTOR_DRAIN_TIMEOUT_S,
     ) -> _Join:
         """Build a node, connect it and start its round loop.
 
@@ -317,6 +321,10 @@ class Swarm:
             limiter: worker-thread limiter shared by the nodes of a process.
             journal_path: the ledger journal's SQLite file.
             extra_check: a receiver-side check added to the collector's.
+            checkpoint_dir: checkpoints go here, and the node resumes from the latest one
+                (model, optimizer, round, RNG states).
+            checkpoint_every: rounds between checkpoints (one is also saved on leave).
+            drain_timeout_s: how long leaving lets the round in progress finish.
 
         Returns:
             An awaitable that is also an async context manager, giving a running
@@ -367,6 +375,15 @@ class Swarm:
                 prompt_style=kw["prompt_style"],
             )
         )
+        checkpoint_dir: Path | None = kw["checkpoint_dir"]
+        if checkpoint_dir is not None and (Path(checkpoint_dir) / "LATEST").is_file():
+            await anyio.to_thread.run_sync(learner.restore, Path(checkpoint_dir))
+            _log.info(
+                "node_resumed",
+                node=account.address,
+                round=learner.round,
+                policy_version=learner.policy_version,
+            )
         cleanups: list[Any] = []
         transport: Transport | None = kw["transport"]
         try:
@@ -400,7 +417,7 @@ class Swarm:
             recorder = None
             ledger_opt = kw["ledger"]
             if ledger_opt:
-                recorder = await _make_recorder(
+                recorder, journal = await _make_recorder(
                     ledger_opt,
                     contract_address=kw["contract_address"],
                     relayer_key=kw["relayer_key"],
@@ -410,6 +427,10 @@ class Swarm:
                     journal_path=kw["journal_path"],
                     cleanups=cleanups,
                 )
+                # Never reuse a round already journaled (e.g. after a crash between a
+                # commitment and the next checkpoint): rounds strictly increase on chain.
+                journaled = [e.round for e in journal.entries(account.address)]
+                learner.round = max(learner.round, max(journaled, default=-1) + 1)
             node = Node(
                 name=name,
                 learner=learner,
@@ -427,6 +448,9 @@ class Swarm:
                 offload=True,
                 limiter=kw["limiter"],
                 include_tokens=kw["include_tokens"],
+                checkpoint_dir=checkpoint_dir,
+                checkpoint_every=kw["checkpoint_every"],
+                drain_timeout_s=kw["drain_timeout_s"],
             )
             # The node's cleanup stack unwinds last-in first-out: journal, ledger, transport,
             # then the embedded server.
@@ -460,7 +484,7 @@ async def _make_recorder(
     learner: LocalTrainerNode,
     journal_path: Path | None,
     cleanups: list[Any],
-) -> Any:
+) -> tuple[Any, Any]:
     from sapo_async.journal import Journal
     from sapo_async.ledger.connect import connect_ledger
     from sapo_async.recorder import Recorder
@@ -485,4 +509,4 @@ async def _make_recorder(
         journal.close()
 
     cleanups.append(close_journal)
-    return Recorder(ledger, journal, account, metadata=learner.model_id)
+    return Recorder(ledger, journal, account, metadata=learner.model_id), journal

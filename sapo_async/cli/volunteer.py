@@ -24,7 +24,7 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented example node.toml listing every setting and its default."""
-    from sapo_async.config import render_example  # noqa: PLC0415 - keeps --help fast
+    from sapo_async.config import render_example
 
     if path.exists() and not force:
         typer.echo(f"{path} already exists; pass --force to overwrite it.", err=True)
@@ -35,7 +35,7 @@ def init(
 
 
 def _load(config: Path | None) -> NodeConfig:
-    from sapo_async.config import load_config  # noqa: PLC0415 - keeps --help fast
+    from sapo_async.config import load_config
 
     if config is None and Path("node.toml").exists():
         config = Path("node.toml")
@@ -52,10 +52,10 @@ def doctor(
     ] = False,
 ) -> None:
     """Check NATS, JetStream, the chain and contract, GPU, disk and model; explain problems."""
-    import anyio  # noqa: PLC0415
+    import anyio
 
-    from sapo_async.doctor import format_checks, run_doctor  # noqa: PLC0415
-    from sapo_async.errors import SapoError  # noqa: PLC0415
+    from sapo_async.doctor import format_checks, run_doctor
+    from sapo_async.errors import SapoError
 
     try:
         cfg = _load(config)
@@ -75,8 +75,8 @@ def identity(
     ] = None,
 ) -> None:
     """Create the node's encrypted keystore if needed, and print its address."""
-    from sapo_async.errors import SapoError  # noqa: PLC0415
-    from sapo_async.identity import load_or_create_identity  # noqa: PLC0415
+    from sapo_async.errors import SapoError
+    from sapo_async.identity import load_or_create_identity
 
     try:
         cfg = _load(config)
@@ -99,8 +99,8 @@ def devnet(
     ] = None,
 ) -> None:
     """Run NATS (JetStream) and anvil locally, deploy the ledger, print node settings."""
-    from sapo_async.devnet import run_devnet  # noqa: PLC0415
-    from sapo_async.errors import SapoError  # noqa: PLC0415
+    from sapo_async.devnet import run_devnet
+    from sapo_async.errors import SapoError
 
     try:
         run_devnet(
