@@ -288,6 +288,10 @@ class Node:
         """True once :meth:`leave` was called."""
         return self._stopping
 
+    def _stop_requested(self) -> bool:
+        # A method, not the property, so type checkers do not assume it cannot change.
+        return self._stopping
+
     @property
     def reports(self) -> list[RoundReport]:
         """Reports kept so far (the most recent 10,000)."""
@@ -446,7 +450,7 @@ class Node:
                 self.max_rounds is None or self._rounds_done < self.max_rounds
             ):
                 await self._running.wait()
-                if self.stopping:  # leave() was called while paused
+                if self._stop_requested():  # leave() was called while paused
                     break
                 await self.step()
                 if (self.learner.round - self._saved_round) >= self.checkpoint_every:
