@@ -397,6 +397,23 @@ class Node:
     ) -> None:
         await self.leave()
 
+    def request_stop(self) -> None:
+        """Ask the round loop to stop after the round in progress (non-blocking; safe from
+        any task, e.g. a signal handler). :meth:`leave` still has to run."""
+        self._stopping = True
+        self._running.set()
+
+    def abandon_round(self) -> None:
+        """Cancel the round in progress now (after a drain deadline passed)."""
+        self._stopping = True
+        self._running.set()
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+
+    async def wait_stopped(self) -> None:
+        """Wait until the round loop has ended."""
+        await self._loop_done.wait()
+
     def pause(self) -> None:
         """Stop starting new rounds (the others keep going; nobody waits for this node)."""
         self._running = anyio.Event()
@@ -558,6 +575,10 @@ class Node:
         t1 = time.perf_counter()
         batch = [*local, *(c.scored for c in chosen)]
         step = await self._run_sync(self.learner.train, batch)
+        # Push the new weights into the generation engine (a no-op for the transformers
+        # backend, which samples from the trainer's own module; vLLM verifies the sync
+        # with its log-prob probe and raises WeightSyncError on a mismatch).
+        await self.learner.generator.sync_weights(self.learner.model.named_parameters())
         t2 = time.perf_counter()
         used: Counter[str] = Counter(c.producer for c in chosen)
         self._used.update(used)

@@ -281,6 +281,8 @@ class Swarm:
         start: Literal["new", "all"] | float = "all",
         include_tokens: bool = True,
         device: str = "cpu",
+        backend: Literal["transformers", "vllm"] = "transformers",
+        gpu_memory_utilization: float = 0.3,
         prompt_style: Literal["auto", "compact", "instruct"] = "auto",
         limiter: anyio.CapacityLimiter | None = None,
         journal_path: Path | None = None,
@@ -317,6 +319,10 @@ class Swarm:
                 retained ones, or a number of seconds back.
             include_tokens: share token ids and log-probs.
             device: ``"cpu"`` or ``"cuda"``.
+            backend: ``"transformers"`` (CPU or CUDA, shares the trainer's module) or
+                ``"vllm"`` (a colocated engine on the GPU, weights pushed in memory and
+                checked by a log-prob probe after every step; needs the ``gpu`` extra).
+            gpu_memory_utilization: the vLLM engine's share of GPU memory.
             prompt_style: how questions are shown to the model (see :func:`build_learner`).
             limiter: worker-thread limiter shared by the nodes of a process.
             journal_path: the ledger journal's SQLite file.
@@ -375,6 +381,20 @@ class Swarm:
                 prompt_style=kw["prompt_style"],
             )
         )
+        if kw["backend"] == "vllm":
+            from sapo_async.generation.vllm_api import VllmSettings
+            from sapo_async.generation.vllm_backend import VllmGenerator
+
+            engine = await VllmGenerator.create(
+                VllmSettings(
+                    model=str(kw["model"]),
+                    gpu_memory_utilization=kw["gpu_memory_utilization"],
+                    seed=kw["seed"],
+                ),
+                trainer_model=learner.model,
+            )
+            await engine.probe()  # engine and trainer must start from the same weights
+            learner.generator = engine
         checkpoint_dir: Path | None = kw["checkpoint_dir"]
         if checkpoint_dir is not None and (Path(checkpoint_dir) / "LATEST").is_file():
             await anyio.to_thread.run_sync(learner.restore, Path(checkpoint_dir))

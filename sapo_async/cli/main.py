@@ -19,6 +19,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     # one line per command module, e.g. "sapo_async.cli.train"
     "sapo_async.cli.audit",
     "sapo_async.cli.hardware",
+    "sapo_async.cli.node",
     "sapo_async.cli.swarm",
     "sapo_async.cli.train",
     "sapo_async.cli.volunteer",
