@@ -75,7 +75,7 @@ PRESETS: dict[str, ExperimentSpec] = {
     # Sample-limited: the model rarely emits the <answer> tag the verifier demands.
     "sparse": ExperimentSpec(regime="sparse", rounds=200, threshold=0.05),
     # Skill-limited: tags known, partial credit, most groups informative.
-    "dense": ExperimentSpec(regime="dense", rounds=120, threshold=0.3),
+    "dense": ExperimentSpec(regime="dense", rounds=120, threshold=0.2),
 }
 
 

@@ -159,7 +159,8 @@ def test_sigterm_drains_checkpoints_and_a_restart_resumes_without_double_commits
     rounds2 = wait_for_rounds(log2, proc, 2, timeout=300)
     stop(proc, log2)
     resumed = [e for e in events(log2) if e.get("event") == "node_resumed"]
-    assert resumed and resumed[0]["round"] == first["round"]
+    assert resumed
+    assert resumed[0]["round"] == first["round"]
     assert resumed[0]["policy_version"] == first["policy_version"]
     assert rounds2[0] == first["round"]  # continues where it stopped, no round repeated
     second = manifest(tmp_path / "data")
