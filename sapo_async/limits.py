@@ -49,6 +49,10 @@ FETCH_TIMEOUT_S = 1.0
 CONSUMER_INACTIVE_THRESHOLD_S = 300.0
 """A non-durable consumer unused for 5 minutes is removed by the server (a node died)."""
 
+CONSUMER_REPLACE_AFTER_FAILURES = 3
+"""A consumer whose server cannot answer for it three stall checks in a row (its server
+died) is replaced by a new one that resumes after the last sequence seen."""
+
 CONSUMER_STALL_CHECKS = 3
 """After 3 empty fetches in a row the consumer asks the server whether it is still alive
 and bound (nats.py issue #504: a pull subscription can go silent after a restart)."""
@@ -67,6 +71,11 @@ SERVER_START_TIMEOUT_S = 20.0
 
 SERVER_STOP_TIMEOUT_S = 10.0
 """A SIGTERM-ed nats-server flushes its store and exits in well under a second."""
+
+
+NATS_JOIN_TIMEOUT_S = 120.0
+"""A joining node retries NATS for 2 minutes (a cluster electing its JetStream leader, a
+volunteer's flaky link) before it gives up with a clear error."""
 
 
 # --- collector ----------------------------------------------------------------------

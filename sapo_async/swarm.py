@@ -32,7 +32,8 @@ from eth_account.signers.local import LocalAccount
 from sapo_async.collector import Collector
 from sapo_async.errors import ConfigError
 from sapo_async.grpo.trainer import TrainerConfig
-from sapo_async.limits import ACTOR_DRAIN_TIMEOUT_S
+from sapo_async.errors import TransportUnavailable
+from sapo_async.limits import ACTOR_DRAIN_TIMEOUT_S, NATS_JOIN_TIMEOUT_S
 from sapo_async.logs import get_logger
 from sapo_async.node import Node
 from sapo_async.publisher import Publisher
@@ -262,6 +263,8 @@ class Swarm:
         completions: int = 8,
         nats_url: str | None = None,
         nats_options: Any = None,
+        stream_replicas: int = 1,
+        connect_timeout_s: float = NATS_JOIN_TIMEOUT_S,
         transport: Transport | None = None,
         ledger: bool | str = True,
         contract_address: str | None = None,
@@ -302,6 +305,10 @@ class Swarm:
             questions / completions: B and L, generated per round.
             nats_url: NATS server(s); None starts (or shares) an embedded server.
             nats_options: a :class:`~sapo_async.transport.NatsOptions` (credentials, TLS).
+            connect_timeout_s: how long to keep retrying NATS (with backoff, saying what it
+                waits for) before giving up.
+            stream_replicas: replicas of the swarm's stream (3 on a three-server cluster,
+                so losing one server loses no acknowledged group).
             transport: use this transport instead (tests, the in-memory broker).
             ledger: True for the embedded EVM, an ``http(s)://`` RPC URL, or False for none.
             contract_address: the ledger contract on an RPC chain.
@@ -344,7 +351,7 @@ class Swarm:
     @staticmethod
     async def _join(**kw: Any) -> Node:
         from sapo_async.transport.embedded import NatsOptions
-        from sapo_async.transport.jetstream import JetStreamTransport
+        from sapo_async.transport.jetstream import JetStreamTransport, StreamSettings
 
         if kw["local"] < 0 or kw["external"] < 0 or kw["local"] + kw["external"] == 0:
             raise ConfigError(
@@ -416,7 +423,13 @@ class Swarm:
                 from dataclasses import replace
 
                 options = replace(options, url=url, name=f"sapo-{name}")
-                transport = await JetStreamTransport.connect(options, swarm)
+                transport = await _connect_with_backoff(
+                    lambda: JetStreamTransport.connect(
+                        options, swarm, settings=StreamSettings(replicas=kw["stream_replicas"])
+                    ),
+                    what=f"NATS JetStream at {_redact(str(options.url))}",
+                    timeout_s=kw["connect_timeout_s"],
+                )
                 cleanups.append(transport.aclose)
             start = kw["start"]
             start_at = (
@@ -484,6 +497,32 @@ class Swarm:
                     await cleanup()
             raise
         return node
+
+
+def _redact(url: str) -> str:
+    """A URL list without credentials, for logs."""
+    return ",".join(part.rsplit("@", 1)[-1] for part in url.split(","))
+
+
+async def _connect_with_backoff(connect: Any, *, what: str, timeout_s: float) -> Any:
+    """Call ``connect()`` until it succeeds, backing off 0.5 s doubling to 10 s.
+
+    Raises:
+        TransportUnavailable: still unreachable after ``timeout_s``.
+    """
+    delay = 0.5
+    deadline = anyio.current_time() + timeout_s
+    while True:
+        try:
+            return await connect()
+        except TransportUnavailable as exc:
+            if anyio.current_time() + delay > deadline:
+                raise TransportUnavailable(
+                    f"{what} still unreachable after {timeout_s:.0f} s: {exc}"
+                ) from exc
+            _log.warning("waiting_for_nats", target=what, retry_in_s=delay, error=str(exc))
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
 
 class _Callback:

@@ -321,7 +321,9 @@ async def connect_nats(options: NatsOptions) -> NatsClient:
             "credentials-file and nkey auth need the nkeys package: pip install 'nats-py[nkeys]'",
             field="creds_file" if options.creds_file else "nkey_seed_file",
         )
-    log = _log.bind(url=options.url, connection=options.name)
+    # Never log credentials embedded in URLs (nats://user:password@host).
+    shown = ",".join(u.rsplit("@", 1)[-1] for u in (options.url or "").split(","))
+    log = _log.bind(url=shown, connection=options.name)
 
     async def on_error(exc: Exception) -> None:
         log.warning("nats_error_reported", error=repr(exc))

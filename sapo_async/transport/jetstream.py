@@ -42,6 +42,7 @@ from nats.js.client import JetStreamContext
 from sapo_async.errors import PublishError, TransportError, TransportUnavailable
 from sapo_async.limits import (
     CONSUMER_INACTIVE_THRESHOLD_S,
+    CONSUMER_REPLACE_AFTER_FAILURES,
     CONSUMER_STALL_CHECKS,
     DUPLICATE_WINDOW_S,
     MAX_GROUP_BYTES,
@@ -147,6 +148,7 @@ class JetStreamSubscription:
         self._last_seq = 0
         self._unacked: dict[int, Msg] = {}
         self._empty_fetches = 0
+        self._check_failures = 0
         self._closed = False
         self.repairs = 0
         """How many times the subscription was re-created (tests and statistics read it)."""
@@ -224,8 +226,20 @@ class JetStreamSubscription:
             _log.debug("consumer_check_failed", consumer=self._name, error=repr(exc))
             return
         except nats.js.errors.APIError as exc:
-            _log.warning("consumer_check_failed", consumer=self._name, error=repr(exc))
+            # The consumer exists in the cluster's metadata but cannot answer (its server
+            # is gone and it has no replica to take over): replace it, resuming after the
+            # last sequence we saw, so nothing is lost and nothing repeats.
+            self._check_failures += 1
+            _log.warning(
+                "consumer_check_failed",
+                consumer=self._name,
+                error=repr(exc),
+                failures=self._check_failures,
+            )
+            if self._check_failures >= CONSUMER_REPLACE_AFTER_FAILURES:
+                await self._replace()
             return
+        self._check_failures = 0
         if info.num_pending:
             # Messages wait for us and yet our fetches came back empty: the subscription
             # went silent (#504). Re-bind it; no pull request of ours is outstanding now, so
@@ -237,6 +251,18 @@ class JetStreamSubscription:
                 return
             self.repairs += 1
             _log.info("consumer_rebound", consumer=self._name, pending=info.num_pending)
+
+    async def _replace(self) -> None:
+        try:
+            await self._transport.js.delete_consumer(self._transport.stream, self._name)
+        except (nats.js.errors.APIError, *_TRANSIENT) as exc:
+            _log.debug("consumer_delete_failed", consumer=self._name, error=repr(exc))
+        if self._config.durable_name is None:
+            # A fresh name: the old one may linger in the metadata until its server returns.
+            self._name = f"sapo-{uuid.uuid4().hex[:16]}"
+            self._config.name = self._name
+        self._check_failures = 0
+        await self._recreate()
 
     async def _recreate(self) -> None:
         if self._last_seq:
@@ -440,6 +466,9 @@ class JetStreamTransport:
             filter_subject=subjects[0] if len(subjects) == 1 else None,
             inactive_threshold=None if durable is not None else CONSUMER_INACTIVE_THRESHOLD_S,
             max_ack_pending=-1,
+            # As many replicas as the stream: on a cluster an R1 consumer dies with its one
+            # server, and the node would stop receiving although the stream survived.
+            num_replicas=self.settings.replicas,
         )
         start = start or StartAt.new()
         if start.lookback_s is None:
