@@ -30,9 +30,8 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
 from sapo_async.collector import Collector
-from sapo_async.errors import ConfigError
+from sapo_async.errors import ConfigError, TransportUnavailable
 from sapo_async.grpo.trainer import TrainerConfig
-from sapo_async.errors import TransportUnavailable
 from sapo_async.limits import ACTOR_DRAIN_TIMEOUT_S, NATS_JOIN_TIMEOUT_S
 from sapo_async.logs import get_logger
 from sapo_async.node import Node

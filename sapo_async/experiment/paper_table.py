@@ -116,6 +116,10 @@ def run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -> RunRe
     import anyio
     import torch
 
+    from sapo_async.logs import configure_logging
+
+    # Worker processes start with structlog's defaults (debug, per message): configure here.
+    configure_logging(level="WARNING")
     torch.set_num_threads(1)
     return anyio.run(_run_one, spec, local, external, seed)
 
