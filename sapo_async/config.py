@@ -320,7 +320,9 @@ class TrainingSection(_Section):
         600.0, gt=0, description="Drop external groups older than this many seconds."
     )
     overlap_generation: bool = Field(
-        True, description="Generate round r+1 while round r trains (bounded staleness)."
+        False,
+        description="Generate round r+1 while round r trains, one policy version behind "
+        "(costs a copy of the weights; see docs/swarm.md).",
     )
 
     @model_validator(mode="after")

@@ -21,10 +21,14 @@ collector drops groups older than ``max_age_s`` or far behind their producer's n
 round, and the sampler only draws groups at most ``max_staleness_rounds`` behind the newest
 it holds from their producer, so a whole group ages out together.
 
-Overlap of generation and training: off by default on CPU. The transformers backend shares
-the trainer's module (no copy, no sync), so generating round r+1 while round r trains would
-race on the same parameters, and on 2 cores both phases already use the cores. With a
-separate engine (vLLM) overlap pays; it is left to that backend (docs/swarm.md).
+Overlap of generation and training (``overlap=True``): round r+1 is generated while round r
+trains, from the weights before round r's step (one policy version behind; the groups carry
+that version and their behaviour log-probs). It needs a generator with weights of its own,
+synced after both halves finish. Off by default: the default transformers generator samples
+from the trainer's own module (no copy, no sync, no staleness), and in a local swarm the
+cores are already busy with other nodes. Measured in docs/swarm.md. If the node leaves
+between the halves, the pre-generated round was shared but is never trained on nor
+committed.
 
 Deliberately does not know how its pieces are built (see :mod:`sapo_async.swarm`).
 """
@@ -58,7 +62,7 @@ from sapo_async.limits import ACTOR_DRAIN_TIMEOUT_S
 from sapo_async.logs import get_logger
 from sapo_async.publisher import Publisher
 from sapo_async.recorder import Recorder
-from sapo_async.round import GeneratedGroup, LocalTrainerNode, round_seed
+from sapo_async.round import GeneratedGroup, LocalTrainerNode, round_seed, to_rollout_group
 from sapo_async.sampler import SamplerPolicy, select_external, select_local
 from sapo_async.wire import RolloutGroup
 
@@ -203,6 +207,10 @@ class Node:
         checkpoint_every: save a checkpoint every this many rounds (and always on leave).
         drain_timeout_s: how long :meth:`leave` lets the round in progress finish before
             abandoning it.
+        overlap: generate round r+1 while round r trains. Needs a generator with weights
+            of its own (``build_learner(overlap=True)`` copies the model; vLLM has its own):
+            the next round is sampled one policy version behind, and the generator is
+            synced once both halves are done.
     """
 
     def __init__(
@@ -227,6 +235,7 @@ class Node:
         checkpoint_dir: Path | None = None,
         checkpoint_every: int = 10,
         drain_timeout_s: float = ACTOR_DRAIN_TIMEOUT_S,
+        overlap: bool = False,
     ) -> None:
         if checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
@@ -253,6 +262,9 @@ class Node:
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_every = checkpoint_every
         self.drain_timeout_s = drain_timeout_s
+        self.overlap = overlap
+        self._next: SharedRound | None = None
+        self._generator_version = learner.policy_version
         self._saved_round = learner.round
         self._stopping = False
         self._loop_done = anyio.Event()
@@ -469,7 +481,10 @@ class Node:
                 await self._running.wait()
                 if self._stop_requested():  # leave() was called while paused
                     break
-                await self.step()
+                if self.overlap:
+                    await self._overlapped_step()
+                else:
+                    await self.step()
                 if (self.learner.round - self._saved_round) >= self.checkpoint_every:
                     await self.save_checkpoint()
         except Exception as exc:
@@ -479,6 +494,25 @@ class Node:
             self._loop_done.set()
             self._done.set()
             self._new_report.set()
+
+    async def _overlapped_step(self) -> None:
+        """Train round r while round r+1 generates with the same (pre-step) weights."""
+        if self._next is None:
+            self._next = await self.share_round()
+        current = self._next
+        results: dict[str, Any] = {}
+
+        async def train() -> None:
+            results["report"] = await self.train_round(current, sync=False)
+
+        async def generate_next() -> None:
+            results["next"] = await self.share_round(current.round + 1)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(train)
+            tg.start_soon(generate_next)
+        self._next = results["next"]
+        await self._sync_generator()
 
     async def step(self) -> RoundReport:
         """Run one whole round (share, then train)."""
@@ -490,22 +524,39 @@ class Node:
             return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
         return fn(*args)
 
-    async def share_round(self) -> SharedRound:
-        """Generate, publish and score this round's own groups."""
+    async def share_round(self, round_: int | None = None) -> SharedRound:
+        """Generate, publish and score one round's own groups (default: the current one)."""
         learner = self.learner
-        r = learner.round
-        policy_version = learner.policy_version
+        r = learner.round if round_ is None else round_
+        policy_version = self._generator_version
         t0 = time.perf_counter()
-        generated: list[GeneratedGroup] = await learner.generate()
+        generated: list[GeneratedGroup] = await learner.generate(r)
         t1 = time.perf_counter()
-        wire = learner.to_rollout_groups(generated, swarm=self.swarm, producer=self.address)
-        if not self.include_tokens:
-            wire = [_without_tokens(g) for g in wire]
+        wire = [
+            to_rollout_group(
+                g,
+                swarm=self.swarm,
+                producer=self.address,
+                producer_round=r,
+                policy_version=policy_version,
+                model_id=learner.model_id,
+                tokenizer_id=learner.tokenizer_id,
+                include_tokens=self.include_tokens,
+            )
+            for g in generated
+        ]
         hashes = await self._publish_all(wire)
         t2 = time.perf_counter()
         local = learner.score_local(generated)
         t3 = time.perf_counter()
         return SharedRound(r, generated, local, hashes, policy_version, t1 - t0, t2 - t1, t3 - t2)
+
+    async def _sync_generator(self) -> None:
+        # Push the new weights into the generation engine (a no-op for a transformers
+        # generator that samples from the trainer's own module; vLLM verifies the sync
+        # with its log-prob probe and raises WeightSyncError on a mismatch).
+        await self.learner.generator.sync_weights(self.learner.model.named_parameters())
+        self._generator_version = self.learner.policy_version
 
     async def _publish_all(self, groups: Sequence[RolloutGroup]) -> list[bytes]:
         hashes: list[bytes | None] = [None] * len(groups)
@@ -566,8 +617,14 @@ class Node:
         local = select_local(shared.local, self.local)
         return local, selection.chosen, (selection, newest)
 
-    async def train_round(self, shared: SharedRound) -> RoundReport:
-        """Choose I local and J external groups, take one GRPO step, journal the round."""
+    async def train_round(self, shared: SharedRound, *, sync: bool = True) -> RoundReport:
+        """Choose I local and J external groups, take one GRPO step, journal the round.
+
+        Args:
+            shared: the round's first half.
+            sync: push the new weights into the generator afterwards (the overlapped loop
+                syncs itself once the next round's generation is done).
+        """
         t0 = time.perf_counter()
         local, chosen, (selection, newest) = await self._run_sync(self._select, shared)
         if chosen:
@@ -575,10 +632,8 @@ class Node:
         t1 = time.perf_counter()
         batch = [*local, *(c.scored for c in chosen)]
         step = await self._run_sync(self.learner.train, batch)
-        # Push the new weights into the generation engine (a no-op for the transformers
-        # backend, which samples from the trainer's own module; vLLM verifies the sync
-        # with its log-prob probe and raises WeightSyncError on a mismatch).
-        await self.learner.generator.sync_weights(self.learner.model.named_parameters())
+        if sync:
+            await self._sync_generator()
         t2 = time.perf_counter()
         used: Counter[str] = Counter(c.producer for c in chosen)
         self._used.update(used)
@@ -601,7 +656,7 @@ class Node:
                 self._log.error("commitment_not_journaled", round=shared.round, error=str(exc))
             rs = self.recorder.statistics()
             pending, confirmed = rs.pending, rs.landed
-        self.learner.round += 1
+        self.learner.round = shared.round + 1
         rewards = [c.reward for g in shared.local for c in g.completions]
         staleness = [newest[c.producer] - c.buffered.group.producer_round for c in chosen]
         report = RoundReport(
@@ -640,12 +695,3 @@ class Node:
             shared=report.groups_shared,
         )
         return report
-
-
-def _without_tokens(group: RolloutGroup) -> RolloutGroup:
-    import msgspec
-
-    comps = tuple(
-        msgspec.structs.replace(c, token_ids=None, logprobs=None) for c in group.completions
-    )
-    return msgspec.structs.replace(group, completions=comps)

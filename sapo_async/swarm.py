@@ -17,6 +17,7 @@ or ``node = await Swarm.join(...)`` ... ``await node.leave()`` from the same tas
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import tempfile
 from collections.abc import Generator
@@ -78,6 +79,7 @@ def build_learner(
     device: str = "cpu",
     offload: bool = False,
     prompt_style: Literal["auto", "compact", "instruct"] = "auto",
+    overlap: bool = False,
 ) -> LocalTrainerNode:
     """Build one node's learner: model, tasks, generator, verifier and GRPO trainer.
 
@@ -96,6 +98,8 @@ def build_learner(
         prompt_style: ``compact`` (bare expression, for models trained from scratch),
             ``instruct`` (question plus answer-format instruction, for real LMs), or
             ``auto`` (compact for the tiny model, instruct otherwise).
+        overlap: give the generator its own copy of the weights (synced after each step),
+            so the next round can be generated while this one trains.
 
     Raises:
         ConfigError: an invalid setting (named).
@@ -130,10 +134,11 @@ def build_learner(
         trainer=trainer or TrainerConfig(),
     )
     generator = TransformersGenerator(
-        loaded.model,
+        copy.deepcopy(loaded.model) if overlap else loaded.model,
         loaded.tokenizer,
         model_id=loaded.model_id,
         add_special_tokens=not config.chat_template,
+        shares_trainer_module=not overlap,
         offload_to_thread=offload,
     )
     return LocalTrainerNode(
@@ -286,6 +291,7 @@ class Swarm:
         backend: Literal["transformers", "vllm"] = "transformers",
         gpu_memory_utilization: float = 0.3,
         prompt_style: Literal["auto", "compact", "instruct"] = "auto",
+        overlap: bool = False,
         limiter: anyio.CapacityLimiter | None = None,
         journal_path: Path | None = None,
         extra_check: Any = None,
@@ -330,6 +336,7 @@ class Swarm:
                 checked by a log-prob probe after every step; needs the ``gpu`` extra).
             gpu_memory_utilization: the vLLM engine's share of GPU memory.
             prompt_style: how questions are shown to the model (see :func:`build_learner`).
+            overlap: generate round r+1 while round r trains (see :class:`~sapo_async.node.Node`).
             limiter: worker-thread limiter shared by the nodes of a process.
             journal_path: the ledger journal's SQLite file.
             extra_check: a receiver-side check added to the collector's.
@@ -385,6 +392,7 @@ class Swarm:
                 device=kw["device"],
                 offload=True,
                 prompt_style=kw["prompt_style"],
+                overlap=kw["overlap"],
             )
         )
         if kw["backend"] == "vllm":
@@ -483,6 +491,7 @@ class Swarm:
                 checkpoint_dir=checkpoint_dir,
                 checkpoint_every=kw["checkpoint_every"],
                 drain_timeout_s=kw["drain_timeout_s"],
+                overlap=kw["overlap"],
             )
             # The node's cleanup stack unwinds last-in first-out: journal, ledger, transport,
             # then the embedded server.

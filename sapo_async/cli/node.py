@@ -86,6 +86,7 @@ def join_kwargs(cfg: NodeConfig, account: LocalAccount, choice: HardwareChoice) 
         "checkpoint_dir": cfg.checkpoint_dir,
         "checkpoint_every": cfg.node.checkpoint_every,
         "drain_timeout_s": cfg.node.drain_timeout_s,
+        "overlap": t.overlap_generation,
     }
 
 
