@@ -11,8 +11,10 @@ default:
 setup:
     bash scripts/bootstrap.sh
 
-# run every test: forge tests of the contracts, then pytest (unit + integration)
+# run every test: forge tests of the contracts, then pytest (unit + integration); the tiny
+# models are built (or found in the cache) first, so no test pays for a build
 test *args: setup contracts
+    {{py}} -m sapo_async warmstart --regime all
     {{py}} -m pytest {{args}}
 
 # only the fast unit tests
@@ -53,6 +55,14 @@ warmstart *args:
 # run a volunteer node from node.toml (sapo-async init writes one)
 node config="node.toml":
     {{py}} -m sapo_async node --config {{config}}
+
+# check NATS, JetStream, the RPC, the contract, GPU, disk and model for a node config
+doctor config="node.toml":
+    {{py}} -m sapo_async doctor --config {{config}}
+
+# write a commented example node config
+init path="node.toml":
+    {{py}} -m sapo_async init {{path}}
 
 # local NATS + anvil + deployed contracts, printing the settings a node needs
 devnet:

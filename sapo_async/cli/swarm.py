@@ -23,8 +23,10 @@ def swarm(
     nodes: int = typer.Option(8, min=1, help="Nodes in the swarm (one process, one NATS)."),
     local: int = typer.Option(4, min=0, help="I: own groups trained on per round."),
     external: int = typer.Option(4, min=0, help="J: external groups trained on per round."),
-    rounds: int = typer.Option(60, min=1, help="Rounds per node."),
-    regime: str = typer.Option("dense", help="Tiny model warm start: dense or sparse."),
+    rounds: int = typer.Option(80, min=1, help="Rounds per node."),
+    regime: str = typer.Option(
+        "sparse", help="Tiny model warm start: sparse (learns visibly) or dense."
+    ),
     seed: int = typer.Option(0, help="Swarm seed (questions and sampling derive from it)."),
     name: str = typer.Option("local", help="Swarm name."),
     nats_url: str | None = typer.Option(None, help="NATS URL (default: embedded server)."),

@@ -28,6 +28,13 @@ EXPECTED_PUBLIC = {
     "TransportUnavailable",
     "WeightSyncError",
     "__version__",
+    "Collector",
+    "NodeConfig",
+    "load_config",
+    "audit_swarm",
+    "verify_rollout",
+    "select_backend",
+    "build_learner",
 }
 
 
