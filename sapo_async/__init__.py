@@ -5,6 +5,9 @@ The public API is what ``__all__`` lists; everything else is implementation.
 
 from __future__ import annotations
 
+from sapo_async.audit import audit_node, audit_swarm, verify_rollout
+from sapo_async.collector import Collector
+from sapo_async.config import NodeConfig, load_config
 from sapo_async.errors import (
     ActorError,
     ActorFailed,
@@ -23,9 +26,6 @@ from sapo_async.errors import (
     TransportUnavailable,
     WeightSyncError,
 )
-from sapo_async.audit import audit_node, audit_swarm, verify_rollout
-from sapo_async.collector import Collector
-from sapo_async.config import NodeConfig, load_config
 from sapo_async.hardware import select_backend
 from sapo_async.journal import Journal
 from sapo_async.ledger import RoundCommitment
@@ -34,9 +34,9 @@ from sapo_async.publisher import Publisher
 from sapo_async.recorder import Recorder
 from sapo_async.swarm import Swarm, build_learner
 from sapo_async.transport import EmbeddedNats, MemoryBroker, NatsOptions, StartAt
+from sapo_async.wire import Completion, RolloutGroup, SamplingParams, SignedGroup, TaskRef
 from sapo_async.wire.signing import sign_group
 from sapo_async.wire.signing import verify as verify_signed
-from sapo_async.wire import Completion, RolloutGroup, SamplingParams, SignedGroup, TaskRef
 
 __version__ = "0.1.0"
 
