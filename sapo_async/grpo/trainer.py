@@ -130,7 +130,8 @@ class TrainerConfig:
         tis_cap: cap of truncated importance weights from behaviour log-probs (None: off).
         ppo_epochs: passes over the batch per step.
         minibatches: optimizer steps per epoch (the batch is split by sequences).
-        max_completion_tokens: ``dr_grpo``'s constant normaliser.
+        max_completion_tokens: ``dr_grpo``'s constant normaliser, and the most completion
+            tokens trained on per sequence (longer completions are truncated).
         drop_uninformative: drop all-equal-reward groups before the step.
         skip_empty: skip the optimizer step when no group is informative.
     """
@@ -311,6 +312,12 @@ class Trainer:
                     retok += 1
                 if not ids:
                     continue
+                # A peer's text may re-tokenise to anything; never train past the cap
+                # (it also bounds dr_grpo's constant normaliser).
+                cap = self.config.max_completion_tokens
+                if len(ids) > cap:
+                    ids = ids[:cap]
+                    lps = lps[:cap] if lps is not None else None
                 rows.append((prompt, ids, lps, adv))
         return rows, retok
 

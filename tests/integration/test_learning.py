@@ -310,3 +310,19 @@ def test_cli_train_writes_a_jsonl_line_per_round_and_a_checkpoint(
         lines[0]
     )
     assert (tmp_path / "ck" / "LATEST").read_text() == "round-00000003"
+
+
+def test_trainer_truncates_long_external_completions_to_the_cap(tiny_lm: Any) -> None:
+    trainer = Trainer(tiny_lm.model, tiny_lm.tokenizer, TrainerConfig(max_completion_tokens=5))
+    long_text = " <answer>" + "1" * 40 + "</answer>"
+    group = ScoredGroup(
+        prompt="3 + 4 =",
+        completions=(
+            ScoredCompletion(text=long_text, reward=1.0),
+            ScoredCompletion(text=" 7", reward=0.0),
+        ),
+        producer="0xpeer",
+    )
+    m = trainer.step([group])
+    assert m.retokenised == 2
+    assert m.tokens == 5 + 3  # the long one capped at 5; " 7" is space, 7 and EOS
