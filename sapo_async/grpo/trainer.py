@@ -42,6 +42,7 @@ from sapo_async.grpo.core import (
     policy_loss,
     truncated_is_weights,
 )
+from sapo_async.logs import get_logger
 from sapo_async.models.tokenizer import tokenizer_id as _tokenizer_id
 from sapo_async.wire import TaskRef
 
@@ -54,6 +55,8 @@ __all__ = [
     "TrainerConfig",
 ]
 
+
+_log = get_logger("sapo_async.grpo")
 
 INFORMATIVE_EPS = 1e-9
 """Rewards closer than this count as equal (the group carries no gradient)."""
@@ -399,6 +402,7 @@ class Trainer:
         used = [g for g in groups if g.informative] if cfg.drop_uninformative else list(groups)
         rows, retok = self._rows(used)
         if (not any(g.informative for g in used) and cfg.skip_empty) or not rows:
+            _log.debug("grpo_step_skipped", policy_version=self.policy_version, **base)
             return StepMetrics(
                 **base,  # type: ignore[arg-type]
                 groups_used=0,
@@ -461,7 +465,7 @@ class Trainer:
         def avg(xs: list[float]) -> float:
             return sum(xs) / len(xs)
 
-        return StepMetrics(
+        metrics = StepMetrics(
             **base,  # type: ignore[arg-type]
             groups_used=len(used),
             sequences=len(rows),
@@ -476,6 +480,19 @@ class Trainer:
             policy_version=self.policy_version,
             seconds=time.perf_counter() - t0,
         )
+        # debug level: a CPU swarm takes thousands of steps; the CLI keeps a JSONL log
+        _log.debug(
+            "grpo_stepped",
+            policy_version=self.policy_version,
+            reward_mean=metrics.reward_mean,
+            reward_std=metrics.reward_std,
+            zero_std_fraction=metrics.zero_std_fraction,
+            clip_fraction=metrics.clip_fraction,
+            entropy=metrics.entropy,
+            kl=metrics.kl,
+            grad_norm=metrics.grad_norm,
+        )
+        return metrics
 
     def _minibatches(
         self, rows: list[tuple[list[int], list[int], list[float] | None, float]]
