@@ -1,11 +1,15 @@
 """The GRPO trainer: scored groups in, one optimizer step (with metrics) out.
 
-Owns the model's optimizer and the translation of scored groups (local or external) into
-padded tensors: a completion that carries token ids and behaviour log-probs under *our*
-tokenizer (equal ``tokenizer_id``) is used as is; any other completion is re-tokenised from
-its text with our tokenizer (plus EOS when it stopped), and its behaviour log-probs are
-ignored. Deliberately does not know where groups came from, how they were scored or
-sampled, or about NATS and the ledger.
+Owns the model's optimizer and the translation of scored groups into padded tensors:
+
+* a *local* completion (``producer == "local"``, our ``tokenizer_id``) is trained on the
+  token ids we sampled, with their behaviour log-probs;
+* any other completion is trained on its *text*, tokenised by our tokenizer (plus EOS when
+  it stopped), because the text is what our verifier scored: a peer's token ids are never
+  trained on directly (poisoned ids could otherwise ride on a clean, rewarded text). A
+  peer's behaviour log-probs are kept only when its ids equal that tokenisation exactly.
+
+Deliberately does not know how groups were scored or sampled, or about NATS and the ledger.
 
 Policy on uninformative groups (docs/learning.md, "Uninformative batches"): a group whose
 rewards are all equal has all-zero advantages and contributes no policy gradient. Such
@@ -293,7 +297,8 @@ class Trainer:
         prompt_cache: dict[str, list[int]] = {}
         for group in groups:
             ours = group.tokenizer_id == self.tokenizer_id
-            if ours and group.prompt_token_ids is not None:
+            local = group.producer == "local"
+            if ours and local and group.prompt_token_ids is not None:
                 prompt = list(group.prompt_token_ids)
             else:
                 if group.prompt not in prompt_cache:
@@ -302,17 +307,29 @@ class Trainer:
                 prompt = prompt_cache[group.prompt]
             advs = group_advantages(group.rewards, mode=self.config.advantage)
             for comp, adv in zip(group.completions, advs, strict=True):
-                if ours and comp.token_ids is not None:
+                lps: list[float] | None = None
+                if ours and local and comp.token_ids is not None:
                     ids = list(comp.token_ids)
-                    lps = list(comp.behaviour_logprobs) if comp.behaviour_logprobs else None
-                    if lps is not None and len(lps) != len(ids):
-                        lps = None
+                    if comp.behaviour_logprobs and len(comp.behaviour_logprobs) == len(ids):
+                        lps = list(comp.behaviour_logprobs)
                 else:
+                    # A peer's token ids are never trained on directly: the text is what
+                    # was scored, so we train on the text's own tokenisation, and use the
+                    # peer's log-probs only when its ids are exactly that tokenisation
+                    # (otherwise poisoned ids could ride on a clean, rewarded text).
                     ids = self._encode(comp.text)
                     if comp.finish_reason == "stop":
                         ids.append(self._eos)
-                    lps = None
-                    retok += 1
+                    if (
+                        ours
+                        and comp.token_ids is not None
+                        and list(comp.token_ids) == ids
+                        and comp.behaviour_logprobs
+                        and len(comp.behaviour_logprobs) == len(ids)
+                    ):
+                        lps = list(comp.behaviour_logprobs)
+                    else:
+                        retok += 1
                 if not ids:
                     continue
                 # A peer's text may re-tokenise to anything; never train past the cap

@@ -326,3 +326,23 @@ def test_trainer_truncates_long_external_completions_to_the_cap(tiny_lm: Any) ->
     m = trainer.step([group])
     assert m.retokenised == 2
     assert m.tokens == 5 + 3  # the long one capped at 5; " 7" is space, 7 and EOS
+
+
+def test_a_peers_token_ids_are_never_trained_on_only_its_texts_tokenisation(tiny_lm: Any) -> None:
+    tok = tiny_lm.tokenizer
+    tid = tokenizer_id(tok)
+    eos = tok.eos_token_id
+    honest = [*tok(" <answer>7</answer>", add_special_tokens=False)["input_ids"], eos]
+    poisoned = list(tok(" <answer>7</answer> 1 1 1 1", add_special_tokens=False)["input_ids"])
+    comps = (
+        ScoredCompletion(" <answer>7</answer>", 1.0, "stop", tuple(honest), (-0.1,) * len(honest)),
+        ScoredCompletion(" <answer>7</answer>", 1.0, "stop", tuple(poisoned), (-0.1,) * 13),
+        ScoredCompletion(" 7", 0.0, "stop", None, None),
+    )
+    group = ScoredGroup(prompt="3 + 4 =", completions=comps, tokenizer_id=tid, producer="0xpeer")
+    trainer = Trainer(tiny_lm.model, tok, TrainerConfig(tis_cap=2.0))
+    metrics = trainer.step([group])
+    # the honest ids equal the text's tokenisation (kept with log-probs); the poisoned ids
+    # and the text-only completion are re-tokenised from their texts
+    assert metrics.retokenised == 2
+    assert metrics.tokens == 2 * len(honest) + 3
