@@ -307,15 +307,21 @@ def build_tiny_model(spec: TinyModelSpec, out_dir: Path) -> WarmStartReport:
     tokenizer = train_char_tokenizer(texts)
     model = _make_model(spec, tokenizer)
     evals = source.eval_items(spec.warm.eval_questions)
-    eval_kw = {
-        "samples": spec.warm.eval_samples,
-        "max_new_tokens": spec.max_new_tokens,
-        "seed": spec.seed,
-        "prompt_style": spec.prompt_style,
-    }
-    before, _ = evaluate_reward(model, tokenizer, evals, **eval_kw)  # type: ignore[arg-type]
+
+    def measure() -> tuple[float, float]:
+        return evaluate_reward(
+            model,
+            tokenizer,
+            evals,
+            samples=spec.warm.eval_samples,
+            max_new_tokens=spec.max_new_tokens,
+            seed=spec.seed,
+            prompt_style=spec.prompt_style,
+        )
+
+    before, _ = measure()
     _warm_start(model, tokenizer, source, spec)
-    after, tag_rate = evaluate_reward(model, tokenizer, evals, **eval_kw)  # type: ignore[arg-type]
+    after, tag_rate = measure()
     report = WarmStartReport(
         reward_before=before,
         reward_after=after,
