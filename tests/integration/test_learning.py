@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from sapo_async.checkpoint import load_checkpoint
 from sapo_async.cli.main import build_app
 from sapo_async.errors import CheckpointError, RejectedInput
+from sapo_async.generation import Generator
 from sapo_async.generation.fake import FakeGenerator
 from sapo_async.generation.transformers_backend import TransformersGenerator
 from sapo_async.grpo import ScoredCompletion, ScoredGroup, Trainer, TrainerConfig
@@ -346,3 +347,10 @@ def test_a_peers_token_ids_are_never_trained_on_only_its_texts_tokenisation(tiny
     # and the text-only completion are re-tokenised from their texts
     assert metrics.retokenised == 2
     assert metrics.tokens == 2 * len(honest) + 3
+
+
+def test_both_generators_satisfy_the_generation_port(tiny_lm: Any) -> None:
+    real = TransformersGenerator(tiny_lm.model, tiny_lm.tokenizer, model_id="t")
+    assert isinstance(real, Generator)
+    assert isinstance(FakeGenerator(lambda p, i, s: ""), Generator)
+    assert real.tokenizer_id == tokenizer_id(tiny_lm.tokenizer)
