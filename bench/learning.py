@@ -19,6 +19,10 @@ Run: ``just bench learning [--quick]`` or ``python bench/learning.py [--quick]``
 Absolute times depend on the machine and its load; compare ratios within one run.
 """
 
+# E402: logging is configured before the learning modules are imported (their loggers
+# are created at import).
+# ruff: noqa: E402
+
 from __future__ import annotations
 
 import argparse
@@ -33,6 +37,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sapo_async.logs import configure_logging
+
+# before the learning modules create their loggers: per-step debug events are not wanted
+configure_logging(level="WARNING")
 
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM

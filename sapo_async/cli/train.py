@@ -19,10 +19,14 @@ import typer
 __all__ = ["register"]
 
 
-def _threads(n: int) -> None:
+def _setup(threads: int, log_level: str) -> None:
+    # before the learning modules are imported, so their loggers see the configuration
+    from sapo_async.logs import configure_logging
+
+    configure_logging(level=log_level)
     import torch
 
-    torch.set_num_threads(n)
+    torch.set_num_threads(threads)
 
 
 def warmstart(
@@ -32,11 +36,12 @@ def warmstart(
     ),
     seed: int = typer.Option(0, help="Seed of tokenizer sample, init, data order."),
     threads: int = typer.Option(2, help="torch CPU threads."),
+    log_level: str = typer.Option("INFO", help="DEBUG, INFO, WARNING, ..."),
 ) -> None:
     """Build (or find cached) the tiny model(s) and print their warm-start rewards."""
+    _setup(threads, log_level)
     from sapo_async.models import REGIMES, ensure_tiny_model, read_report, tiny_spec
 
-    _threads(threads)
     names = sorted(REGIMES) if regime == "all" else [regime]
     for name in names:
         spec = tiny_spec(name, seed=seed)
@@ -75,8 +80,10 @@ def train(
     checkpoint_every: int = typer.Option(0, help="Checkpoint every N rounds (0: only at the end)."),
     resume: bool = typer.Option(False, help="Resume from checkpoint_dir's latest checkpoint."),
     cache_dir: Path | None = typer.Option(None, help="Tiny model cache root."),
+    log_level: str = typer.Option("WARNING", help="DEBUG shows every GRPO step."),
 ) -> None:
     """Train one node alone with GRPO (no sharing) and log per-round metrics."""
+    _setup(threads, log_level)
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from sapo_async.errors import ConfigError
@@ -86,7 +93,6 @@ def train(
     from sapo_async.tasks import TaskSource, preset
     from sapo_async.wire import SamplingParams
 
-    _threads(threads)
     if prompt_style not in ("compact", "instruct"):
         raise ConfigError(f"prompt style must be compact or instruct, got {prompt_style!r}")
     if resume and checkpoint_dir is None:

@@ -17,6 +17,7 @@ Invariants:
     * sequences are left-padded; positions count only real tokens, so a padded row gives
       the same logits as the same row alone;
     * a finished row keeps its stop token as its last token and records nothing after it;
+      finished rows leave the batch (and the KV cache), so later steps cost only live rows;
     * the same seed, weights, prompts and device give the same tokens.
 """
 
@@ -166,31 +167,36 @@ def sample_batch(
         logits, mask, pos = logits[expand], mask[expand], pos[expand]
     next_pos = pos[:, -1:] + 1
     batch = len(prompts) * n
-    done = torch.zeros(batch, dtype=torch.bool, device=device)
-    steps_ids: list[torch.Tensor] = []
-    steps_lp: list[torch.Tensor] = []
-    steps_live: list[torch.Tensor] = []
-    ones = torch.ones((batch, 1), dtype=torch.long, device=device)
-    for step in range(sampling.max_new_tokens):
+    max_new = sampling.max_new_tokens
+    out_ids = torch.full((batch, max_new), pad_id, dtype=torch.long, device=device)
+    out_lp = torch.zeros((batch, max_new), dtype=torch.float32, device=device)
+    lengths = torch.zeros(batch, dtype=torch.long, device=device)
+    rows = torch.arange(batch, device=device)  # original row of each live batch row
+    for step in range(max_new):
         logp = torch.log_softmax(logits.float(), dim=-1)
         probs = torch.softmax(filter_logits(logits.float(), sampling), dim=-1)
         token = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
-        token = torch.where(done, torch.full_like(token, pad_id), token)
-        steps_ids.append(token)
-        steps_lp.append(logp.gather(-1, token[:, None]).squeeze(-1))
-        steps_live.append(~done)
-        done = done | torch.isin(token, stop)
-        if bool(done.all()) or step == sampling.max_new_tokens - 1:
+        out_ids[rows, step] = token
+        out_lp[rows, step] = logp.gather(-1, token[:, None]).squeeze(-1)
+        lengths[rows] += 1
+        stopped = torch.isin(token, stop)
+        if bool(stopped.all()) or step == max_new - 1:
             break
-        mask = torch.cat([mask, ones], dim=-1)
+        if bool(stopped.any()):
+            # Drop finished rows from the batch and the KV cache: later steps only pay
+            # for rows still generating.
+            keep = (~stopped).nonzero().squeeze(-1)
+            past.reorder_cache(keep)
+            rows, token, mask, next_pos = rows[keep], token[keep], mask[keep], next_pos[keep]
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
         logits, past = _forward(
             model, ids=token[:, None], mask=mask, pos=next_pos, past=past, kw=kw
         )
         next_pos = next_pos + 1
 
-    all_ids = torch.stack(steps_ids, dim=1).tolist()
-    all_lp = torch.stack(steps_lp, dim=1).tolist()
-    live = torch.stack(steps_live, dim=1).sum(dim=1).tolist()
+    all_ids = out_ids.tolist()
+    all_lp = out_lp.tolist()
+    live = lengths.tolist()
     stop_set = set(stop.tolist())
     token_ids: list[list[int]] = []
     logprobs: list[list[float]] = []

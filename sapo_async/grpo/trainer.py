@@ -1,11 +1,15 @@
 """The GRPO trainer: scored groups in, one optimizer step (with metrics) out.
 
-Owns the model's optimizer and the translation of scored groups (local or external) into
-padded tensors: a completion that carries token ids and behaviour log-probs under *our*
-tokenizer (equal ``tokenizer_id``) is used as is; any other completion is re-tokenised from
-its text with our tokenizer (plus EOS when it stopped), and its behaviour log-probs are
-ignored. Deliberately does not know where groups came from, how they were scored or
-sampled, or about NATS and the ledger.
+Owns the model's optimizer and the translation of scored groups into padded tensors:
+
+* a *local* completion (``producer == "local"``, our ``tokenizer_id``) is trained on the
+  token ids we sampled, with their behaviour log-probs;
+* any other completion is trained on its *text*, tokenised by our tokenizer (plus EOS when
+  it stopped), because the text is what our verifier scored: a peer's token ids are never
+  trained on directly (poisoned ids could otherwise ride on a clean, rewarded text). A
+  peer's behaviour log-probs are kept only when its ids equal that tokenisation exactly.
+
+Deliberately does not know how groups were scored or sampled, or about NATS and the ledger.
 
 Policy on uninformative groups (docs/learning.md, "Uninformative batches"): a group whose
 rewards are all equal has all-zero advantages and contributes no policy gradient. Such
@@ -42,6 +46,7 @@ from sapo_async.grpo.core import (
     policy_loss,
     truncated_is_weights,
 )
+from sapo_async.logs import get_logger
 from sapo_async.models.tokenizer import tokenizer_id as _tokenizer_id
 from sapo_async.wire import TaskRef
 
@@ -54,6 +59,8 @@ __all__ = [
     "TrainerConfig",
 ]
 
+
+_log = get_logger("sapo_async.grpo")
 
 INFORMATIVE_EPS = 1e-9
 """Rewards closer than this count as equal (the group carries no gradient)."""
@@ -130,7 +137,8 @@ class TrainerConfig:
         tis_cap: cap of truncated importance weights from behaviour log-probs (None: off).
         ppo_epochs: passes over the batch per step.
         minibatches: optimizer steps per epoch (the batch is split by sequences).
-        max_completion_tokens: ``dr_grpo``'s constant normaliser.
+        max_completion_tokens: ``dr_grpo``'s constant normaliser, and the most completion
+            tokens trained on per sequence (longer completions are truncated).
         drop_uninformative: drop all-equal-reward groups before the step.
         skip_empty: skip the optimizer step when no group is informative.
     """
@@ -289,7 +297,8 @@ class Trainer:
         prompt_cache: dict[str, list[int]] = {}
         for group in groups:
             ours = group.tokenizer_id == self.tokenizer_id
-            if ours and group.prompt_token_ids is not None:
+            local = group.producer == "local"
+            if ours and local and group.prompt_token_ids is not None:
                 prompt = list(group.prompt_token_ids)
             else:
                 if group.prompt not in prompt_cache:
@@ -298,19 +307,37 @@ class Trainer:
                 prompt = prompt_cache[group.prompt]
             advs = group_advantages(group.rewards, mode=self.config.advantage)
             for comp, adv in zip(group.completions, advs, strict=True):
-                if ours and comp.token_ids is not None:
+                lps: list[float] | None = None
+                if ours and local and comp.token_ids is not None:
                     ids = list(comp.token_ids)
-                    lps = list(comp.behaviour_logprobs) if comp.behaviour_logprobs else None
-                    if lps is not None and len(lps) != len(ids):
-                        lps = None
+                    if comp.behaviour_logprobs and len(comp.behaviour_logprobs) == len(ids):
+                        lps = list(comp.behaviour_logprobs)
                 else:
+                    # A peer's token ids are never trained on directly: the text is what
+                    # was scored, so we train on the text's own tokenisation, and use the
+                    # peer's log-probs only when its ids are exactly that tokenisation
+                    # (otherwise poisoned ids could ride on a clean, rewarded text).
                     ids = self._encode(comp.text)
                     if comp.finish_reason == "stop":
                         ids.append(self._eos)
-                    lps = None
-                    retok += 1
+                    if (
+                        ours
+                        and comp.token_ids is not None
+                        and list(comp.token_ids) == ids
+                        and comp.behaviour_logprobs
+                        and len(comp.behaviour_logprobs) == len(ids)
+                    ):
+                        lps = list(comp.behaviour_logprobs)
+                    else:
+                        retok += 1
                 if not ids:
                     continue
+                # A peer's text may re-tokenise to anything; never train past the cap
+                # (it also bounds dr_grpo's constant normaliser).
+                cap = self.config.max_completion_tokens
+                if len(ids) > cap:
+                    ids = ids[:cap]
+                    lps = lps[:cap] if lps is not None else None
                 rows.append((prompt, ids, lps, adv))
         return rows, retok
 
@@ -392,6 +419,7 @@ class Trainer:
         used = [g for g in groups if g.informative] if cfg.drop_uninformative else list(groups)
         rows, retok = self._rows(used)
         if (not any(g.informative for g in used) and cfg.skip_empty) or not rows:
+            _log.debug("grpo_step_skipped", policy_version=self.policy_version, **base)
             return StepMetrics(
                 **base,  # type: ignore[arg-type]
                 groups_used=0,
@@ -454,7 +482,7 @@ class Trainer:
         def avg(xs: list[float]) -> float:
             return sum(xs) / len(xs)
 
-        return StepMetrics(
+        metrics = StepMetrics(
             **base,  # type: ignore[arg-type]
             groups_used=len(used),
             sequences=len(rows),
@@ -469,6 +497,19 @@ class Trainer:
             policy_version=self.policy_version,
             seconds=time.perf_counter() - t0,
         )
+        # debug level: a CPU swarm takes thousands of steps; the CLI keeps a JSONL log
+        _log.debug(
+            "grpo_stepped",
+            policy_version=self.policy_version,
+            reward_mean=metrics.reward_mean,
+            reward_std=metrics.reward_std,
+            zero_std_fraction=metrics.zero_std_fraction,
+            clip_fraction=metrics.clip_fraction,
+            entropy=metrics.entropy,
+            kl=metrics.kl,
+            grad_norm=metrics.grad_norm,
+        )
+        return metrics
 
     def _minibatches(
         self, rows: list[tuple[list[int], list[int], list[float] | None, float]]

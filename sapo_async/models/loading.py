@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from sapo_async.errors import ConfigError
 from sapo_async.models.tokenizer import tokenizer_id
@@ -82,6 +83,9 @@ def load_model(
     if not local and Path(str(name_or_path)).is_absolute():
         raise ConfigError(f"model directory {path} does not exist", field="model")
     source = str(path) if local else str(name_or_path)
+    # A swarm loads many copies of a small model: per-load progress bars are noise there.
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model: Any = AutoModelForCausalLM.from_pretrained(source, dtype=dtypes[dtype])
@@ -91,6 +95,9 @@ def load_model(
             f"cache; offline={os.environ.get('HF_HUB_OFFLINE', '0')}): {exc}",
             field="model",
         ) from exc
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -37,7 +37,6 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from sapo_async.errors import ConfigError
-from sapo_async.generation.transformers_backend import TransformersGenerator
 from sapo_async.logs import get_logger
 from sapo_async.models.loading import LoadedModel, cache_root, load_model
 from sapo_async.models.tokenizer import tokenizer_id, train_char_tokenizer
@@ -239,6 +238,10 @@ def evaluate_reward(
     Returns:
         ``(mean reward, fraction of completions containing <answer>)``.
     """
+    # Imported here: the generator imports this package (for tokenizer_id), so a top-level
+    # import would be circular.
+    from sapo_async.generation.transformers_backend import TransformersGenerator  # noqa: PLC0415
+
     gen = TransformersGenerator(model, tokenizer, model_id="tiny")
     results = gen.generate_sync(
         [format_prompt(it, prompt_style) for it in items],
@@ -307,15 +310,21 @@ def build_tiny_model(spec: TinyModelSpec, out_dir: Path) -> WarmStartReport:
     tokenizer = train_char_tokenizer(texts)
     model = _make_model(spec, tokenizer)
     evals = source.eval_items(spec.warm.eval_questions)
-    eval_kw = {
-        "samples": spec.warm.eval_samples,
-        "max_new_tokens": spec.max_new_tokens,
-        "seed": spec.seed,
-        "prompt_style": spec.prompt_style,
-    }
-    before, _ = evaluate_reward(model, tokenizer, evals, **eval_kw)  # type: ignore[arg-type]
+
+    def measure() -> tuple[float, float]:
+        return evaluate_reward(
+            model,
+            tokenizer,
+            evals,
+            samples=spec.warm.eval_samples,
+            max_new_tokens=spec.max_new_tokens,
+            seed=spec.seed,
+            prompt_style=spec.prompt_style,
+        )
+
+    before, _ = measure()
     _warm_start(model, tokenizer, source, spec)
-    after, tag_rate = evaluate_reward(model, tokenizer, evals, **eval_kw)  # type: ignore[arg-type]
+    after, tag_rate = measure()
     report = WarmStartReport(
         reward_before=before,
         reward_after=after,

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from sapo_async.checkpoint import load_checkpoint
 from sapo_async.cli.main import build_app
 from sapo_async.errors import CheckpointError, RejectedInput
+from sapo_async.generation import Generator
 from sapo_async.generation.fake import FakeGenerator
 from sapo_async.generation.transformers_backend import TransformersGenerator
 from sapo_async.grpo import ScoredCompletion, ScoredGroup, Trainer, TrainerConfig
@@ -310,3 +311,46 @@ def test_cli_train_writes_a_jsonl_line_per_round_and_a_checkpoint(
         lines[0]
     )
     assert (tmp_path / "ck" / "LATEST").read_text() == "round-00000003"
+
+
+def test_trainer_truncates_long_external_completions_to_the_cap(tiny_lm: Any) -> None:
+    trainer = Trainer(tiny_lm.model, tiny_lm.tokenizer, TrainerConfig(max_completion_tokens=5))
+    long_text = " <answer>" + "1" * 40 + "</answer>"
+    group = ScoredGroup(
+        prompt="3 + 4 =",
+        completions=(
+            ScoredCompletion(text=long_text, reward=1.0),
+            ScoredCompletion(text=" 7", reward=0.0),
+        ),
+        producer="0xpeer",
+    )
+    m = trainer.step([group])
+    assert m.retokenised == 2
+    assert m.tokens == 5 + 3  # the long one capped at 5; " 7" is space, 7 and EOS
+
+
+def test_a_peers_token_ids_are_never_trained_on_only_its_texts_tokenisation(tiny_lm: Any) -> None:
+    tok = tiny_lm.tokenizer
+    tid = tokenizer_id(tok)
+    eos = tok.eos_token_id
+    honest = [*tok(" <answer>7</answer>", add_special_tokens=False)["input_ids"], eos]
+    poisoned = list(tok(" <answer>7</answer> 1 1 1 1", add_special_tokens=False)["input_ids"])
+    comps = (
+        ScoredCompletion(" <answer>7</answer>", 1.0, "stop", tuple(honest), (-0.1,) * len(honest)),
+        ScoredCompletion(" <answer>7</answer>", 1.0, "stop", tuple(poisoned), (-0.1,) * 13),
+        ScoredCompletion(" 7", 0.0, "stop", None, None),
+    )
+    group = ScoredGroup(prompt="3 + 4 =", completions=comps, tokenizer_id=tid, producer="0xpeer")
+    trainer = Trainer(tiny_lm.model, tok, TrainerConfig(tis_cap=2.0))
+    metrics = trainer.step([group])
+    # the honest ids equal the text's tokenisation (kept with log-probs); the poisoned ids
+    # and the text-only completion are re-tokenised from their texts
+    assert metrics.retokenised == 2
+    assert metrics.tokens == 2 * len(honest) + 3
+
+
+def test_both_generators_satisfy_the_generation_port(tiny_lm: Any) -> None:
+    real = TransformersGenerator(tiny_lm.model, tiny_lm.tokenizer, model_id="t")
+    assert isinstance(real, Generator)
+    assert isinstance(FakeGenerator(lambda p, i, s: ""), Generator)
+    assert real.tokenizer_id == tokenizer_id(tiny_lm.tokenizer)
