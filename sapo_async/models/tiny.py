@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging as hf_logging
 
 from sapo_async.errors import ConfigError
 from sapo_async.logs import get_logger
@@ -334,8 +335,14 @@ def build_tiny_model(spec: TinyModelSpec, out_dir: Path) -> WarmStartReport:
         params=sum(p.numel() for p in model.parameters()),
     )
     out_dir.mkdir(parents=True)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        model.save_pretrained(out_dir)
+        tokenizer.save_pretrained(out_dir)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
     manifest = {
         "spec": asdict(spec),
         "key": spec.key(),
