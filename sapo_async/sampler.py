@@ -16,9 +16,10 @@ round), so no single peer can dominate a node's batch (a defence against the
 
 Local groups: the first I of the node's own B groups, in the order generated (questions are
 drawn at random, so this is a uniform choice, and with common random numbers the same
-questions in every I/J configuration). Local groups are not filtered: a zero-advantage
-group contributes no policy gradient anyway, and filtering them would change the 8/0
-baseline.
+questions in every I/J configuration). The sampler does not filter them by reward, so a node
+never picks its own informative groups over its uninformative ones; the trainer then drops
+all-equal-reward groups of either origin before the step (they carry no policy gradient;
+``TrainerConfig.drop_uninformative``), the same way in every configuration.
 
 Fallback when fewer than J informative external groups are available: train on what
 there is (J shrinks); the batch is never padded with extra local groups, so a node alone in

@@ -241,7 +241,7 @@ def evaluate_reward(
     """
     # Imported here: the generator imports this package (for tokenizer_id), so a top-level
     # import would be circular.
-    from sapo_async.generation.transformers_backend import TransformersGenerator  # noqa: PLC0415
+    from sapo_async.generation.transformers_backend import TransformersGenerator
 
     gen = TransformersGenerator(model, tokenizer, model_id="tiny")
     results = gen.generate_sync(
