@@ -211,6 +211,8 @@ class Node:
             of its own (``build_learner(overlap=True)`` copies the model; vLLM has its own):
             the next round is sampled one policy version behind, and the generator is
             synced once both halves are done.
+        sleep_mode: put the generation engine to sleep around each training step (vLLM:
+            KV cache released, weights offloaded) and wake it with the new weights, probed.
     """
 
     def __init__(
@@ -236,6 +238,7 @@ class Node:
         checkpoint_every: int = 10,
         drain_timeout_s: float = ACTOR_DRAIN_TIMEOUT_S,
         overlap: bool = False,
+        sleep_mode: bool = False,
     ) -> None:
         if checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
@@ -263,6 +266,13 @@ class Node:
         self.checkpoint_every = checkpoint_every
         self.drain_timeout_s = drain_timeout_s
         self.overlap = overlap
+        self.sleep_mode = sleep_mode
+        if sleep_mode and overlap:
+            raise ValueError(
+                "sleep_mode and overlap exclude each other (the engine sleeps while training)"
+            )
+        if sleep_mode and not hasattr(learner.generator, "wake_up"):
+            raise ValueError("sleep_mode needs a generator that can sleep (the vLLM backend)")
         self._next: SharedRound | None = None
         self._generator_version = learner.policy_version
         self._saved_round = learner.round
@@ -631,8 +641,19 @@ class Node:
             self.collector.take(c.buffered.rollout_hash for c in chosen)
         t1 = time.perf_counter()
         batch = [*local, *(c.scored for c in chosen)]
+        sleeper = self.learner.generator if self.sleep_mode else None
+        if sleeper is not None:
+            # Release the engine's KV cache (and at level 2 its weights) for the step.
+            await sleeper.sleep()  # type: ignore[attr-defined]
         step = await self._run_sync(self.learner.train, batch)
-        if sync:
+        if sleeper is not None:
+            # wake_up loads the new weights and runs the log-prob probe after waking.
+            await sleeper.wake_up(  # type: ignore[attr-defined]
+                self.learner.model.named_parameters(),
+                policy_version=self.learner.policy_version,
+            )
+            self._generator_version = self.learner.policy_version
+        elif sync:
             await self._sync_generator()
         t2 = time.perf_counter()
         used: Counter[str] = Counter(c.producer for c in chosen)

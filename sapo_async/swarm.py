@@ -292,6 +292,7 @@ class Swarm:
         gpu_memory_utilization: float = 0.3,
         prompt_style: Literal["auto", "compact", "instruct"] = "auto",
         overlap: bool = False,
+        sleep_mode: bool = False,
         limiter: anyio.CapacityLimiter | None = None,
         journal_path: Path | None = None,
         extra_check: Any = None,
@@ -337,6 +338,7 @@ class Swarm:
             gpu_memory_utilization: the vLLM engine's share of GPU memory.
             prompt_style: how questions are shown to the model (see :func:`build_learner`).
             overlap: generate round r+1 while round r trains (see :class:`~sapo_async.node.Node`).
+            sleep_mode: put the vLLM engine to sleep (level 1) around each training step.
             limiter: worker-thread limiter shared by the nodes of a process.
             journal_path: the ledger journal's SQLite file.
             extra_check: a receiver-side check added to the collector's.
@@ -404,6 +406,7 @@ class Swarm:
                     model=str(kw["model"]),
                     gpu_memory_utilization=kw["gpu_memory_utilization"],
                     seed=kw["seed"],
+                    sleep_level=1 if kw["sleep_mode"] else 0,
                 ),
                 trainer_model=learner.model,
             )
@@ -492,6 +495,7 @@ class Swarm:
                 checkpoint_every=kw["checkpoint_every"],
                 drain_timeout_s=kw["drain_timeout_s"],
                 overlap=kw["overlap"],
+                sleep_mode=kw["sleep_mode"],
             )
             # The node's cleanup stack unwinds last-in first-out: journal, ledger, transport,
             # then the embedded server.

@@ -87,6 +87,7 @@ def join_kwargs(cfg: NodeConfig, account: LocalAccount, choice: HardwareChoice) 
         "checkpoint_every": cfg.node.checkpoint_every,
         "drain_timeout_s": cfg.node.drain_timeout_s,
         "overlap": t.overlap_generation,
+        "sleep_mode": cfg.model.sleep_mode and choice.backend == "vllm",
     }
 
 
