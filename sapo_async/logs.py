@@ -18,6 +18,17 @@ __all__ = ["configure_logging", "get_logger"]
 _configured = False
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at the time of writing, not at configuration
+    (a stream captured at configure time, e.g. by a test runner, may be closed later)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(*, level: str = "INFO", json: bool | None = None) -> None:
     """Configure structlog and the stdlib root logger once per process.
 
@@ -48,7 +59,7 @@ def configure_logging(*, level: str = "INFO", json: bool | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),
         cache_logger_on_first_use=False,
     )
     logging.basicConfig(level=numeric, stream=sys.stderr, format="%(name)s %(message)s")
