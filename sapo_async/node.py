@@ -26,7 +26,7 @@ trains, from the weights before round r's step (one policy version behind; the g
 that version and their behaviour log-probs). It needs a generator with weights of its own,
 synced after both halves finish. Off by default: the default transformers generator samples
 from the trainer's own module (no copy, no sync, no staleness), and in a local swarm the
-cores are already busy with other nodes. Measured in docs/swarm.md. If the node leaves
+cores are already busy with other nodes (its speed-up is not measured yet). If the node leaves
 between the halves, the pre-generated round was shared but is never trained on nor
 committed.
 
