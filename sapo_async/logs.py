@@ -59,7 +59,7 @@ def configure_logging(*, level: str = "INFO", json: bool | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     logging.basicConfig(level=numeric, stream=sys.stderr, format="%(name)s %(message)s")

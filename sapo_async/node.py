@@ -278,6 +278,7 @@ class Node:
         self._saved_round = learner.round
         self._stopping = False
         self._loop_done = anyio.Event()
+        self._loop_scope = anyio.CancelScope()
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
         self._reports: deque[RoundReport] = deque(maxlen=10_000)
@@ -375,8 +376,7 @@ class Node:
                 await self._loop_done.wait()
             if scope.cancelled_caught:
                 self._log.warning("round_abandoned", round=self.learner.round)
-            if self._tg is not None:
-                self._tg.cancel_scope.cancel()
+            self._loop_scope.cancel()
             try:
                 await self.save_checkpoint()
             except SapoError as exc:
@@ -429,8 +429,9 @@ class Node:
         """Cancel the round in progress now (after a drain deadline passed)."""
         self._stopping = True
         self._running.set()
-        if self._tg is not None:
-            self._tg.cancel_scope.cancel()
+        # Only the loop's own scope: the node's task group was entered in the caller's
+        # task, so cancelling it would cancel the caller too.
+        self._loop_scope.cancel()
 
     async def wait_stopped(self) -> None:
         """Wait until the round loop has ended."""
@@ -484,6 +485,10 @@ class Node:
     # --- the round ---------------------------------------------------------------------
 
     async def _loop(self) -> None:
+        with self._loop_scope:
+            await self._loop_body()
+
+    async def _loop_body(self) -> None:
         try:
             while not self.stopping and (
                 self.max_rounds is None or self._rounds_done < self.max_rounds

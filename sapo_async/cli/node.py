@@ -165,9 +165,10 @@ async def _stop_on_signal(running: Node, scope: Any) -> None:
                 err=True,
             )
             running.request_stop()
-            with anyio.move_on_after(running.drain_timeout_s):
+            with anyio.move_on_after(running.drain_timeout_s) as deadline:
                 await running.wait_stopped()
-            running.abandon_round()
+            if deadline.cancelled_caught:
+                running.abandon_round()
             return
 
 
