@@ -10,6 +10,8 @@ records its commitments on the embedded EVM ledger.
 from __future__ import annotations
 
 import sys
+from contextlib import AsyncExitStack
+from typing import Any
 
 import anyio
 
@@ -18,37 +20,20 @@ from sapo_async import Swarm
 
 async def main(rounds: int = 3) -> dict[str, dict[str, object]]:
     limiter = anyio.CapacityLimiter(2)  # two worker threads for three nodes on two cores
+    common: dict[str, Any] = {
+        "swarm": "example",
+        "local": 2,
+        "external": 2,
+        "questions": 4,
+        "rounds": rounds,
+    }
     summary: dict[str, dict[str, object]] = {}
-    async with (
-        Swarm.join(
-            swarm="example",
-            name="ada",
-            local=2,
-            external=2,
-            questions=4,
-            rounds=rounds,
-            limiter=limiter,
-        ) as ada,
-        Swarm.join(
-            swarm="example",
-            name="bob",
-            local=2,
-            external=2,
-            questions=4,
-            rounds=rounds,
-            limiter=limiter,
-        ) as bob,
-        Swarm.join(
-            swarm="example",
-            name="cyd",
-            local=2,
-            external=2,
-            questions=4,
-            rounds=rounds,
-            limiter=limiter,
-        ) as cyd,
-    ):
-        for node in (ada, bob, cyd):
+    async with AsyncExitStack() as stack:
+        nodes = [
+            await stack.enter_async_context(Swarm.join(name=name, limiter=limiter, **common))
+            for name in ("ada", "bob", "cyd")
+        ]
+        for node in nodes:
             async for report in node.rounds():
                 print(
                     f"{report.name} round {report.round}: reward {report.reward_mean:.3f}, "
