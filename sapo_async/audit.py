@@ -67,8 +67,15 @@ class NodeAudit:
     usage_by_producer: dict[str, int] = field(default_factory=dict)
 
 
-async def audit_node(ledger: Ledger, node: str) -> NodeAudit:
+async def audit_node(ledger: Ledger, node: str, *, breakdown: bool = True) -> NodeAudit:
     """Read ``node``'s totals and usage credit from the chain.
+
+    Args:
+        ledger: the swarm's ledger.
+        node: the node's address.
+        breakdown: also read the per-consumer and per-producer usage from the
+            ``UsageCredited`` events (an event scan from the deployment block; the totals
+            come from view calls and are always read).
 
     Raises:
         RejectedInput: ``node`` is not an address.
@@ -77,11 +84,12 @@ async def audit_node(ledger: Ledger, node: str) -> NodeAudit:
     address = checksum(node)
     stats = await ledger.node_stats(address)
     credit: Counter[str] = Counter()
-    for u in await ledger.usage_credits(producer=address):
-        credit[u.consumer] += u.count
     usage: Counter[str] = Counter()
-    for u in await ledger.usage_credits(consumer=address):
-        usage[u.producer] += u.count
+    if breakdown:
+        for u in await ledger.usage_credits(producer=address):
+            credit[u.consumer] += u.count
+        for u in await ledger.usage_credits(consumer=address):
+            usage[u.producer] += u.count
     return NodeAudit(
         node=address,
         registered=stats.registered,
@@ -98,9 +106,11 @@ async def audit_node(ledger: Ledger, node: str) -> NodeAudit:
     )
 
 
-async def audit_swarm(ledger: Ledger) -> list[NodeAudit]:
-    """Audit every registered node, in registration order."""
-    return [await audit_node(ledger, node) for node in await ledger.nodes()]
+async def audit_swarm(ledger: Ledger, *, breakdown: bool = True) -> list[NodeAudit]:
+    """Audit every registered node, in registration order (``breakdown`` as in
+    :func:`audit_node`; the in-process EVM scans events slowly, so the local swarm's
+    closing table reads the totals only)."""
+    return [await audit_node(ledger, node, breakdown=breakdown) for node in await ledger.nodes()]
 
 
 def expected_participation(commitments: Iterable[RoundCommitment]) -> dict[str, Participation]:

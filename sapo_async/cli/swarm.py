@@ -159,7 +159,7 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
             if handle is not None:
                 from sapo_async.audit import audit_swarm, swarm_table
 
-                console.print(swarm_table(await audit_swarm(handle.ledger)))
+                console.print(swarm_table(await audit_swarm(handle.ledger, breakdown=False)))
     finally:
         for n in reversed(nodes):
             await n.leave()

@@ -7,6 +7,7 @@ from collections import Counter
 import anyio
 import pytest
 
+from sapo_async.audit import audit_node
 from sapo_async.node import Node
 from sapo_async.swarm import Swarm, embedded_ledger
 
@@ -92,6 +93,11 @@ async def test_three_nodes_share_train_on_each_other_and_survive_a_pause_and_a_k
             assert stats.rounds_committed == len(n.reports)
             assert stats.rollouts_committed == sum(r.groups_shared for r in n.reports)
             assert stats.external_used == sum(r.external_total for r in n.reports)
+            # The totals-only audit (what `sapo-async swarm` prints) reads the same numbers.
+            quick = await audit_node(handle.ledger, n.address, breakdown=False)
+            assert quick.participation.rounds_committed == stats.rounds_committed
+            assert quick.participation.external_used == stats.external_used
+            assert quick.usage_by_producer == {}
             # Usage credit on chain matches, producer by producer, what n reported using.
             for producer, used in producers_used(n).items():
                 credits = await handle.ledger.usage_credits(producer=producer, consumer=n.address)
