@@ -188,16 +188,20 @@ async def verify_rollout(
     return results
 
 
+_CAPTION = (
+    "rounds: commitments; last: last round; shared: rollouts committed; "
+    "used: external rollouts trained on; credit: own rollouts others trained on"
+)
+
+
 def swarm_table(audits: Sequence[NodeAudit], *, title: str = "swarm ledger audit") -> Table:
     """A rich table: one row per node with its committed and used/credited counts."""
-    table = Table(title=title)
+    table = Table(title=title, caption=_CAPTION)
     table.add_column("node", no_wrap=True, min_width=42)  # an address must stay copyable
-    table.add_column("metadata")
-    table.add_column("rounds", justify="right")
-    table.add_column("last round", justify="right")
-    table.add_column("rollouts committed", justify="right")
-    table.add_column("external used", justify="right")
-    table.add_column("credit received", justify="right")
+    table.add_column("metadata", max_width=14, overflow="ellipsis", no_wrap=True)
+    # Short headers and no wrapping keep the numbers whole in an 80-column terminal.
+    for header in ("rounds", "last", "shared", "used", "credit"):
+        table.add_column(header, justify="right", no_wrap=True)
     for a in audits:
         p = a.participation
         table.add_row(

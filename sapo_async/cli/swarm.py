@@ -77,7 +77,10 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
     from sapo_async.swarm import Swarm, embedded_ledger
 
     torch.set_num_threads(1)
-    console = Console(stderr=True)
+    import sys
+
+    # Off a terminal rich assumes 80 columns, too narrow for full addresses in the audit.
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
     log_dir: Path = opts["log_dir"]
     limiter = anyio.CapacityLimiter(opts["threads"])
     t0 = time.perf_counter()
