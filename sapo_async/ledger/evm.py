@@ -166,6 +166,12 @@ def decode_revert(data: bytes) -> tuple[str, str]:
     return name, f"{name}({shown})"
 
 
+def _bytes_literal_start(text: str) -> int | None:
+    """Where a Python bytes literal (``b'...'`` or ``b"..."``) starts in ``text``."""
+    starts = [i for i in (text.find("b'"), text.find('b"')) if i >= 0]
+    return min(starts) if starts else None
+
+
 def _revert_data(exc: BaseException) -> bytes | None:
     data = getattr(exc, "data", None)
     if isinstance(data, str) and data.startswith("0x"):
@@ -175,10 +181,12 @@ def _revert_data(exc: BaseException) -> bytes | None:
     for arg in exc.args:
         if isinstance(arg, bytes):
             return arg
-        if isinstance(arg, str) and "b'" in arg:
-            # eth-tester: "execution reverted: b'\x06\x83...'"
+        literal = _bytes_literal_start(arg) if isinstance(arg, str) else None
+        if literal is not None:
+            # eth-tester: "execution reverted: b'\x06\x83...'" (or b"..." when the bytes
+            # contain a single quote, which depends on the values in the error)
             try:
-                value = ast.literal_eval(arg[arg.index("b'") :])
+                value = ast.literal_eval(arg[literal:])
             except (ValueError, SyntaxError):
                 continue
             if isinstance(value, bytes):

@@ -41,3 +41,13 @@ def test_swarm_table_has_one_row_per_node():
     table = swarm_table(audits)
     assert table.row_count == 2
     assert [c.header for c in table.columns][:3] == ["node", "metadata", "rounds"]
+
+
+def test_revert_data_is_read_whichever_quote_python_used_for_the_bytes():
+    from sapo_async.ledger.evm import _revert_data
+
+    # eth-tester puts repr(bytes) in the message; bytes holding a single quote are shown
+    # with double quotes, which depends on the addresses and numbers in the error.
+    for data in (b"\x06\x83ab", b";\x16L'\x00\x05"):
+        assert _revert_data(Exception(f"execution reverted: {data!r}")) == data
+    assert _revert_data(Exception("execution reverted")) is None
