@@ -208,8 +208,26 @@ def port_open(host: str, port: int) -> bool:
         return False
 
 
+class _ChildHandle:
+    """Shared by the handles of child servers: ``stop()`` and use as a context manager."""
+
+    process: ServerProcess
+
+    def stop(self) -> None:
+        """Stop the child; idempotent."""
+        self.process.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
 @dataclass
-class NatsServer:
+class NatsServer(_ChildHandle):
     """A running nats-server child.
 
     Attributes:
@@ -227,18 +245,6 @@ class NatsServer:
     def url(self) -> str:
         """Client URL, ``nats://host:port``."""
         return f"nats://{self.host}:{self.port}"
-
-    def stop(self) -> None:
-        """Stop the server; idempotent."""
-        self.process.stop()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 def start_nats_server(
@@ -305,7 +311,7 @@ def _rpc(url: str, method: str, params: list[Any] | None = None, timeout: float 
 
 
 @dataclass
-class Anvil:
+class Anvil(_ChildHandle):
     """A running anvil child (a local EVM chain with funded development accounts).
 
     Attributes:
@@ -327,18 +333,6 @@ class Anvil:
     def set_balance(self, address: str, wei: int) -> None:
         """Give ``address`` a balance (anvil's ``anvil_setBalance``), e.g. gas for a node."""
         _rpc(self.url, "anvil_setBalance", [address, hex(wei)])
-
-    def stop(self) -> None:
-        """Stop anvil; idempotent."""
-        self.process.stop()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 def start_anvil(
