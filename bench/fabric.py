@@ -33,11 +33,11 @@ from sapo_async.logs import configure_logging
 
 configure_logging(level="WARNING")
 
-from sapo_async.collector import Collector
-from sapo_async.publisher import Publisher
-from sapo_async.transport.base import StartAt
-from sapo_async.transport.embedded import EmbeddedNats, NatsOptions, connect_nats
-from sapo_async.transport.jetstream import JetStreamTransport, StreamSettings
+from sapo_async.fabric.collector import Collector
+from sapo_async.fabric.publisher import Publisher
+from sapo_async.fabric.transport.base import StartAt
+from sapo_async.fabric.transport.embedded import EmbeddedNats, NatsOptions, connect_nats
+from sapo_async.fabric.transport.jetstream import JetStreamTransport, StreamSettings
 from sapo_async.wire import signing
 from sapo_async.wire.rollout import (
     SCHEMA_VERSION,

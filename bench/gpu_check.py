@@ -351,7 +351,7 @@ def run_vllm_phase(
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
     from sapo_async.errors import WeightSyncError
-    from sapo_async.generation.vllm_backend import VllmGenerator, VllmSettings
+    from sapo_async.policy.generation.vllm_backend import VllmGenerator, VllmSettings
     from sapo_async.wire import SamplingParams
 
     settings = VllmSettings(

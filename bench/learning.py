@@ -46,10 +46,10 @@ configure_logging(level="WARNING")
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from sapo_async.generation.sampling import sample_batch
-from sapo_async.grpo import TrainerConfig
-from sapo_async.models import load_tiny_model, read_report, tiny_model_dir, tiny_spec
-from sapo_async.round import LocalTrainerNode, NodeConfig, run_rounds
+from sapo_async.node.learner import LocalTrainerNode, NodeConfig, run_rounds
+from sapo_async.policy.generation.sampling import sample_batch
+from sapo_async.policy.grpo import TrainerConfig
+from sapo_async.policy.models import load_tiny_model, read_report, tiny_model_dir, tiny_spec
 from sapo_async.tasks import TaskSource, preset
 from sapo_async.wire import SamplingParams
 

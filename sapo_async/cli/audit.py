@@ -1,6 +1,6 @@
 """``sapo-async audit``, ``verify`` and ``deploy``: the ledger from the command line.
 
-Owns argument parsing and printing only; the work is in :mod:`sapo_async.audit` and
+Owns argument parsing and printing only; the work is in :mod:`sapo_async.ledger.audit` and
 :mod:`sapo_async.ledger`. The chain is reached by JSON-RPC (``--rpc`` / ``SAPO_LEDGER_RPC``)
 and the ledger by address (``--ledger`` / ``SAPO_LEDGER_ADDRESS``). The embedded chain
 lives inside its process, so a local swarm prints its own audit table (same code) instead.
@@ -60,8 +60,8 @@ def audit(
     from rich.console import Console
     from rich.table import Table
 
-    from sapo_async.audit import NodeAudit, audit_node, audit_swarm, swarm_table
     from sapo_async.errors import SapoError
+    from sapo_async.ledger.audit import NodeAudit, audit_node, audit_swarm, swarm_table
 
     if (node is None) == (not swarm):
         raise _fail("give a NODE address or --swarm (not both)")
@@ -124,9 +124,9 @@ def verify(
     """Find the commitment(s) naming ROLLOUT_HASH and check the inclusion proof on chain."""
     import anyio
 
-    from sapo_async.audit import verify_rollout
     from sapo_async.errors import SapoError
-    from sapo_async.journal import DEFAULT_JOURNAL_PATH, Journal
+    from sapo_async.ledger.audit import verify_rollout
+    from sapo_async.ledger.journal import DEFAULT_JOURNAL_PATH, Journal
 
     text = rollout_hash.removeprefix("0x")
     try:

@@ -1,6 +1,6 @@
 """``sapo-async hardware``: print the generation backend, device and model this machine gets.
 
-The same decision ``just node`` makes at start-up (:func:`sapo_async.hardware.select_backend`),
+The same decision ``just node`` makes at start-up (:func:`sapo_async.ops.hardware.select_backend`),
 shown on its own so a volunteer can check a machine before joining a swarm.
 """
 
@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show which generation backend, device and model this machine would use, and why."""
         from sapo_async.errors import ConfigError
-        from sapo_async.hardware import select_backend
+        from sapo_async.ops.hardware import select_backend
 
         try:
             choice = select_backend(backend, model=model, device=device)

@@ -1,6 +1,6 @@
 """``sapo-async node``: a volunteer node from a TOML config (what ``just node`` runs).
 
-Owns turning a :class:`~sapo_async.config.NodeConfig` into a running node and keeping it
+Owns turning a :class:`~sapo_async.ops.config.NodeConfig` into a running node and keeping it
 alive in the real world: identity from the keystore, hardware choice, resume from the last
 checkpoint, a live status and metrics, and a drain on SIGINT or SIGTERM (finish the round
 in progress or abandon it after ``node.drain_timeout_s``, checkpoint, flush the journal).
@@ -20,18 +20,18 @@ import typer
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from eth_account.signers.local import LocalAccount
 
-    from sapo_async.config import NodeConfig
-    from sapo_async.hardware import HardwareChoice
-    from sapo_async.node import Node, RoundReport
+    from sapo_async.node.loop import Node, RoundReport
+    from sapo_async.ops.config import NodeConfig
+    from sapo_async.ops.hardware import HardwareChoice
 
 __all__ = ["join_kwargs", "register", "report_dict"]
 
 
 def join_kwargs(cfg: NodeConfig, account: LocalAccount, choice: HardwareChoice) -> dict[str, Any]:
-    """The :meth:`~sapo_async.swarm.Swarm.join` arguments a config asks for."""
-    from sapo_async.grpo.trainer import TrainerConfig
+    """The :meth:`~sapo_async.node.swarm.Swarm.join` arguments a config asks for."""
+    from sapo_async.fabric.transport.embedded import NatsOptions
+    from sapo_async.policy.grpo.trainer import TrainerConfig
     from sapo_async.tasks.spec import FamilySpec
-    from sapo_async.transport.embedded import NatsOptions
 
     t = cfg.training
     n = cfg.nats
@@ -92,7 +92,7 @@ def join_kwargs(cfg: NodeConfig, account: LocalAccount, choice: HardwareChoice) 
 
 
 def report_dict(report: RoundReport) -> dict[str, Any]:
-    """The status/metrics view of a node's round report (:mod:`sapo_async.report`)."""
+    """The status/metrics view of a node's round report (:mod:`sapo_async.node.report`)."""
     return {
         "round": report.round,
         "policy_version": report.policy_version,
@@ -115,10 +115,10 @@ def node(
     """Join a swarm (or run alone on embedded defaults) and train until stopped."""
     import anyio
 
-    from sapo_async.config import load_config
-    from sapo_async.hardware import select_backend
-    from sapo_async.identity import load_or_create_identity
     from sapo_async.logs import configure_logging
+    from sapo_async.ops.config import load_config
+    from sapo_async.ops.hardware import select_backend
+    from sapo_async.ops.identity import load_or_create_identity
 
     cfg = load_config(config if config.is_file() else None)
     configure_logging(level=cfg.metrics.log_level, json=cfg.metrics.log_json)
@@ -141,8 +141,8 @@ def node(
 async def _run(cfg: NodeConfig, account: LocalAccount, choice: HardwareChoice) -> None:
     import anyio
 
-    from sapo_async.reporting import RoundReporter
-    from sapo_async.swarm import Swarm
+    from sapo_async.node.swarm import Swarm
+    from sapo_async.ops.reporting import RoundReporter
 
     kwargs = join_kwargs(cfg, account, choice)
     async with Swarm.join(**kwargs) as running:

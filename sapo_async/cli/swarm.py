@@ -2,7 +2,7 @@
 ``sapo-async experiment paper-table``.
 
 Owns argument parsing, the live display and the logs; the work is in
-:mod:`sapo_async.swarm`, :mod:`sapo_async.node` and :mod:`sapo_async.experiment`.
+:mod:`sapo_async.node.swarm`, :mod:`sapo_async.node.loop` and :mod:`sapo_async.experiment`.
 """
 
 # PLC0415: lazy imports keep `--help` fast; B008/PLR0917: typer's declarative options.
@@ -73,8 +73,8 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
     from rich.live import Live
     from rich.table import Table
 
-    from sapo_async.node import Node, RoundReport
-    from sapo_async.swarm import Swarm, embedded_ledger
+    from sapo_async.node.loop import Node, RoundReport
+    from sapo_async.node.swarm import Swarm, embedded_ledger
 
     torch.set_num_threads(1)
     import sys
@@ -160,7 +160,7 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
                     await n.recorder.wait_idle(60)
             handle = embedded_ledger(opts["name"])
             if handle is not None:
-                from sapo_async.audit import audit_swarm, swarm_table
+                from sapo_async.ledger.audit import audit_swarm, swarm_table
 
                 console.print(swarm_table(await audit_swarm(handle.ledger, breakdown=False)))
     finally:

@@ -1,7 +1,8 @@
 """``sapo-async train`` (one node alone, J = 0) and ``sapo-async warmstart``.
 
 Owns only argument parsing, progress display and the JSONL log; the work is in
-:mod:`sapo_async.round`, :mod:`sapo_async.models` and :mod:`sapo_async.checkpoint`.
+:mod:`sapo_async.node.learner`, :mod:`sapo_async.policy.models` and
+:mod:`sapo_async.node.checkpoint`.
 Heavy imports happen inside the commands so ``--help`` stays fast.
 """
 
@@ -40,7 +41,7 @@ def warmstart(
 ) -> None:
     """Build (or find cached) the tiny model(s) and print their warm-start rewards."""
     _setup(threads, log_level)
-    from sapo_async.models import REGIMES, ensure_tiny_model, read_report, tiny_spec
+    from sapo_async.policy.models import REGIMES, ensure_tiny_model, read_report, tiny_spec
 
     names = sorted(REGIMES) if regime == "all" else [regime]
     for name in names:
@@ -87,9 +88,9 @@ def train(
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from sapo_async.errors import ConfigError
-    from sapo_async.grpo import TrainerConfig
-    from sapo_async.models import load_model, load_tiny_model, tiny_spec
-    from sapo_async.round import LocalTrainerNode, NodeConfig, RoundMetrics, run_rounds
+    from sapo_async.node.learner import LocalTrainerNode, NodeConfig, RoundMetrics, run_rounds
+    from sapo_async.policy.grpo import TrainerConfig
+    from sapo_async.policy.models import load_model, load_tiny_model, tiny_spec
     from sapo_async.tasks import TaskSource, preset
     from sapo_async.wire import SamplingParams
 

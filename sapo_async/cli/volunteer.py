@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from sapo_async.config import NodeConfig
+    from sapo_async.ops.config import NodeConfig
 
 __all__ = ["register"]
 
@@ -24,7 +24,7 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented example node.toml listing every setting and its default."""
-    from sapo_async.config import render_example
+    from sapo_async.ops.config import render_example
 
     if path.exists() and not force:
         typer.echo(f"{path} already exists; pass --force to overwrite it.", err=True)
@@ -35,7 +35,7 @@ def init(
 
 
 def _load(config: Path | None) -> NodeConfig:
-    from sapo_async.config import load_config
+    from sapo_async.ops.config import load_config
 
     if config is None and Path("node.toml").exists():
         config = Path("node.toml")
@@ -54,8 +54,8 @@ def doctor(
     """Check NATS, JetStream, the chain and contract, GPU, disk and model; explain problems."""
     import anyio
 
-    from sapo_async.doctor import format_checks, run_doctor
     from sapo_async.errors import SapoError
+    from sapo_async.ops.doctor import format_checks, run_doctor
 
     try:
         cfg = _load(config)
@@ -76,7 +76,7 @@ def identity(
 ) -> None:
     """Create the node's encrypted keystore if needed, and print its address."""
     from sapo_async.errors import SapoError
-    from sapo_async.identity import load_or_create_identity
+    from sapo_async.ops.identity import load_or_create_identity
 
     try:
         cfg = _load(config)
@@ -99,8 +99,8 @@ def devnet(
     ] = None,
 ) -> None:
     """Run NATS (JetStream) and anvil locally, deploy the ledger, print node settings."""
-    from sapo_async.devnet import run_devnet
     from sapo_async.errors import SapoError
+    from sapo_async.ops.devnet import run_devnet
 
     try:
         run_devnet(

@@ -6,7 +6,7 @@ the same sampling seeds (keyed by seed, node and round), so configurations diffe
 through what the nodes train on.
 
 Harness, not product: to make configurations comparable, the experiment runs the product's
-:class:`~sapo_async.node.Node` objects (the same generate, sign, publish, verify, re-derive,
+:class:`~sapo_async.node.loop.Node` objects (the same generate, sign, publish, verify, re-derive,
 score, sample and train path) under a lockstep scheduler over the in-memory transport:
 every node shares round r, the scheduler waits until every collector has admitted the
 round's groups, then every node trains. In the product no node waits for another; here the
@@ -127,13 +127,13 @@ def run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -> RunRe
 async def _run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -> RunResult:
     from eth_account import Account
 
-    from sapo_async.collector import Collector
-    from sapo_async.grpo.trainer import TrainerConfig
-    from sapo_async.node import Node
-    from sapo_async.publisher import Publisher
-    from sapo_async.swarm import build_learner
-    from sapo_async.transport.base import StartAt
-    from sapo_async.transport.memory import MemoryBroker
+    from sapo_async.fabric.collector import Collector
+    from sapo_async.fabric.publisher import Publisher
+    from sapo_async.fabric.transport.base import StartAt
+    from sapo_async.fabric.transport.memory import MemoryBroker
+    from sapo_async.node.loop import Node
+    from sapo_async.node.swarm import build_learner
+    from sapo_async.policy.grpo.trainer import TrainerConfig
     from sapo_async.wire import keccak256
 
     t0 = time.perf_counter()
@@ -220,7 +220,7 @@ def run_experiment(
     Returns:
         The summary written to ``<regime>.json``.
     """
-    from sapo_async.models import ensure_tiny_model, tiny_spec
+    from sapo_async.policy.models import ensure_tiny_model, tiny_spec
 
     ensure_tiny_model(tiny_spec(spec.regime))  # build once, before the workers race for it
     jobs = [(spec, i, j, seed) for (i, j) in spec.configs for seed in spec.seeds]

@@ -4,27 +4,60 @@ Pieces: :mod:`.merkle` (pure trees and proofs), :mod:`.types` (RoundCommitment a
 chain reports), :mod:`.base` (the ``Ledger`` protocol), :mod:`.evm` (web3 adapter),
 :mod:`.embedded` (in-process EVM, the default), :mod:`.rpc` (JSON-RPC URL), :mod:`.deploy`,
 :mod:`.signing` (EIP-712), :mod:`.connect` (one-call clients), :mod:`.anvil` (devnet
-runner). The recorder (journal + retries) lives in :mod:`sapo_async.recorder`, the audit in
-:mod:`sapo_async.audit`.
+runner). The recorder (journal + retries) lives in :mod:`sapo_async.ledger.recorder`, the audit in
+:mod:`sapo_async.ledger.audit`.
+
+Names load on first use (:mod:`sapo_async._lazy`), so importing one submodule does
+not import its siblings' dependencies.
 """
 
 from __future__ import annotations
 
-from sapo_async.ledger.base import Ledger
-from sapo_async.ledger.connect import connect_ledger, open_embedded_ledger
-from sapo_async.ledger.deploy import Deployment, deploy_contract, deploy_ledger, fund, swarm_id
-from sapo_async.ledger.embedded import embedded_chain
-from sapo_async.ledger.evm import Chain, EvmLedger
-from sapo_async.ledger.merkle import MerkleTree, merkle_root, verify_proof
-from sapo_async.ledger.rpc import rpc_chain
-from sapo_async.ledger.types import (
-    CommitmentPayload,
-    NodeStats,
-    OnChainCommitment,
-    RoundCommitment,
-    SubmitReceipt,
-    UsageCredit,
-)
+from typing import TYPE_CHECKING
+
+from sapo_async._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from sapo_async.ledger.base import Ledger
+    from sapo_async.ledger.connect import connect_ledger, open_embedded_ledger
+    from sapo_async.ledger.deploy import Deployment, deploy_contract, deploy_ledger, fund, swarm_id
+    from sapo_async.ledger.embedded import embedded_chain
+    from sapo_async.ledger.evm import Chain, EvmLedger
+    from sapo_async.ledger.merkle import MerkleTree, merkle_root, verify_proof
+    from sapo_async.ledger.rpc import rpc_chain
+    from sapo_async.ledger.types import (
+        CommitmentPayload,
+        NodeStats,
+        OnChainCommitment,
+        RoundCommitment,
+        SubmitReceipt,
+        UsageCredit,
+    )
+
+_LAZY = {
+    "Chain": "sapo_async.ledger.evm",
+    "CommitmentPayload": "sapo_async.ledger.types",
+    "Deployment": "sapo_async.ledger.deploy",
+    "EvmLedger": "sapo_async.ledger.evm",
+    "Ledger": "sapo_async.ledger.base",
+    "MerkleTree": "sapo_async.ledger.merkle",
+    "NodeStats": "sapo_async.ledger.types",
+    "OnChainCommitment": "sapo_async.ledger.types",
+    "RoundCommitment": "sapo_async.ledger.types",
+    "SubmitReceipt": "sapo_async.ledger.types",
+    "UsageCredit": "sapo_async.ledger.types",
+    "connect_ledger": "sapo_async.ledger.connect",
+    "deploy_contract": "sapo_async.ledger.deploy",
+    "deploy_ledger": "sapo_async.ledger.deploy",
+    "embedded_chain": "sapo_async.ledger.embedded",
+    "fund": "sapo_async.ledger.deploy",
+    "merkle_root": "sapo_async.ledger.merkle",
+    "open_embedded_ledger": "sapo_async.ledger.connect",
+    "rpc_chain": "sapo_async.ledger.rpc",
+    "swarm_id": "sapo_async.ledger.deploy",
+    "verify_proof": "sapo_async.ledger.merkle",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "Chain",

@@ -13,10 +13,10 @@ import sys
 import anyio
 from eth_account import Account
 
-from sapo_async.journal import Journal
 from sapo_async.ledger import EvmLedger, RoundCommitment, rpc_chain
+from sapo_async.ledger.journal import Journal
+from sapo_async.ledger.recorder import Recorder
 from sapo_async.logs import configure_logging
-from sapo_async.recorder import Recorder
 
 
 async def main(url: str, address: str, journal_path: str, rounds: int) -> None:

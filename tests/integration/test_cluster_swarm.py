@@ -5,8 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from sapo_async.node import Node
-from sapo_async.swarm import Swarm
+from sapo_async.node.loop import Node
+from sapo_async.node.swarm import Swarm
 
 pytestmark = [
     pytest.mark.anyio,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sapo_async.config import load_config
-from sapo_async.devnet import LEDGER_ARTIFACT, free_port, port_open
-from sapo_async.doctor import check_ledger, check_nats
+from sapo_async.ops.config import load_config
+from sapo_async.ops.devnet import LEDGER_ARTIFACT, free_port, port_open
+from sapo_async.ops.doctor import check_ledger, check_nats
 
 pytestmark = [pytest.mark.nats, pytest.mark.anvil, pytest.mark.evm]
 

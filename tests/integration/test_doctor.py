@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sapo_async.cli.main import build_app
-from sapo_async.config import NodeConfig, load_config
-from sapo_async.devnet import (
+from sapo_async.ops.config import NodeConfig, load_config
+from sapo_async.ops.devnet import (
     Anvil,
     NatsServer,
     deploy_artifact,
@@ -17,7 +17,7 @@ from sapo_async.devnet import (
     load_artifact,
     swarm_id,
 )
-from sapo_async.doctor import (
+from sapo_async.ops.doctor import (
     Check,
     check_disk,
     check_ledger,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from sapo_async.collector import Collector
-from sapo_async.publisher import Publisher
-from sapo_async.transport.embedded import EmbeddedNats, NatsOptions, live_embedded_servers
-from sapo_async.transport.jetstream import JetStreamTransport, open_jetstream
+from sapo_async.fabric.collector import Collector
+from sapo_async.fabric.publisher import Publisher
+from sapo_async.fabric.transport.embedded import EmbeddedNats, NatsOptions, live_embedded_servers
+from sapo_async.fabric.transport.jetstream import JetStreamTransport, open_jetstream
 from tests.fixtures.fabric import SWARM, make_account, make_group
 
 pytestmark = [pytest.mark.anyio, pytest.mark.nats]

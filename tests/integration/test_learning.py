@@ -11,15 +11,15 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from sapo_async.checkpoint import load_checkpoint
 from sapo_async.cli.main import build_app
 from sapo_async.errors import CheckpointError, RejectedInput
-from sapo_async.generation import Generator
-from sapo_async.generation.fake import FakeGenerator
-from sapo_async.generation.transformers_backend import TransformersGenerator
-from sapo_async.grpo import ScoredCompletion, ScoredGroup, Trainer, TrainerConfig
-from sapo_async.models import ensure_tiny_model, load_model, read_report, tokenizer_id
-from sapo_async.round import LocalTrainerNode, NodeConfig, run_rounds
+from sapo_async.node.checkpoint import load_checkpoint
+from sapo_async.node.learner import LocalTrainerNode, NodeConfig, run_rounds
+from sapo_async.policy.generation import Generator
+from sapo_async.policy.generation.fake import FakeGenerator
+from sapo_async.policy.generation.transformers_backend import TransformersGenerator
+from sapo_async.policy.grpo import ScoredCompletion, ScoredGroup, Trainer, TrainerConfig
+from sapo_async.policy.models import ensure_tiny_model, load_model, read_report, tokenizer_id
 from sapo_async.tasks import TaskSource, extract_answer, preset
 from sapo_async.wire import SamplingParams, decode_group, encode_group
 

@@ -13,14 +13,7 @@ import pytest
 from eth_account import Account
 from typer.testing import CliRunner
 
-from sapo_async.audit import (
-    audit_swarm,
-    expected_participation,
-    swarm_table,
-    verify_rollout,
-)
 from sapo_async.cli.main import build_app
-from sapo_async.journal import EntryState, Journal
 from sapo_async.ledger import (
     EvmLedger,
     RoundCommitment,
@@ -29,7 +22,14 @@ from sapo_async.ledger import (
     fund,
     rpc_chain,
 )
-from sapo_async.recorder import Recorder
+from sapo_async.ledger.audit import (
+    audit_swarm,
+    expected_participation,
+    swarm_table,
+    verify_rollout,
+)
+from sapo_async.ledger.journal import EntryState, Journal
+from sapo_async.ledger.recorder import Recorder
 from tests.fixtures.ledger import ANVIL_KEY_0, Anvil
 
 pytestmark = [pytest.mark.evm]

@@ -14,7 +14,6 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
 from sapo_async.errors import ActorStopped, LedgerUnavailable, RejectedInput
-from sapo_async.journal import EntryState, Journal
 from sapo_async.ledger import (
     CommitmentPayload,
     EvmLedger,
@@ -26,7 +25,8 @@ from sapo_async.ledger import (
     open_embedded_ledger,
     rpc_chain,
 )
-from sapo_async.recorder import Recorder, RecorderState
+from sapo_async.ledger.journal import EntryState, Journal
+from sapo_async.ledger.recorder import Recorder, RecorderState
 from tests.fixtures.ledger import ANVIL_KEY_0, REPO, Anvil
 
 pytestmark = [pytest.mark.anyio, pytest.mark.evm]

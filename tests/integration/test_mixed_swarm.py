@@ -7,11 +7,11 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from sapo_async.models import LoadedModel, tokenizer_id, train_char_tokenizer
-from sapo_async.swarm import Swarm
+from sapo_async.fabric.transport.memory import MemoryBroker
+from sapo_async.node.swarm import Swarm
+from sapo_async.policy.models import LoadedModel, tokenizer_id, train_char_tokenizer
 from sapo_async.tasks import TaskSource, format_prompt
 from sapo_async.tasks.spec import preset
-from sapo_async.transport.memory import MemoryBroker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from sapo_async.errors import ConfigError, TransportUnavailable
-from sapo_async.publisher import Publisher
-from sapo_async.transport.embedded import (
+from sapo_async.fabric.publisher import Publisher
+from sapo_async.fabric.transport.embedded import (
     EmbeddedNats,
     NatsOptions,
     connect_nats,
     find_nats_server,
     live_embedded_servers,
 )
-from sapo_async.transport.jetstream import JetStreamTransport
+from sapo_async.fabric.transport.jetstream import JetStreamTransport
 from tests.fixtures.fabric import SWARM, child_nats_servers, make_account, make_group
 
 pytestmark = [pytest.mark.anyio, pytest.mark.nats, pytest.mark.usefixtures("no_leaks")]

@@ -18,7 +18,7 @@ from nats.errors import NoRespondersError
 from nats.js import api
 from nats.js.errors import ServiceUnavailableError
 
-from sapo_async.devnet import find_nats_server, free_port, start_nats_server
+from sapo_async.ops.devnet import find_nats_server, free_port, start_nats_server
 from tests.fixtures.volunteer import INFRA, NatsCluster
 
 pytestmark = [pytest.mark.anyio, pytest.mark.nats]

@@ -6,8 +6,8 @@ import anyio
 import pytest
 import torch
 
-from sapo_async.swarm import Swarm
-from sapo_async.transport.memory import MemoryBroker
+from sapo_async.fabric.transport.memory import MemoryBroker
+from sapo_async.node.swarm import Swarm
 from sapo_async.wire.signing import decode_body, decode_signed
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -15,9 +15,9 @@ import pytest
 from eth_account import Account
 from safetensors.torch import load_file
 
-from sapo_async.devnet import ANVIL_DEV_KEY
-from sapo_async.journal import EntryState, Journal
 from sapo_async.ledger import deploy_ledger, fund, rpc_chain
+from sapo_async.ledger.journal import EntryState, Journal
+from sapo_async.ops.devnet import ANVIL_DEV_KEY
 
 pytestmark = [pytest.mark.slow, pytest.mark.anvil, pytest.mark.nats]
 

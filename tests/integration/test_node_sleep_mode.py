@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sapo_async.swarm import Swarm
-from sapo_async.transport.memory import MemoryBroker
+from sapo_async.fabric.transport.memory import MemoryBroker
+from sapo_async.node.swarm import Swarm
 from sapo_async.wire import SamplingParams
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -7,9 +7,9 @@ from collections import Counter
 import anyio
 import pytest
 
-from sapo_async.audit import audit_node
-from sapo_async.node import Node
-from sapo_async.swarm import Swarm, embedded_ledger
+from sapo_async.ledger.audit import audit_node
+from sapo_async.node.loop import Node
+from sapo_async.node.swarm import Swarm, embedded_ledger
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.nats, pytest.mark.evm]
 

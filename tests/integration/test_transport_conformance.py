@@ -7,10 +7,10 @@ from collections import Counter
 import anyio
 import pytest
 
-from sapo_async.collector import Collector
 from sapo_async.errors import ConfigError, TransportError
-from sapo_async.publisher import Publisher
-from sapo_async.transport.base import (
+from sapo_async.fabric.collector import Collector
+from sapo_async.fabric.publisher import Publisher
+from sapo_async.fabric.transport.base import (
     PublishRefusedError,
     StartAt,
     Subscription,

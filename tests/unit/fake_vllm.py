@@ -31,7 +31,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
 from bench.gpu_check import build_tokenizer
-from sapo_async.generation.vllm_api import VllmApi
+from sapo_async.policy.generation.vllm_api import VllmApi
 
 VERSION = "0.33.0"
 _PACKED_DEFAULT = 1024 * 1024 * 1024  # packed_tensor.DEFAULT_PACKED_BUFFER_SIZE_BYTES

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sapo_async.collector import Collector
 from sapo_async.errors import RejectedInput
-from sapo_async.transport.memory import MemoryBroker
+from sapo_async.fabric.collector import Collector
+from sapo_async.fabric.transport.memory import MemoryBroker
 from sapo_async.wire.rollout import RolloutGroup, SignedGroup, encode_group
 from sapo_async.wire.signing import encode_signed, rollout_hash, sign_body, sign_group
 from tests.fixtures.fabric import SWARM, make_account, make_group

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sapo_async.cli.main import build_app
-from sapo_async.config import NodeConfig, load_config, render_example, render_reference
 from sapo_async.errors import ConfigError
+from sapo_async.ops.config import NodeConfig, load_config, render_example, render_reference
 
 
 @pytest.fixture(autouse=True)
@@ -176,5 +176,5 @@ def test_init_command_writes_the_example_and_refuses_to_overwrite(tmp_path: Path
 def test_docs_embed_the_current_settings_reference() -> None:
     docs = Path(__file__).resolve().parents[2] / "docs" / "volunteer.md"
     assert render_reference() in docs.read_text(), (
-        "docs/volunteer.md is out of date: paste sapo_async.config.render_reference()"
+        "docs/volunteer.md is out of date: paste sapo_async.ops.config.render_reference()"
     )

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from sapo_async.generation.vllm_backend import VLLM_PINNED_VERSION
+from sapo_async.policy.generation.vllm_backend import VLLM_PINNED_VERSION
 from tests.unit import fake_vllm
 
 RECORDED = Path(__file__).parent / "data" / "vllm_0_33_0_signatures.json"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sapo_async import hardware
-from sapo_async.generation.vllm_api import VllmSettings
-from sapo_async.hardware import CudaInfo, select_backend
+from sapo_async.ops import hardware
+from sapo_async.ops.hardware import CudaInfo, select_backend
+from sapo_async.policy.generation.vllm_api import VllmSettings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpu_node.toml"
 PAPER_FAMILIES = {

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sapo_async.errors import ConfigError
-from sapo_async.grpo.core import (
+from sapo_async.policy.grpo.core import (
     aggregate,
     group_advantages,
     k3_kl,

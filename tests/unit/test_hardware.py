@@ -7,10 +7,10 @@ from collections.abc import Callable
 import pytest
 from typer.testing import CliRunner
 
-from sapo_async import hardware
 from sapo_async.cli.main import build_app
 from sapo_async.errors import ConfigError
-from sapo_async.hardware import PAPER_MODEL, TINY_MODEL, CudaInfo, select_backend
+from sapo_async.ops import hardware
+from sapo_async.ops.hardware import PAPER_MODEL, TINY_MODEL, CudaInfo, select_backend
 
 H200 = CudaInfo(name="NVIDIA H200", total_gib=139.8, count=1)
 T4 = CudaInfo(name="Tesla T4", total_gib=15.0, count=1)

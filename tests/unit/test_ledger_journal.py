@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from sapo_async.errors import RejectedInput
-from sapo_async.journal import EntryState, Journal
+from sapo_async.ledger.journal import EntryState, Journal
 from sapo_async.ledger.types import RoundCommitment
-from sapo_async.recorder import retry_delay
 
 NODE = "0x" + "aB" * 20
 OTHER = "0x" + "c0" * 20
@@ -88,8 +87,3 @@ def test_rollout_hashes_are_indexed_by_kind(tmp_path: Path):
             (OTHER, 4, "external"),
         ]
         assert j.find_rollout(os.urandom(32)) == []
-
-
-def test_retry_delay_doubles_up_to_the_cap():
-    assert [retry_delay(a, base_s=0.5, max_s=3.0) for a in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
-    assert retry_delay(10_000, base_s=1.0, max_s=30.0) == 30.0

@@ -8,8 +8,8 @@ import urllib.request
 import pytest
 
 from sapo_async.errors import ConfigError
-from sapo_async.metrics import MetricsServer, NodeMetrics
-from sapo_async.report import RoundReport
+from sapo_async.node.report import RoundReport
+from sapo_async.ops.metrics import MetricsServer, NodeMetrics
 
 REPORT: RoundReport = {
     "round": 7,

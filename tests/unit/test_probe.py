@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from sapo_async.errors import WeightSyncError
-from sapo_async.generation.probe import (
+from sapo_async.limits import PROBE_MAX_LOGPROB_DIFF
+from sapo_async.policy.generation.probe import (
     ProbeResult,
     causal_lm_token_logprobs,
     check_probe,
     compare_logprobs,
 )
-from sapo_async.limits import PROBE_MAX_LOGPROB_DIFF
 from tests.unit.fake_vllm import tiny_causal_lm
 
 PROBE_IDS = [1, 17, 42, 5, 99, 23, 64, 8, 77, 3, 120, 11]

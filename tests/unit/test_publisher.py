@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import pytest
 
 from sapo_async.errors import PublishError
-from sapo_async.publisher import Publisher, PublisherActor
-from sapo_async.transport.base import PublishAck, PublishRefusedError, StartAt
-from sapo_async.transport.memory import MemoryBroker, MemorySubscription, MemoryTransport
+from sapo_async.fabric.publisher import Publisher, PublisherActor
+from sapo_async.fabric.transport.base import PublishAck, PublishRefusedError, StartAt
+from sapo_async.fabric.transport.memory import MemoryBroker, MemorySubscription, MemoryTransport
 from sapo_async.wire.rollout import SignedGroup
 from sapo_async.wire.signing import decode_signed, verify
 from tests.fixtures.fabric import SWARM, make_account, make_group

@@ -7,8 +7,8 @@ import urllib.request
 
 from rich.console import Console
 
-from sapo_async.config import load_config
-from sapo_async.reporting import RoundReporter
+from sapo_async.ops.config import load_config
+from sapo_async.ops.reporting import RoundReporter
 
 
 def test_round_report_reaches_metrics_endpoint_and_live_status() -> None:

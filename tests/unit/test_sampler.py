@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sapo_async.sampler import is_informative, select_external, select_local
+from sapo_async.node.sampler import is_informative, select_external, select_local
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ import structlog
 from rich.console import Console
 
 from sapo_async.logs import configure_logging
-from sapo_async.report import RoundReport
-from sapo_async.status import StatusState, StatusView, render_text, report_log_fields
+from sapo_async.node.report import RoundReport
+from sapo_async.ops.status import StatusState, StatusView, render_text, report_log_fields
 
 ROUND_3: RoundReport = {
     "round": 3,

@@ -17,9 +17,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from sapo_async.errors import ConfigError, GenerationError, WeightSyncError
-from sapo_async.generation.base import Generator
-from sapo_async.generation.probe import causal_lm_token_logprobs
-from sapo_async.generation.vllm_backend import (
+from sapo_async.policy.generation.base import Generator
+from sapo_async.policy.generation.probe import causal_lm_token_logprobs
+from sapo_async.policy.generation.vllm_backend import (
     VllmGenerator,
     VllmSettings,
     load_vllm_api,

@@ -1,0 +1,181 @@
+"""The publisher: encode, sign, publish, and wait for the server to acknowledge.
+
+Owns the producer side of the fabric. :class:`Publisher` is the plain call (the swarm
+awaits it per group); :class:`PublisherActor` puts a bounded mailbox in front of it so a
+generator never waits on the network, and flushes every queued group when it drains.
+
+Retries: a publish that was not acknowledged (timeout, server restarting) is retried with
+exponential backoff. That is safe because the message id is the rollout hash, so the
+server stores a group once however often it is sent within the duplicate window. A publish
+the server refuses for good (too large) is not retried.
+
+Deliberately does not know where groups come from or who reads them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import anyio
+from eth_account.signers.local import LocalAccount
+
+from sapo_async.actors import Actor, ActorStatistics
+from sapo_async.errors import PublishError, TransportUnavailable
+from sapo_async.fabric.transport.base import PublishAck, PublishRefusedError, Transport
+from sapo_async.limits import DEFAULT_MAILBOX_SIZE, PUBLISH_RETRIES, PUBLISH_RETRY_BASE_S
+from sapo_async.logs import get_logger
+from sapo_async.wire.rollout import RolloutGroup, encode_group
+from sapo_async.wire.signing import rollout_hash, sign_body
+
+__all__ = ["PublishReceipt", "Publisher", "PublisherActor", "PublisherStatistics"]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishReceipt:
+    """What a successful publish returns.
+
+    Attributes:
+        rollout_hash: keccak-256 of the group's canonical bytes (what the ledger commits to).
+        ack: the server's acknowledgement.
+        attempts: tries it took.
+    """
+
+    rollout_hash: bytes
+    ack: PublishAck
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherStatistics:
+    """Counters of a publisher.
+
+    Attributes:
+        published: groups acknowledged.
+        duplicates: of those, ones the server already had (a retried publish).
+        retries: extra attempts made.
+        failed: groups given up on.
+        actor: the actor runtime's view, for :class:`PublisherActor`.
+    """
+
+    published: int
+    duplicates: int
+    retries: int
+    failed: int
+    actor: ActorStatistics | None = None
+
+
+class Publisher:
+    """Signs groups with the node's key and publishes them with retries.
+
+    Args:
+        transport: where to publish.
+        account: the node's key; every group's ``producer`` must be its address.
+        retries: attempts per group.
+        retry_base_s: first backoff; doubles per attempt.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        account: LocalAccount,
+        *,
+        retries: int = PUBLISH_RETRIES,
+        retry_base_s: float = PUBLISH_RETRY_BASE_S,
+    ) -> None:
+        if retries < 1:
+            raise ValueError(f"retries must be >= 1, got {retries}")
+        self._transport = transport
+        self._account = account
+        self._retries = retries
+        self._retry_base_s = retry_base_s
+        self._published = 0
+        self._duplicates = 0
+        self._retried = 0
+        self._failed = 0
+        self._log = get_logger("publisher", producer=account.address)
+
+    @property
+    def address(self) -> str:
+        """The producer address groups must carry."""
+        return str(self._account.address)
+
+    async def publish(self, group: RolloutGroup) -> PublishReceipt:
+        """Encode, sign and publish ``group``; return once the server acknowledged it.
+
+        Raises:
+            ValueError: ``group.producer`` is not this publisher's address.
+            PublishRefusedError: the server refused it for good (e.g. too large).
+            PublishError, TransportUnavailable: still unacknowledged after every retry.
+        """
+        if group.producer != self._account.address:
+            raise ValueError(f"group.producer {group.producer} is not {self._account.address}")
+        body = encode_group(group)
+        signed = sign_body(self._account, body)
+        digest = rollout_hash(body)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                ack = await self._transport.publish(signed, family=group.task.family)
+            except PublishRefusedError:
+                self._failed += 1
+                raise
+            except (PublishError, TransportUnavailable) as exc:
+                if attempt >= self._retries:
+                    self._failed += 1
+                    self._log.warning(
+                        "rollout_publish_failed", rollout_hash=digest.hex(), error=str(exc)
+                    )
+                    raise
+                self._retried += 1
+                delay = self._retry_base_s * 2 ** (attempt - 1)
+                self._log.info("rollout_publish_retried", attempt=attempt, delay_s=delay)
+                await anyio.sleep(delay)
+                continue
+            break
+        self._published += 1
+        self._duplicates += int(ack.duplicate)
+        self._log.debug(
+            "rollout_published",
+            rollout_hash=digest.hex(),
+            seq=ack.seq,
+            round=group.producer_round,
+            duplicate=ack.duplicate,
+        )
+        return PublishReceipt(digest, ack, attempt)
+
+    def statistics(self) -> PublisherStatistics:
+        """Counters so far."""
+        return PublisherStatistics(self._published, self._duplicates, self._retried, self._failed)
+
+
+class PublisherActor(Actor[RolloutGroup]):
+    """A :class:`Publisher` behind a bounded mailbox: ``await actor.send(group)``.
+
+    A group that still fails after every retry is logged and counted, not raised: one
+    unreachable server must not take the node down (the swarm reads ``statistics()``).
+    Stopping the actor publishes everything already queued first (within the drain deadline).
+    """
+
+    def __init__(
+        self,
+        publisher: Publisher,
+        *,
+        mailbox_size: int = DEFAULT_MAILBOX_SIZE,
+        name: str = "publisher",
+    ) -> None:
+        super().__init__(name, mailbox_size=mailbox_size)
+        self.publisher = publisher
+
+    async def _handle(self, message: RolloutGroup) -> None:
+        # A failure was already counted and logged by the publisher.
+        with contextlib.suppress(PublishError, TransportUnavailable):
+            await self.publisher.publish(message)
+
+    def statistics(self) -> PublisherStatistics:  # type: ignore[override]
+        """The publisher's counters plus the actor runtime's view."""
+        s = self.publisher.statistics()
+        return PublisherStatistics(
+            s.published, s.duplicates, s.retries, s.failed, actor=super().statistics()
+        )

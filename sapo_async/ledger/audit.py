@@ -1,0 +1,216 @@
+"""Audit: what each node committed and how much of its work others used, read from chain.
+
+Owns the audit read model (:class:`NodeAudit`), rollout verification against the chain
+(:func:`verify_rollout`), the expected numbers derived from commitments a node made
+(:func:`expected_participation`, for comparing with what the chain says), and the rich table
+the CLI and the local swarm print. It reads only through the :class:`Ledger` port and, for
+verification, local journals (the chain stores roots, not rollout hashes, so finding which
+(node, round) committed a hash needs an index of published hashes: the journal is one).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from rich.table import Table
+
+from sapo_async.ledger.base import Ledger
+from sapo_async.ledger.journal import Journal
+from sapo_async.ledger.types import RoundCommitment, checksum
+
+__all__ = [
+    "NodeAudit",
+    "Participation",
+    "RolloutVerification",
+    "audit_node",
+    "audit_swarm",
+    "expected_participation",
+    "swarm_table",
+    "verify_rollout",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Participation:
+    """The numbers an audit reports for one node, comparable across sources.
+
+    Attributes:
+        rounds_committed: rounds with a commitment.
+        rollouts_committed: rollouts the node shared (committed in its rollout roots).
+        external_used: external rollouts the node trained on.
+        credit_received: rollouts of this node that other nodes trained on.
+    """
+
+    rounds_committed: int = 0
+    rollouts_committed: int = 0
+    external_used: int = 0
+    credit_received: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAudit:
+    """One node's audit as the chain reports it.
+
+    Attributes:
+        credit_by_consumer: who trained on this node's rollouts, and how many (from events).
+        usage_by_producer: whose rollouts this node trained on, and how many (from events).
+    """
+
+    node: str
+    registered: bool
+    metadata: str
+    last_round: int | None
+    participation: Participation
+    credit_by_consumer: dict[str, int] = field(default_factory=dict)
+    usage_by_producer: dict[str, int] = field(default_factory=dict)
+
+
+async def audit_node(ledger: Ledger, node: str, *, breakdown: bool = True) -> NodeAudit:
+    """Read ``node``'s totals and usage credit from the chain.
+
+    Args:
+        ledger: the swarm's ledger.
+        node: the node's address.
+        breakdown: also read the per-consumer and per-producer usage from the
+            ``UsageCredited`` events (an event scan from the deployment block; the totals
+            come from view calls and are always read).
+
+    Raises:
+        RejectedInput: ``node`` is not an address.
+        LedgerUnavailable: the chain cannot be reached.
+    """
+    address = checksum(node)
+    stats = await ledger.node_stats(address)
+    credit: Counter[str] = Counter()
+    usage: Counter[str] = Counter()
+    if breakdown:
+        for u in await ledger.usage_credits(producer=address):
+            credit[u.consumer] += u.count
+        for u in await ledger.usage_credits(consumer=address):
+            usage[u.producer] += u.count
+    return NodeAudit(
+        node=address,
+        registered=stats.registered,
+        metadata=stats.metadata,
+        last_round=stats.last_round,
+        participation=Participation(
+            rounds_committed=stats.rounds_committed,
+            rollouts_committed=stats.rollouts_committed,
+            external_used=stats.external_used,
+            credit_received=stats.credit_received,
+        ),
+        credit_by_consumer=dict(credit),
+        usage_by_producer=dict(usage),
+    )
+
+
+async def audit_swarm(ledger: Ledger, *, breakdown: bool = True) -> list[NodeAudit]:
+    """Audit every registered node, in registration order (``breakdown`` as in
+    :func:`audit_node`; the in-process EVM scans events slowly, so the local swarm's
+    closing table reads the totals only)."""
+    return [await audit_node(ledger, node, breakdown=breakdown) for node in await ledger.nodes()]
+
+
+def expected_participation(commitments: Iterable[RoundCommitment]) -> dict[str, Participation]:
+    """What an audit should report, computed from the commitments nodes made (pure).
+
+    Feed it every commitment that landed (for example from the nodes' journals) and compare
+    with ``{a.node: a.participation for a in await audit_swarm(ledger)}``. Producers that
+    only ever received credit appear too.
+    """
+    rounds: Counter[str] = Counter()
+    rollouts: Counter[str] = Counter()
+    used: Counter[str] = Counter()
+    credit: Counter[str] = Counter()
+    for c in commitments:
+        rounds[c.node] += 1
+        rollouts[c.node] += len(c.rollout_hashes)
+        used[c.node] += c.external_count
+        for producer, hashes in c.external_hashes.items():
+            credit[producer] += len(hashes)
+    return {
+        node: Participation(rounds[node], rollouts[node], used[node], credit[node])
+        for node in sorted(set(rounds) | set(credit))
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutVerification:
+    """The outcome of checking one (node, round) that claims a rollout hash.
+
+    Attributes:
+        kind: ``"own"`` (the node shared it) or ``"external"`` (the node trained on it).
+        included: the contract accepted the inclusion proof.
+        proof: the sibling path sent to the contract.
+    """
+
+    rollout_hash: bytes
+    node: str
+    round: int
+    kind: str
+    producer: str
+    included: bool
+    proof: list[bytes]
+
+
+async def verify_rollout(
+    ledger: Ledger, journals: Sequence[Journal], rollout_hash: bytes
+) -> list[RolloutVerification]:
+    """Find every commitment naming ``rollout_hash`` in ``journals`` and check it on chain.
+
+    The journal provides the round's full hash list, from which the proof is rebuilt; the
+    contract then checks the proof against the root it stores, so a journal cannot vouch
+    for a hash the chain never committed.
+
+    Returns:
+        One verification per (node, round, kind) found; empty if no journal knows the hash.
+    """
+    results: list[RolloutVerification] = []
+    for journal in journals:
+        for where in journal.find_rollout(rollout_hash):
+            entry = journal.entry(where.node, where.round)
+            if entry is None:
+                continue
+            c = entry.commitment
+            if where.kind == "own":
+                proof = c.rollout_tree().proof(rollout_hash)
+                ok = await ledger.is_rollout_included(c.node, c.round, rollout_hash, proof)
+            else:
+                proof = c.external_tree().proof(rollout_hash)
+                ok = await ledger.is_external_included(c.node, c.round, rollout_hash, proof)
+            results.append(
+                RolloutVerification(
+                    rollout_hash, c.node, c.round, where.kind, where.producer, ok, proof
+                )
+            )
+    return results
+
+
+_CAPTION = (
+    "rounds: commitments; last: last round; shared: rollouts committed; "
+    "used: external rollouts trained on; credit: own rollouts others trained on"
+)
+
+
+def swarm_table(audits: Sequence[NodeAudit], *, title: str = "swarm ledger audit") -> Table:
+    """A rich table: one row per node with its committed and used/credited counts."""
+    table = Table(title=title, caption=_CAPTION)
+    table.add_column("node", no_wrap=True, min_width=42)  # an address must stay copyable
+    table.add_column("metadata", max_width=14, overflow="ellipsis", no_wrap=True)
+    # Short headers and no wrapping keep the numbers whole in an 80-column terminal.
+    for header in ("rounds", "last", "shared", "used", "credit"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for a in audits:
+        p = a.participation
+        table.add_row(
+            a.node,
+            a.metadata,
+            str(p.rounds_committed),
+            "-" if a.last_round is None else str(a.last_round),
+            str(p.rollouts_committed),
+            str(p.external_used),
+            str(p.credit_received),
+        )
+    return table

@@ -1,0 +1,324 @@
+"""Durable local journal of round commitments (SQLite), written before anything is sent.
+
+Owns the on-disk record of every commitment a node made and where it stands:
+``pending`` (journaled, not known on chain), ``landed`` (seen on chain, with tx and block) or
+``failed`` (the chain can never take it, with the reason). It also indexes every rollout hash
+a commitment names, so ``sapo-async verify`` can find the node and round of a hash and build
+its proof. It does not talk to the chain: :mod:`sapo_async.ledger.recorder` moves entries along.
+
+Invariants:
+- an entry is durable (committed to disk, ``synchronous=FULL``) before :meth:`Journal.append`
+  returns, so a commitment accepted by the recorder survives a crash;
+- per node, journaled rounds strictly increase (the chain would refuse a back-fill anyway);
+- re-appending the same commitment is a no-op; a *different* commitment for a journaled
+  (node, round) is rejected;
+- states only move pending -> landed or pending -> failed.
+
+The connection is opened with ``check_same_thread=False`` and guarded by a lock, so the CLI
+and worker threads may share one journal with the event loop.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from types import TracebackType
+
+from sapo_async.errors import RejectedInput
+from sapo_async.ledger.types import RoundCommitment, checksum
+
+__all__ = ["DEFAULT_JOURNAL_PATH", "EntryState", "Journal", "JournalEntry", "RolloutLocation"]
+
+DEFAULT_JOURNAL_PATH = Path(".sapo") / "ledger-journal.sqlite"
+"""Where a node keeps its journal unless configured otherwise (``.sapo/`` is git-ignored)."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS commitments (
+    node TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    tx_hash TEXT,
+    block_number INTEGER,
+    created_at REAL NOT NULL,
+    settled_at REAL,
+    PRIMARY KEY (node, round)
+);
+CREATE TABLE IF NOT EXISTS rollouts (
+    rollout_hash BLOB NOT NULL,
+    node TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    producer TEXT NOT NULL,
+    PRIMARY KEY (rollout_hash, node, round, kind)
+);
+CREATE INDEX IF NOT EXISTS commitments_state ON commitments (state, node, round);
+"""
+
+
+class EntryState(StrEnum):
+    """Where a journaled commitment stands."""
+
+    PENDING = "pending"
+    LANDED = "landed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One journaled commitment and its delivery state."""
+
+    commitment: RoundCommitment
+    state: EntryState
+    attempts: int
+    last_error: str | None
+    tx_hash: str | None
+    block_number: int | None
+    created_at: float
+    settled_at: float | None
+
+    @property
+    def node(self) -> str:
+        """The committing node."""
+        return self.commitment.node
+
+    @property
+    def round(self) -> int:
+        """The node's round."""
+        return self.commitment.round
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutLocation:
+    """Where a rollout hash was committed: by ``node`` in ``round``.
+
+    ``kind`` is ``"own"`` (the node shared it; ``producer == node``) or ``"external"`` (the
+    node trained on it; ``producer`` made it).
+    """
+
+    rollout_hash: bytes
+    node: str
+    round: int
+    kind: str
+    producer: str
+
+
+class Journal:
+    """The SQLite journal at ``path`` (created with its folder if missing).
+
+    Use as a context manager or call :meth:`close`.
+
+    Raises:
+        ConfigError: never; an unusable path raises ``sqlite3``'s own error at open, which
+            is a local set-up fault rather than a ledger one.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the database (idempotent)."""
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # ------------------------------------------------------------------ writes
+
+    def append(self, commitment: RoundCommitment) -> bool:
+        """Journal ``commitment`` as pending, durably.
+
+        Returns:
+            True if it was written, False if this exact commitment was already journaled.
+
+        Raises:
+            RejectedInput: another commitment is journaled for this (node, round)
+                (``conflicting_commitment``), or the round is not above the node's highest
+                journaled round (``round_not_increasing``).
+        """
+        body = commitment.to_json()
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT body FROM commitments WHERE node = ? AND round = ?",
+                (commitment.node, commitment.round),
+            ).fetchone()
+            if row is not None:
+                if row[0] == body:
+                    return False
+                raise RejectedInput(
+                    "conflicting_commitment",
+                    f"node {commitment.node} already journaled a different round "
+                    f"{commitment.round}",
+                    producer=commitment.node,
+                )
+            (highest,) = db.execute(
+                "SELECT MAX(round) FROM commitments WHERE node = ?", (commitment.node,)
+            ).fetchone()
+            if highest is not None and commitment.round <= highest:
+                raise RejectedInput(
+                    "round_not_increasing",
+                    f"node {commitment.node} round {commitment.round} <= journaled {highest}",
+                    producer=commitment.node,
+                )
+            db.execute(
+                "INSERT INTO commitments (node, round, body, state, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (commitment.node, commitment.round, body, EntryState.PENDING, time.time()),
+            )
+            rows = [
+                (h, commitment.node, commitment.round, "own", commitment.node)
+                for h in commitment.rollout_hashes
+            ]
+            rows += [
+                (h, commitment.node, commitment.round, "external", producer)
+                for producer, hashes in commitment.external_hashes.items()
+                for h in hashes
+            ]
+            db.executemany(
+                "INSERT OR IGNORE INTO rollouts (rollout_hash, node, round, kind, producer) "
+                "VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+        return True
+
+    def record_attempt(self, node: str, round_: int, error: str) -> None:
+        """Count a failed send of a pending entry and keep its error."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE commitments SET attempts = attempts + 1, last_error = ? "
+                "WHERE node = ? AND round = ? AND state = ?",
+                (error[:500], checksum(node), round_, EntryState.PENDING),
+            )
+
+    def mark_landed(
+        self, node: str, round_: int, *, tx_hash: str | None, block_number: int | None
+    ) -> None:
+        """Mark a pending entry landed (no-op if it already is)."""
+        self._settle(node, round_, EntryState.LANDED, tx_hash=tx_hash, block_number=block_number)
+
+    def mark_failed(self, node: str, round_: int, reason: str) -> None:
+        """Mark a pending entry as one the chain will never take, with ``reason``."""
+        self._settle(node, round_, EntryState.FAILED, error=reason)
+
+    def _settle(
+        self,
+        node: str,
+        round_: int,
+        state: EntryState,
+        *,
+        tx_hash: str | None = None,
+        block_number: int | None = None,
+        error: str | None = None,
+    ) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE commitments SET state = ?, tx_hash = COALESCE(?, tx_hash), "
+                "block_number = COALESCE(?, block_number), last_error = COALESCE(?, last_error), "
+                "settled_at = ? WHERE node = ? AND round = ? AND state = ?",
+                (
+                    state,
+                    tx_hash,
+                    block_number,
+                    error,
+                    time.time(),
+                    checksum(node),
+                    round_,
+                    EntryState.PENDING,
+                ),
+            )
+
+    # ------------------------------------------------------------------ reads
+
+    def _entries(self, where: str, args: tuple[object, ...]) -> list[JournalEntry]:
+        with self._lock:
+            query = (
+                "SELECT body, state, attempts, last_error, tx_hash, block_number, created_at, "  # noqa: S608 - `where` is one of our fixed clauses
+                f"settled_at FROM commitments WHERE {where} ORDER BY node, round"
+            )
+            rows = self._db.execute(query, args).fetchall()
+        return [
+            JournalEntry(
+                commitment=RoundCommitment.from_json(r[0]),
+                state=EntryState(r[1]),
+                attempts=r[2],
+                last_error=r[3],
+                tx_hash=r[4],
+                block_number=r[5],
+                created_at=r[6],
+                settled_at=r[7],
+            )
+            for r in rows
+        ]
+
+    def pending(self, node: str | None = None) -> list[JournalEntry]:
+        """Pending entries (of ``node``, or all), by node then ascending round."""
+        if node is None:
+            return self._entries("state = ?", (EntryState.PENDING,))
+        return self._entries("state = ? AND node = ?", (EntryState.PENDING, checksum(node)))
+
+    def entries(self, node: str | None = None) -> list[JournalEntry]:
+        """Every entry (of ``node``, or all), by node then ascending round."""
+        if node is None:
+            return self._entries("1 = 1", ())
+        return self._entries("node = ?", (checksum(node),))
+
+    def entry(self, node: str, round_: int) -> JournalEntry | None:
+        """The entry of ``node`` for ``round_``, if journaled."""
+        found = self._entries("node = ? AND round = ?", (checksum(node), round_))
+        return found[0] if found else None
+
+    def find_rollout(self, rollout_hash: bytes) -> list[RolloutLocation]:
+        """Every (node, round) whose commitment names ``rollout_hash``."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT node, round, kind, producer FROM rollouts WHERE rollout_hash = ? "
+                "ORDER BY kind DESC, node, round",
+                (bytes(rollout_hash),),
+            ).fetchall()
+        return [RolloutLocation(bytes(rollout_hash), r[0], r[1], r[2], r[3]) for r in rows]
+
+    def counts(self, node: str | None = None) -> dict[EntryState, int]:
+        """Number of entries per state (of ``node``, or all)."""
+        where, args = ("node = ?", (checksum(node),)) if node else ("1 = 1", ())
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT state, COUNT(*) FROM commitments WHERE {where} GROUP BY state",  # noqa: S608 - fixed clauses only
+                args,
+            ).fetchall()
+        found = {EntryState(state): n for state, n in rows}
+        return {state: found.get(state, 0) for state in EntryState}

