@@ -1,0 +1,114 @@
+"""The package's layout holds: floors that import only downwards, no cycles, cheap imports."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "sapo_async"
+
+# The floors of sapo_async/__init__.py's map. A module may import its own floor or below.
+FLOORS = {
+    "errors": 0,
+    "limits": 0,
+    "logs": 0,
+    "backoff": 0,
+    "actors": 0,
+    "_lazy": 0,
+    "wire": 1,
+    "tasks": 2,
+    "fabric": 3,
+    "ledger": 3,
+    "policy": 3,
+    "node": 4,
+    "ops": 5,
+    "experiment": 6,
+    "cli": 6,
+    "__main__": 6,
+}
+PORTS = {"fabric", "ledger", "policy"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, *, top_level_only: bool) -> set[str]:
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "sapo_async":
+                found.update(f"sapo_async.{a.name}" for a in node.names)
+            elif node.module.startswith("sapo_async."):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("sapo_async."))
+    return found
+
+
+def _area(module: str) -> str:
+    return module.split(".")[1]
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py") if _module_name(p) != "sapo_async"}
+
+
+def test_every_module_sits_on_a_floor():
+    assert {_area(m) for m in MODULES} <= set(FLOORS)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_imports_only_its_own_floor_or_below(module):
+    floor = FLOORS[_area(module)]
+    for target in _imports(MODULES[module], top_level_only=False):
+        if target == "sapo_async" or target.split(".")[1] not in FLOORS:
+            continue
+        target_area = _area(target)
+        assert FLOORS[target_area] <= floor, f"{module} imports {target}, a floor above"
+        if _area(module) in PORTS and target_area in PORTS:
+            assert target_area == _area(module), f"port {module} imports port {target}"
+
+
+def test_no_import_cycles_between_modules():
+    graph = {
+        m: {t for t in _imports(p, top_level_only=True) if t in MODULES} for m, p in MODULES.items()
+    }
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for t in graph[m]:
+            if state.get(t) == 1:
+                pytest.fail("import cycle: " + " -> ".join([*path, m, t]))
+            if t not in state:
+                visit(t, [*path, m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+
+
+def test_importing_the_wire_loads_no_heavy_dependency():
+    code = (
+        "import sys, sapo_async.wire, sapo_async.tasks, sapo_async.ledger.merkle;"
+        "print(','.join(m for m in ('torch', 'transformers', 'web3', 'nats', 'vllm')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_the_command_line_app_builds_without_heavy_dependencies():
+    code = (
+        "import sys; from sapo_async.cli.main import build_app; build_app();"
+        "print(','.join(m for m in ('torch', 'transformers', 'web3', 'nats', 'vllm')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
