@@ -5,7 +5,7 @@ Owns :class:`RoundReporter`, which a node's round loop enters once and calls
 ``metrics.prometheus_port`` is set and the status view (live table on a TTY, log lines
 otherwise), and stops both on exit, in reverse order.
 
-Does not know the node: it takes :class:`~sapo_async.node.report.RoundReport` dicts. Invariant:
+Does not know the node: it takes :class:`~sapo_async.node.report.RoundReport` objects. Invariant:
 leaving the context releases the metrics port even if the body raised.
 """
 

@@ -62,20 +62,20 @@ async def test_sleep_mode_sleeps_around_every_step_and_wakes_with_the_new_versio
         regime="dense",
         local=4,
         external=0,
-        questions=4,
-        completions=4,
-        ledger=False,
+        questions_per_round=4,
+        completions_per_question=4,
+        ledger_enabled=False,
         transport=broker.connect("sleepy"),
         rounds=None,
     )
     try:
         node.request_stop()  # drive the rounds by hand below
-        await node.wait_stopped()
+        await node.wait_rounds_done()
         sleepy = SleepyGenerator(node.learner.generator)
         node.learner.generator = sleepy  # type: ignore[assignment]
-        node.sleep_mode = True
+        node.round_loop.sleep_mode = True
         for _ in range(3):
-            await node.step()
+            await node.round_loop.step()
     finally:
         await node.leave()
     kinds = [k for k, _ in sleepy.calls]
