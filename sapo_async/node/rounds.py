@@ -62,7 +62,12 @@ from sapo_async.logs import get_logger
 from sapo_async.node.groups import GeneratedGroup, round_seed, to_rollout_group
 from sapo_async.node.learner import Learner
 from sapo_async.node.report import NodeStats, RoundHistory, RoundReport
-from sapo_async.node.sampler import ExternalSelection, select_external, select_local
+from sapo_async.node.sampler import (
+    ExternalSelection,
+    select_external,
+    select_local,
+    split_by_staleness,
+)
 from sapo_async.node.spec import NodeSpec
 from sapo_async.policy.grpo.trainer import ScoredGroup, StepMetrics
 from sapo_async.wire import RolloutGroup
@@ -350,15 +355,12 @@ class RoundLoop:
 
     def _fresh_candidates(self) -> tuple[list[BufferedGroup], dict[str, int]]:
         """Buffered external groups within the staleness bound, in a canonical order."""
-        pool = self.collector.candidates(exclude_producers=(self.address,))
-        newest: dict[str, int] = {}
-        for b in pool:
-            newest[b.producer] = max(newest.get(b.producer, -1), b.group.producer_round)
-        fresh: list[BufferedGroup] = []
-        stale: list[BufferedGroup] = []
-        for b in pool:
-            lag = newest[b.producer] - b.group.producer_round
-            (fresh if lag <= self.training.max_staleness_rounds else stale).append(b)
+        fresh, stale, newest = split_by_staleness(
+            self.collector.candidates(exclude_producers=(self.address,)),
+            self.training.max_staleness_rounds,
+            producer_of=lambda b: b.producer,
+            round_of=lambda b: b.group.producer_round,
+        )
         if stale:
             self.collector.take(b.rollout_hash for b in stale)
         # Sorting by hash makes the sampler's draw depend only on the pool's contents and

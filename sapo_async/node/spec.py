@@ -256,10 +256,14 @@ class LedgerSpec:
         )
         if not self.contract_address:
             raise ConfigError(
-                "a ledger RPC URL needs the contract address", field="ledger.contract_address"
+                "ledger.rpc_url needs ledger.contract_address (the deployed contract)",
+                field="ledger.contract_address",
             )
         if self.journal_path is None:
-            raise ConfigError("a ledger RPC URL needs a journal path", field="ledger.journal_path")
+            raise ConfigError(
+                "ledger.rpc_url needs ledger.journal_path (where commitments are journaled)",
+                field="ledger.journal_path",
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ and what is allowed, never pydantic's own exception.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -178,16 +179,8 @@ class NodeConfig(BaseSettings):
                 sleep_mode=self.model.sleep_mode and hardware.backend == "vllm",
             ),
             training=TrainingSpec(
-                questions_per_round=t.questions_per_round,
-                completions_per_question=t.completions_per_question,
-                local=t.local,
-                external=t.external,
-                sampler=t.sampler,
-                per_producer_cap=t.per_producer_cap,
-                max_staleness_rounds=t.max_staleness_rounds,
-                max_new_tokens=t.max_new_tokens,
-                temperature=t.temperature,
-                top_p=t.top_p,
+                # The round's settings share their names with [training]'s.
+                **{name: getattr(t, name) for name in _shared_training_fields()},
                 trainer=TrainerConfig(
                     lr=t.lr,
                     aggregation=t.loss_type,
@@ -219,6 +212,15 @@ class NodeConfig(BaseSettings):
             ),
             checkpoint=CheckpointSpec(dir=self.checkpoint_dir, every=self.node.checkpoint_every),
         )
+
+
+def _shared_training_fields() -> list[str]:
+    """[training] settings that :class:`~sapo_async.node.spec.TrainingSpec` has by name."""
+    from sapo_async.node.spec import TrainingSpec
+
+    return [
+        f.name for f in dataclasses.fields(TrainingSpec) if f.name in TrainingSection.model_fields
+    ]
 
 
 def _env_name(loc: tuple[int | str, ...]) -> str:

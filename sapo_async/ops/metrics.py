@@ -12,8 +12,7 @@ Does not know the node. Invariants: several nodes in one process share a registr
 from __future__ import annotations
 
 import threading
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import start_http_server
@@ -22,6 +21,7 @@ from sapo_async.errors import ConfigError
 from sapo_async.limits import METRICS_STOP_TIMEOUT_S
 from sapo_async.logs import get_logger
 from sapo_async.node.report import RoundReport
+from sapo_async.ops.service import Service
 
 __all__ = ["MetricsServer", "NodeMetrics"]
 
@@ -130,7 +130,7 @@ class NodeMetrics:
         return bytes(generate_latest(self.registry))
 
 
-class MetricsServer:
+class MetricsServer(Service):
     """Serves a registry over HTTP for Prometheus to scrape, from a daemon thread.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop` (idempotent).
@@ -190,15 +190,3 @@ class MetricsServer:
         thread.join(timeout=METRICS_STOP_TIMEOUT_S)
         _log().info("metrics_server_stopped", port=self.port)
         self.port = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -15,8 +15,7 @@ from __future__ import annotations
 import io
 import sys
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -24,6 +23,7 @@ from rich.table import Table
 
 from sapo_async.logs import get_logger
 from sapo_async.node.report import RoundReport
+from sapo_async.ops.service import Service
 
 __all__ = ["StatusState", "StatusView", "render_status", "render_text", "report_log_fields"]
 
@@ -142,7 +142,7 @@ def report_log_fields(report: RoundReport) -> dict[str, Any]:
     return fields
 
 
-class StatusView:
+class StatusView(Service):
     """Shows a node's status: a live table on a terminal, one log line per round otherwise.
 
     Args:
@@ -197,15 +197,3 @@ class StatusView:
         if self._live is not None:
             live, self._live = self._live, None
             live.stop()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

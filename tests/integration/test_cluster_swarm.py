@@ -46,7 +46,7 @@ async def test_nodes_on_different_servers_lose_no_acknowledged_group_when_one_st
                     node_index=i,
                     nats_url=",".join(own_first),
                     stream_replicas=3,
-                    ledger=False,
+                    ledger_enabled=False,
                     limiter=limiter,
                 )
             )

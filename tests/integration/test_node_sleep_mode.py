@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sapo_async.actors import ActorState
 from sapo_async.fabric.transport.memory import MemoryBroker
 from sapo_async.node.swarm import Swarm
 from sapo_async.wire import SamplingParams
@@ -69,6 +70,7 @@ async def test_sleep_mode_sleeps_around_every_step_and_wakes_with_the_new_versio
         rounds=None,
     )
     try:
+        assert node.state is ActorState.RUNNING
         node.request_stop()  # drive the rounds by hand below
         await node.wait_rounds_done()
         sleepy = SleepyGenerator(node.learner.generator)
@@ -78,6 +80,9 @@ async def test_sleep_mode_sleeps_around_every_step_and_wakes_with_the_new_versio
             await node.round_loop.step()
     finally:
         await node.leave()
+    assert node.state is ActorState.STOPPED
+    assert node.collector.state is ActorState.STOPPED
+    await node.leave()  # idempotent
     kinds = [k for k, _ in sleepy.calls]
     assert kinds == ["generate", "sleep", "wake_up"] * 3
     versions = [v for k, v in sleepy.calls if k == "wake_up"]
