@@ -46,7 +46,7 @@ configure_logging(level="WARNING")
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from sapo_async.node.learner import LocalTrainerNode, NodeConfig, run_rounds
+from sapo_async.node.learner import Learner, LearnerSettings, run_rounds
 from sapo_async.policy.generation.sampling import sample_batch
 from sapo_async.policy.grpo import TrainerConfig
 from sapo_async.policy.models import load_tiny_model, read_report, tiny_model_dir, tiny_spec
@@ -63,11 +63,11 @@ def bench_tiny(regime: str, rounds: int, quick: bool, cache: Path | None) -> dic
     lm = load_tiny_model(spec, cache_dir=cache)
     load_s = time.perf_counter() - t0
     report = read_report(tiny_model_dir(spec, cache))
-    node = LocalTrainerNode(
+    node = Learner(
         lm.model,
         lm.tokenizer,
         TaskSource(preset(spec.tasks)),
-        NodeConfig(trainer=TrainerConfig(lr=3e-5)),
+        LearnerSettings(trainer=TrainerConfig(lr=3e-5)),
         model_id=lm.model_id,
     )
     run_rounds(node, 3)  # warm-up: allocator, first-call overheads

@@ -24,7 +24,7 @@ async def main(rounds: int = 3) -> dict[str, dict[str, object]]:
         "swarm": "example",
         "local": 2,
         "external": 2,
-        "questions": 4,
+        "questions_per_round": 4,
         "rounds": rounds,
     }
     summary: dict[str, dict[str, object]] = {}

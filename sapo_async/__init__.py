@@ -58,8 +58,11 @@ if TYPE_CHECKING:
     from sapo_async.ledger.journal import Journal
     from sapo_async.ledger.recorder import Recorder
     from sapo_async.ledger.types import RoundCommitment
-    from sapo_async.node.loop import Node, RoundReport
-    from sapo_async.node.swarm import Swarm, build_learner
+    from sapo_async.node.learner import build_learner
+    from sapo_async.node.loop import Node
+    from sapo_async.node.report import RoundReport
+    from sapo_async.node.spec import NodeSpec
+    from sapo_async.node.swarm import Swarm
     from sapo_async.ops.config import NodeConfig, load_config
     from sapo_async.ops.hardware import select_backend
     from sapo_async.wire import Completion, RolloutGroup, SamplingParams, SignedGroup, TaskRef
@@ -77,11 +80,12 @@ _LAZY = {
     "NatsOptions": "sapo_async.fabric.transport",
     "Node": "sapo_async.node.loop",
     "NodeConfig": "sapo_async.ops.config",
+    "NodeSpec": "sapo_async.node.spec",
     "Publisher": "sapo_async.fabric.publisher",
     "Recorder": "sapo_async.ledger.recorder",
     "RolloutGroup": "sapo_async.wire",
     "RoundCommitment": "sapo_async.ledger.types",
-    "RoundReport": "sapo_async.node.loop",
+    "RoundReport": "sapo_async.node.report",
     "SamplingParams": "sapo_async.wire",
     "SignedGroup": "sapo_async.wire",
     "StartAt": "sapo_async.fabric.transport",
@@ -89,7 +93,7 @@ _LAZY = {
     "TaskRef": "sapo_async.wire",
     "audit_node": "sapo_async.ledger.audit",
     "audit_swarm": "sapo_async.ledger.audit",
-    "build_learner": "sapo_async.node.swarm",
+    "build_learner": "sapo_async.node.learner",
     "load_config": "sapo_async.ops.config",
     "select_backend": "sapo_async.ops.hardware",
     "sign_group": "sapo_async.wire.signing",
@@ -116,6 +120,7 @@ __all__ = [
     "NatsOptions",
     "Node",
     "NodeConfig",
+    "NodeSpec",
     "PublishError",
     "Publisher",
     "Recorder",

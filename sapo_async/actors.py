@@ -100,6 +100,7 @@ class Actor(Generic[MsgT]):
             message: a rendezvous).
         drain_timeout: seconds ``stop()`` lets in-flight work finish before cancelling it.
         start_timeout: seconds ``_setup()`` may take.
+        teardown_timeout: seconds ``_teardown()`` may take (default: ``drain_timeout``).
     """
 
     def __init__(
@@ -109,13 +110,16 @@ class Actor(Generic[MsgT]):
         mailbox_size: int = DEFAULT_MAILBOX_SIZE,
         drain_timeout: float = ACTOR_DRAIN_TIMEOUT_S,
         start_timeout: float = ACTOR_START_TIMEOUT_S,
+        teardown_timeout: float | None = None,
     ) -> None:
-        if mailbox_size < 0 or drain_timeout <= 0 or start_timeout <= 0:
+        teardown_timeout = drain_timeout if teardown_timeout is None else teardown_timeout
+        if mailbox_size < 0 or min(drain_timeout, start_timeout, teardown_timeout) <= 0:
             raise ValueError("mailbox_size must be >= 0 and timeouts must be > 0")
         self.name = name
         self._state = ActorState.CREATED
         self._drain_timeout = drain_timeout
         self._start_timeout = start_timeout
+        self._teardown_timeout = teardown_timeout
         self._capacity = mailbox_size
         # Streams are made in run(): an actor that never starts holds nothing to close.
         self._mailbox_send: MemoryObjectSendStream[MsgT] | None = None
@@ -125,6 +129,9 @@ class Actor(Generic[MsgT]):
         self._finished = anyio.Event()
         self._failure: BaseException | None = None
         self._own_tg: TaskGroup | None = None
+        # The task group of run(), while it runs: hooks start supervised children in it
+        # (``await self._task_group.start(child.run)`` from ``_setup``).
+        self._task_group: TaskGroup | None = None
         self._log = get_logger("actor", actor=name)
 
     # --- hooks ---------------------------------------------------------------------
@@ -192,7 +199,8 @@ class Actor(Generic[MsgT]):
             raise ActorStopped(self.name, self._state.value) from exc
 
     async def wait_stopped(self) -> None:
-        """Wait until the actor is stopped or failed (at most drain + start timeouts).
+        """Wait until the actor is stopped or failed (at most drain + teardown + start
+        timeouts).
 
         Raises:
             ActorStopped: the actor was never started (nothing would ever stop it).
@@ -200,7 +208,7 @@ class Actor(Generic[MsgT]):
         """
         if self._state is ActorState.CREATED:
             raise ActorStopped(self.name, self._state.value)
-        with anyio.fail_after(2 * self._drain_timeout + self._start_timeout):
+        with anyio.fail_after(self._drain_timeout + self._teardown_timeout + self._start_timeout):
             await self._finished.wait()
 
     async def stop(self) -> None:
@@ -241,6 +249,7 @@ class Actor(Generic[MsgT]):
         self._mailbox_send, self._mailbox_receive = send, receive
         try:
             async with anyio.create_task_group() as tg:
+                self._task_group = tg
                 with anyio.fail_after(self._start_timeout):
                     await self._setup()
                 mailbox_done = anyio.Event()
@@ -265,9 +274,10 @@ class Actor(Generic[MsgT]):
             self._log.error("actor_failed", error=repr(cause))
             raise ActorFailed(self.name, repr(cause)) from cause
         finally:
+            self._task_group = None
             send.close()
             receive.close()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self._drain_timeout):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown_timeout):
                 await self._teardown()
             if self._state is not ActorState.FAILED:
                 self._state = ActorState.STOPPED

@@ -77,6 +77,16 @@ NATS_JOIN_TIMEOUT_S = 120.0
 """A joining node retries NATS for 2 minutes (a cluster electing its JetStream leader, a
 volunteer's flaky link) before it gives up with a clear error."""
 
+NATS_JOIN_BACKOFF_BASE_S = 0.5
+"""A joining node first retries NATS after half a second (a server still starting)."""
+
+NATS_JOIN_BACKOFF_MAX_S = 10.0
+"""...and at least every 10 s after that, so a recovered server is found quickly."""
+
+NODE_TEARDOWN_TIMEOUT_S = 300.0
+"""Leaving writes a checkpoint (weights plus optimizer state: seconds for the tiny model,
+about a minute for a 1.5B model on a slow disk) and closes the journal and transport."""
+
 
 # --- collector ----------------------------------------------------------------------
 

@@ -20,91 +20,11 @@ import typer
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from eth_account.signers.local import LocalAccount
 
-    from sapo_async.node.loop import Node, RoundReport
+    from sapo_async.node.loop import Node
     from sapo_async.ops.config import NodeConfig
     from sapo_async.ops.hardware import HardwareChoice
 
-__all__ = ["join_kwargs", "register", "report_dict"]
-
-
-def join_kwargs(cfg: NodeConfig, account: LocalAccount, choice: HardwareChoice) -> dict[str, Any]:
-    """The :meth:`~sapo_async.node.swarm.Swarm.join` arguments a config asks for."""
-    from sapo_async.fabric.transport.embedded import NatsOptions
-    from sapo_async.policy.grpo.trainer import TrainerConfig
-    from sapo_async.tasks.spec import FamilySpec
-
-    t = cfg.training
-    n = cfg.nats
-    tasks: Any = cfg.tasks.preset
-    if cfg.tasks.families:
-        tasks = tuple(FamilySpec(f, {}) for f in cfg.tasks.families)
-    ledger: bool | str = False
-    if cfg.ledger.enabled:
-        ledger = cfg.ledger.rpc_url or True
-    return {
-        "swarm": cfg.node.swarm,
-        "name": cfg.node.name or None,
-        "model": choice.model,
-        "regime": cfg.tasks.regime,
-        "tasks": tasks,
-        "local": t.local,
-        "external": t.external,
-        "questions": t.questions_per_round,
-        "completions": t.completions_per_question,
-        "nats_url": ",".join(n.urls) or None,
-        "nats_options": NatsOptions(
-            url=",".join(n.urls) or None,
-            creds_file=n.creds_file,
-            nkey_seed_file=n.nkey_seed_file,
-            tls_ca_file=n.tls_ca,
-            tls_cert_file=n.tls_cert,
-            tls_key_file=n.tls_key,
-        ),
-        "start": "new" if n.start == "new" else float(n.lookback_minutes) * 60.0,
-        "ledger": ledger,
-        "contract_address": cfg.ledger.contract_address,
-        "account": account,
-        "seed": cfg.node.seed,
-        "rounds": cfg.node.rounds,
-        "sampler": t.sampler,
-        "per_producer_cap": t.per_producer_cap,
-        "max_staleness_rounds": t.max_staleness_rounds,
-        "max_new_tokens": t.max_new_tokens,
-        "temperature": t.temperature,
-        "top_p": t.top_p,
-        "trainer": TrainerConfig(
-            lr=t.lr,
-            aggregation=t.loss_type,
-            eps_low=t.clip_low,
-            eps_high=t.clip_high,
-            beta=t.kl_beta,
-        ),
-        "device": choice.device,
-        "backend": choice.backend,
-        "gpu_memory_utilization": choice.gpu_memory_utilization or 0.3,
-        "journal_path": cfg.journal_dir / "journal.sqlite",
-        "checkpoint_dir": cfg.checkpoint_dir,
-        "checkpoint_every": cfg.node.checkpoint_every,
-        "drain_timeout_s": cfg.node.drain_timeout_s,
-        "overlap": t.overlap_generation,
-        "sleep_mode": cfg.model.sleep_mode and choice.backend == "vllm",
-    }
-
-
-def report_dict(report: RoundReport) -> dict[str, Any]:
-    """The status/metrics view of a node's round report (:mod:`sapo_async.node.report`)."""
-    return {
-        "round": report.round,
-        "policy_version": report.policy_version,
-        "reward": report.reward_mean,
-        "groups_shared": report.groups_shared,
-        "groups_trained_external": report.external_total,
-        "rejections": report.rejections,
-        "staleness": report.staleness_rounds,
-        "commitments_pending": report.commitments_pending,
-        "commitments_confirmed": report.commitments_confirmed,
-        "round_s": report.generate_s + report.publish_s + report.score_s + report.train_s,
-    }
+__all__ = ["register"]
 
 
 def node(
@@ -144,13 +64,12 @@ async def _run(cfg: NodeConfig, account: LocalAccount, choice: HardwareChoice) -
     from sapo_async.node.swarm import Swarm
     from sapo_async.ops.reporting import RoundReporter
 
-    kwargs = join_kwargs(cfg, account, choice)
-    async with Swarm.join(**kwargs) as running:
+    async with Swarm.join(cfg.to_spec(account=account, hardware=choice)) as running:
         with RoundReporter(cfg, node=running.address) as reporter:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_stop_on_signal, running, tg.cancel_scope)
                 async for report in running.rounds():
-                    reporter.report(report_dict(report))  # type: ignore[arg-type]
+                    reporter.report(report)
                 tg.cancel_scope.cancel()
 
 
@@ -166,7 +85,7 @@ async def _stop_on_signal(running: Node, scope: Any) -> None:
             )
             running.request_stop()
             with anyio.move_on_after(running.drain_timeout_s) as deadline:
-                await running.wait_stopped()
+                await running.wait_rounds_done()
             if deadline.cancelled_caught:
                 running.abandon_round()
             return

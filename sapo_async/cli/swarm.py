@@ -73,8 +73,11 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
     from rich.live import Live
     from rich.table import Table
 
-    from sapo_async.node.loop import Node, RoundReport
-    from sapo_async.node.swarm import Swarm, embedded_ledger
+    from sapo_async.node.embedded import embedded_ledger
+    from sapo_async.node.loop import Node
+    from sapo_async.node.report import RoundReport
+    from sapo_async.node.spec import NodeSpec
+    from sapo_async.node.swarm import Swarm
 
     torch.set_num_threads(1)
     import sys
@@ -93,22 +96,19 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
     latest: dict[str, RoundReport] = {}
     history: list[list[float]] = []
     try:
+        common = NodeSpec.build(
+            swarm=opts["name"],
+            regime=opts["regime"],
+            local=opts["local"],
+            external=opts["external"],
+            rounds=opts["rounds"],
+            seed=opts["seed"],
+            nats_url=opts["nats_url"],
+            ledger_enabled=opts["ledger"],
+            limiter=limiter,
+        )
         for i in range(opts["nodes"]):
-            nodes.append(
-                await Swarm.join(
-                    swarm=opts["name"],
-                    regime=opts["regime"],
-                    local=opts["local"],
-                    external=opts["external"],
-                    rounds=opts["rounds"],
-                    seed=opts["seed"],
-                    name=f"node{i}",
-                    node_index=i,
-                    nats_url=opts["nats_url"],
-                    ledger=opts["ledger"],
-                    limiter=limiter,
-                )
-            )
+            nodes.append(await Swarm.join(common, name=f"node{i}", node_index=i))
 
         def table() -> Table:
             t = Table(title=f"swarm {opts['name']!r}  ({time.perf_counter() - t0:.0f} s)")
@@ -135,7 +135,7 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
                     f"{_mean(n, 10):.3f}",
                     str(r.groups_shared),
                     str(r.external_total),
-                    str(sum(r.rejections.values())),
+                    str(n.collector.statistics().rejected_total),
                     f"{r.commitments_confirmed}/{r.commitments_pending}",
                 )
             return t

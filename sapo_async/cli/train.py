@@ -64,8 +64,8 @@ def train(
     chat_template: bool = typer.Option(
         False, help="Wrap prompts in the tokenizer's chat template."
     ),
-    batch: int = typer.Option(8, help="Questions per round (B)."),
-    group_size: int = typer.Option(8, help="Completions per question (L)."),
+    questions_per_round: int = typer.Option(8, help="Questions per round (B)."),
+    completions_per_question: int = typer.Option(8, help="Completions per question (L)."),
     max_new_tokens: int = typer.Option(16, help="Completion cap."),
     temperature: float = typer.Option(1.0),
     top_p: float = typer.Option(1.0),
@@ -88,7 +88,7 @@ def train(
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from sapo_async.errors import ConfigError
-    from sapo_async.node.learner import LocalTrainerNode, NodeConfig, RoundMetrics, run_rounds
+    from sapo_async.node.learner import Learner, LearnerSettings, RoundMetrics, run_rounds
     from sapo_async.policy.grpo import TrainerConfig
     from sapo_async.policy.models import load_model, load_tiny_model, tiny_spec
     from sapo_async.tasks import TaskSource, preset
@@ -103,11 +103,11 @@ def train(
         if model == "tiny"
         else load_model(model, device=device)
     )
-    config = NodeConfig(
+    settings = LearnerSettings(
         swarm_seed=seed,
         node_index=node_index,
-        batch=batch,
-        group_size=group_size,
+        questions_per_round=questions_per_round,
+        completions_per_question=completions_per_question,
         sampling=SamplingParams(
             temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens
         ),
@@ -119,15 +119,15 @@ def train(
             max_completion_tokens=max_new_tokens,
         ),
     )
-    node = LocalTrainerNode(
+    learner = Learner(
         lm.model,
         lm.tokenizer,
         TaskSource(preset(tasks), swarm_seed=seed),
-        config,
+        settings,
         model_id=lm.model_id,
     )
     if resume and checkpoint_dir is not None:
-        node.restore(checkpoint_dir)
+        learner.restore(checkpoint_dir)
     log_file = log.open("a") if log else None
     recent: list[float] = []
     with Progress(
@@ -146,22 +146,22 @@ def train(
                 log_file.flush()
             done = m.round + 1
             if checkpoint_dir is not None and checkpoint_every and done % checkpoint_every == 0:
-                node.save(checkpoint_dir)
+                learner.save(checkpoint_dir)
             progress.update(
                 bar,
                 advance=1,
                 description=(
                     f"reward(10) {sum(recent) / len(recent):.3f}  informative "
-                    f"{m.informative_local}/{batch}  "
+                    f"{m.informative_local}/{questions_per_round}  "
                     f"{(m.generate_s + m.score_s + m.train_s) * 1000:.0f} ms/round"
                 ),
             )
 
-        run_rounds(node, rounds, on_round=on_round)
+        run_rounds(learner, rounds, on_round=on_round)
     if log_file is not None:
         log_file.close()
     if checkpoint_dir is not None:
-        node.save(checkpoint_dir)
+        learner.save(checkpoint_dir)
 
 
 def register(app: typer.Typer) -> None:

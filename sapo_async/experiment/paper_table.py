@@ -6,8 +6,8 @@ the same sampling seeds (keyed by seed, node and round), so configurations diffe
 through what the nodes train on.
 
 Harness, not product: to make configurations comparable, the experiment runs the product's
-:class:`~sapo_async.node.loop.Node` objects (the same generate, sign, publish, verify, re-derive,
-score, sample and train path) under a lockstep scheduler over the in-memory transport:
+round (:class:`~sapo_async.node.rounds.RoundLoop`: the same generate, sign, publish, verify,
+re-derive, score, sample and train path) under a lockstep scheduler over the in-memory transport:
 every node shares round r, the scheduler waits until every collector has admitted the
 round's groups, then every node trains. In the product no node waits for another; here the
 lockstep only removes timing noise from the comparison. External groups are drawn from the
@@ -52,7 +52,7 @@ class ExperimentSpec:
         seeds: swarm seeds (common random numbers within a seed).
         configs: (I, J) pairs.
         nodes: nodes per swarm.
-        questions / completions: B and L per node and round.
+        questions_per_round / completions_per_question: B and L per node and round.
         lr: AdamW learning rate.
         threshold: reward for the rounds-to-threshold column (10-round moving average of
             the swarm mean).
@@ -64,8 +64,8 @@ class ExperimentSpec:
     seeds: tuple[int, ...] = (0, 1)
     configs: tuple[tuple[int, int], ...] = ((8, 0), (6, 2), (4, 4), (2, 6))
     nodes: int = 8
-    questions: int = 8
-    completions: int = 8
+    questions_per_round: int = 8
+    completions_per_question: int = 8
     lr: float = 3e-5
     threshold: float = 0.05
     max_new_tokens: int = 16
@@ -82,7 +82,13 @@ PRESETS: dict[str, ExperimentSpec] = {
 def quick(spec: ExperimentSpec) -> ExperimentSpec:
     """A seconds-long version of ``spec`` for tests: 3 nodes, 2 configurations, 3 rounds."""
     return replace(
-        spec, rounds=3, seeds=(0,), configs=((4, 0), (2, 2)), nodes=3, questions=4, completions=4
+        spec,
+        rounds=3,
+        seeds=(0,),
+        configs=((4, 0), (2, 2)),
+        nodes=3,
+        questions_per_round=4,
+        completions_per_question=4,
     )
 
 
@@ -125,39 +131,48 @@ def run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -> RunRe
 
 
 async def _run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -> RunResult:
+    from contextlib import AsyncExitStack
+
     from eth_account import Account
 
     from sapo_async.fabric.collector import Collector
     from sapo_async.fabric.publisher import Publisher
     from sapo_async.fabric.transport.base import StartAt
     from sapo_async.fabric.transport.memory import MemoryBroker
-    from sapo_async.node.loop import Node
-    from sapo_async.node.swarm import build_learner
+    from sapo_async.node.learner import build_learner
+    from sapo_async.node.rounds import RoundLoop
+    from sapo_async.node.spec import NodeSpec
     from sapo_async.policy.grpo.trainer import TrainerConfig
     from sapo_async.wire import keccak256
 
     t0 = time.perf_counter()
     swarm = f"paper-{spec.regime}-{seed}"
     broker = MemoryBroker()
-    nodes: list[Node] = []
+    common = NodeSpec.build(
+        swarm=swarm,
+        model="tiny",
+        regime=spec.regime,
+        seed=seed,
+        questions_per_round=spec.questions_per_round,
+        completions_per_question=spec.completions_per_question,
+        max_new_tokens=spec.max_new_tokens,
+        trainer=TrainerConfig(lr=spec.lr),
+        local=local,
+        external=external,
+        max_staleness_rounds=0,
+        ledger_enabled=False,
+    )
+    nodes: list[RoundLoop] = []
     for i in range(spec.nodes):
         # Keys from (seed, node) so hashes, hence the canonical candidate order, repeat.
         account = Account.from_key(keccak256(f"sapo-paper-table:{seed}:{i}".encode()))
-        learner = build_learner(
-            model="tiny",
-            regime=spec.regime,
-            seed=seed,
-            node_index=i,
-            questions=spec.questions,
-            completions=spec.completions,
-            max_new_tokens=spec.max_new_tokens,
-            trainer=TrainerConfig(lr=spec.lr),
-        )
+        node_spec = common.replace(name=f"node{i}", node_index=i, account=account)
         transport = broker.connect(swarm)
         nodes.append(
-            Node(
+            RoundLoop(
+                node_spec,
                 name=f"node{i}",
-                learner=learner,
+                learner=build_learner(node_spec),
                 publisher=Publisher(transport, account),
                 collector=Collector(
                     transport,
@@ -165,31 +180,23 @@ async def _run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -
                     start=StartAt.everything(),
                     name=f"collector{i}",
                 ),
-                swarm=swarm,
-                local=local,
-                external=external,
-                max_staleness_rounds=0,
-                seed=seed,
                 offload=False,
             )
         )
-    for node in nodes:
-        await node.start(loop=False)
     rewards: list[list[float]] = [[] for _ in nodes]
     used = 0
-    try:
+    async with AsyncExitStack() as stack:
+        for node in nodes:
+            await stack.enter_async_context(node.collector)
         for r in range(spec.rounds):
             shared = [await node.share_round() for node in nodes]
-            expected = (spec.nodes - 1) * spec.questions * (r + 1)
+            expected = (spec.nodes - 1) * spec.questions_per_round * (r + 1)
             for node in nodes:
                 await node.collector.wait_accepted(expected, timeout=60)
             for i, (node, s) in enumerate(zip(nodes, shared, strict=True)):
                 report = await node.train_round(s)
                 rewards[i].append(report.reward_mean)
                 used += report.external_total
-    finally:
-        for node in reversed(nodes):
-            await node.leave()
     rejected: dict[str, int] = {}
     for node in nodes:
         for reason, n in node.collector.statistics().rejected.items():
@@ -283,7 +290,8 @@ def write_outputs(
     (out_dir / f"{spec.regime}.json").write_text(json.dumps(summary, indent=1))
     (out_dir / f"{spec.regime}.md").write_text(
         f"### {spec.regime} regime ({spec.nodes} nodes, {spec.rounds} rounds, "
-        f"B={spec.questions} x L={spec.completions}, lr {spec.lr:g}, seeds {list(spec.seeds)}, "
+        f"B={spec.questions_per_round} x L={spec.completions_per_question}, lr {spec.lr:g}, "
+        f"seeds {list(spec.seeds)}, "
         f"{seconds / 60:.1f} min)\n\n{table}"
     )
     return summary

@@ -1,8 +1,11 @@
 """One node's round, above the three ports.
 
-:mod:`.learner` (tasks, generator, verifier and trainer for one model), :mod:`.sampler`
-(the pure I/J selection), :mod:`.loop` (the round loop: generate, publish, collect,
-sample, train, commit), :mod:`.checkpoint`, :mod:`.report` (what a round reports) and
-:mod:`.swarm` (assembling a node from settings and the process's embedded services).
+:mod:`.spec` (what a node is asked to be: :class:`~sapo_async.node.spec.NodeSpec`),
+:mod:`.groups` (generate, wire and score groups: pure pieces), :mod:`.learner` (tasks,
+generator, verifier and trainer for one model), :mod:`.sampler` (the pure I/J selection),
+:mod:`.rounds` (the round: generate, publish, collect, sample, train, commit),
+:mod:`.loop` (the node's life cycle as an actor), :mod:`.checkpoint`, :mod:`.report` (what
+a round reports), :mod:`.embedded` (the process's shared NATS server and EVM) and
+:mod:`.swarm` (assembling a node from a spec).
 Imports the fabric, the ledger and the policy; none of them imports it.
 """

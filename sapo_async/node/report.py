@@ -1,44 +1,195 @@
-"""The per-round report a node emits: one plain dict feeds the status view and the metrics.
+"""What a node's rounds report: one :class:`RoundReport` per round, and their history.
 
-Owns only the shape of that dict. The node's round loop builds one per finished round;
-:mod:`sapo_async.ops.status` renders it and :mod:`sapo_async.ops.metrics` exports it, so neither
-needs to know the node.
+Owns the report's shape (the one type the round loop builds and the status view, the
+metrics and the command line read), :class:`NodeStats` (a node's totals) and
+:class:`RoundHistory`, the bounded list of reports that readers follow as rounds finish.
+
+Per-round counts (``groups_shared``, ``groups_received``, ``rejections``) cover that round
+only; ``commitments_pending`` and ``commitments_confirmed`` are the recorder's current
+totals (the recorder knows them, the round does not).
+
+Deliberately does not know how a round runs (:mod:`.rounds`) nor how reports are shown
+(:mod:`sapo_async.ops.status`, :mod:`sapo_async.ops.metrics`).
 """
 
 from __future__ import annotations
 
-from typing import NotRequired, Required, TypedDict
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-__all__ = ["RoundReport"]
+import anyio
+
+from sapo_async.errors import ActorStopped, SapoError
+
+__all__ = ["NodeStats", "RoundHistory", "RoundReport"]
+
+HISTORY_SIZE = 10_000
+"""Reports a node keeps: ten thousand rounds is days of a real model, a few MB of memory."""
 
 
-class RoundReport(TypedDict, total=False):
-    """What one finished round did. Only ``round`` is required.
+@dataclass(frozen=True, slots=True)
+class RoundReport:
+    """What one round of one node did.
 
-    Per-round counts (``groups_shared``, ``groups_received``, ``rejections``) cover this
-    round only; ``commitments_pending`` and ``commitments_confirmed`` are the node's
-    current totals (the recorder knows them, the round does not).
+    Attributes:
+        node: the node's address.
+        name: the node's human name.
+        round: the round index (starts at 0, strictly increasing).
+        policy_version: optimizer steps taken after this round.
+        reward_mean: mean reward of the node's own completions this round, by its own
+            verifier (the *training reward* the SAPO paper plots and sums).
+        informative_local: own groups whose rewards differ.
+        local_used: own groups trained on (I, or fewer).
+        groups_shared: groups published and acknowledged this round.
+        groups_received: external groups admitted to the buffer this round.
+        external_used: external groups trained on, by producer address.
+        external_scored: external candidates scored to find them.
+        external_uninformative: of those, dropped for all-equal rewards.
+        external_failed: candidates dropped at scoring, by reason (e.g. task_mismatch).
+        staleness_rounds: mean of (producer's newest round - group's round) over the
+            external groups used (0 = all fresh).
+        rejections: external groups the collector rejected this round, by reason
+            (``bad_signature``, ``stale``...).
+        commitments_pending / commitments_confirmed: ledger journal totals now (0 without
+            a ledger).
+        generate_s / publish_s / score_s / train_s: wall time of each phase.
+        step: the trainer's metrics (flat dict).
     """
 
-    round: Required[int]
-    """The node's round counter (starts at 0, strictly increasing)."""
-    policy_version: NotRequired[int]
-    """Optimizer steps taken so far (the version the next round generates with)."""
-    reward: NotRequired[float]
-    """Mean reward of the node's own completions this round, by its own verifier."""
-    groups_shared: NotRequired[int]
-    """Question groups this node published this round."""
-    groups_received: NotRequired[int]
-    """External groups that passed verification and entered the buffer this round."""
-    groups_trained_external: NotRequired[int]
-    """External groups the trainer used this round (J actually achieved)."""
-    rejections: NotRequired[dict[str, int]]
-    """External groups rejected this round, by reason (``bad_signature``, ``stale``...)."""
-    staleness: NotRequired[float]
-    """Mean rounds behind (trainer version minus generating version) of groups trained on."""
-    commitments_pending: NotRequired[int]
-    """Round commitments journaled but not yet confirmed on chain."""
-    commitments_confirmed: NotRequired[int]
-    """Round commitments confirmed on chain since the node first started."""
-    round_s: NotRequired[float]
-    """Wall-clock seconds the round took."""
+    node: str
+    name: str
+    round: int
+    policy_version: int
+    reward_mean: float
+    informative_local: int
+    local_used: int
+    groups_shared: int
+    groups_received: int
+    external_used: dict[str, int]
+    external_scored: int
+    external_uninformative: int
+    external_failed: dict[str, int]
+    staleness_rounds: float
+    rejections: dict[str, int]
+    commitments_pending: int
+    commitments_confirmed: int
+    generate_s: float
+    publish_s: float
+    score_s: float
+    train_s: float
+    step: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def external_total(self) -> int:
+        """External groups trained on this round (J achieved)."""
+        return sum(self.external_used.values())
+
+    @property
+    def round_s(self) -> float:
+        """Wall-clock seconds of the round's phases together."""
+        return self.generate_s + self.publish_s + self.score_s + self.train_s
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (for the per-node JSONL log)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStats:
+    """Totals of a node (what it published and consumed), for audits and tests.
+
+    Attributes:
+        rounds: rounds completed.
+        published: groups published and acknowledged.
+        used_by_producer: external groups trained on, by producer, over all rounds.
+    """
+
+    rounds: int
+    published: int
+    used_by_producer: dict[str, int]
+
+
+class RoundHistory:
+    """The reports of one node's rounds, kept (the last :data:`HISTORY_SIZE`) and followed.
+
+    Args:
+        name: the node's name (for errors).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._reports: deque[RoundReport] = deque(maxlen=HISTORY_SIZE)
+        self._count = 0
+        self._new = anyio.Event()
+        self._done = False
+        self._failure: BaseException | None = None
+
+    @property
+    def reports(self) -> list[RoundReport]:
+        """The reports kept, oldest first."""
+        return list(self._reports)
+
+    @property
+    def count(self) -> int:
+        """Reports added so far (kept or not)."""
+        return self._count
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What ended the rounds, if they failed."""
+        return self._failure
+
+    def add(self, report: RoundReport) -> None:
+        """Keep ``report`` and wake everyone following."""
+        self._reports.append(report)
+        self._count += 1
+        self._wake()
+
+    def close(self, failure: BaseException | None = None) -> None:
+        """No more reports will come (``failure``: the error that ended the rounds)."""
+        self._done = True
+        self._failure = self._failure or failure
+        self._wake()
+
+    def _wake(self) -> None:
+        event, self._new = self._new, anyio.Event()
+        event.set()
+
+    def _check_open(self) -> bool:
+        if self._failure is not None:
+            raise SapoError(f"node {self._name} failed") from self._failure
+        return not self._done
+
+    async def follow(self) -> AsyncIterator[RoundReport]:
+        """Yield every report from the first one kept, then each new one, until closed.
+
+        Raises:
+            SapoError: the rounds failed (the original error is the cause).
+        """
+        index = 0
+        while True:
+            first = self._count - len(self._reports)
+            index = max(index, first)
+            while index < self._count:
+                yield self._reports[index - first]
+                index += 1
+                first = self._count - len(self._reports)
+            if not self._check_open():
+                return
+            await self._new.wait()
+
+    async def wait_count(self, count: int, *, timeout: float) -> None:  # noqa: ASYNC109
+        """Wait until ``count`` reports were added.
+
+        Raises:
+            TimeoutError: not in time.
+            ActorStopped: closed first.
+            SapoError: the rounds failed.
+        """
+        with anyio.fail_after(timeout):
+            while self._count < count:
+                if not self._check_open():
+                    raise ActorStopped(self._name, "stopped")
+                await self._new.wait()

@@ -12,8 +12,7 @@ Does not know the node. Invariants: several nodes in one process share a registr
 from __future__ import annotations
 
 import threading
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import start_http_server
@@ -22,6 +21,7 @@ from sapo_async.errors import ConfigError
 from sapo_async.limits import METRICS_STOP_TIMEOUT_S
 from sapo_async.logs import get_logger
 from sapo_async.node.report import RoundReport
+from sapo_async.ops.service import Service
 
 __all__ = ["MetricsServer", "NodeMetrics"]
 
@@ -102,29 +102,23 @@ class NodeMetrics:
         """Update every metric from one finished round's report.
 
         Args:
-            report: the round's report; missing keys leave their metrics unchanged.
+            report: the round's report.
             node: the node's address (the ``node`` label).
         """
         self.rounds.labels(node).inc()
-        self.round.labels(node).set(report["round"])
-        if "policy_version" in report:
-            self.policy_version.labels(node).set(report["policy_version"])
-        if "reward" in report:
-            self.reward.labels(node).set(report["reward"])
-            self.reward_cumulative.labels(node).inc(report["reward"])
-        self.groups_shared.labels(node).inc(report.get("groups_shared", 0))
-        self.groups_received.labels(node).inc(report.get("groups_received", 0))
-        self.groups_trained_external.labels(node).inc(report.get("groups_trained_external", 0))
-        for reason, count in report.get("rejections", {}).items():
+        self.round.labels(node).set(report.round)
+        self.policy_version.labels(node).set(report.policy_version)
+        self.reward.labels(node).set(report.reward_mean)
+        self.reward_cumulative.labels(node).inc(report.reward_mean)
+        self.groups_shared.labels(node).inc(report.groups_shared)
+        self.groups_received.labels(node).inc(report.groups_received)
+        self.groups_trained_external.labels(node).inc(report.external_total)
+        for reason, count in report.rejections.items():
             self.rejected(reason, count, node=node)
-        if "staleness" in report:
-            self.staleness.labels(node).set(report["staleness"])
-        if "commitments_pending" in report:
-            self.commitments_pending.labels(node).set(report["commitments_pending"])
-        if "commitments_confirmed" in report:
-            self.commitments_confirmed.labels(node).set(report["commitments_confirmed"])
-        if "round_s" in report:
-            self.round_seconds.labels(node).observe(report["round_s"])
+        self.staleness.labels(node).set(report.staleness_rounds)
+        self.commitments_pending.labels(node).set(report.commitments_pending)
+        self.commitments_confirmed.labels(node).set(report.commitments_confirmed)
+        self.round_seconds.labels(node).observe(report.round_s)
 
     def rejected(self, reason: str, count: int = 1, *, node: str = "") -> None:
         """Count ``count`` rejected external groups for ``reason``."""
@@ -136,7 +130,7 @@ class NodeMetrics:
         return bytes(generate_latest(self.registry))
 
 
-class MetricsServer:
+class MetricsServer(Service):
     """Serves a registry over HTTP for Prometheus to scrape, from a daemon thread.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop` (idempotent).
@@ -196,15 +190,3 @@ class MetricsServer:
         thread.join(timeout=METRICS_STOP_TIMEOUT_S)
         _log().info("metrics_server_stopped", port=self.port)
         self.port = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -5,26 +5,24 @@ Owns :class:`RoundReporter`, which a node's round loop enters once and calls
 ``metrics.prometheus_port`` is set and the status view (live table on a TTY, log lines
 otherwise), and stops both on exit, in reverse order.
 
-Does not know the node: it takes :class:`~sapo_async.node.report.RoundReport` dicts. Invariant:
+Does not know the node: it takes :class:`~sapo_async.node.report.RoundReport` objects. Invariant:
 leaving the context releases the metrics port even if the body raised.
 """
 
 from __future__ import annotations
-
-from types import TracebackType
-from typing import Self
 
 from rich.console import Console
 
 from sapo_async.node.report import RoundReport
 from sapo_async.ops.config import NodeConfig
 from sapo_async.ops.metrics import MetricsServer, NodeMetrics
+from sapo_async.ops.service import Service
 from sapo_async.ops.status import StatusView
 
 __all__ = ["RoundReporter"]
 
 
-class RoundReporter:
+class RoundReporter(Service):
     """Status view plus metrics for one node, fed by round reports.
 
     Args:
@@ -85,15 +83,3 @@ class RoundReporter:
         finally:
             if self.server is not None:
                 self.server.stop()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

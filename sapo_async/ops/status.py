@@ -1,14 +1,13 @@
 """What a volunteer sees while a node runs: a live table on a terminal, log lines otherwise.
 
 Owns :class:`StatusState` (running totals folded from per-round
-:class:`~sapo_async.node.report.RoundReport` dicts), the pure :func:`render_status` (state to a
+:class:`~sapo_async.node.report.RoundReport` objects), the pure :func:`render_status` (state to a
 rich table, tested by rendering to text) and :class:`StatusView`, which shows the table
 with ``rich.live.Live`` on a TTY or logs one structured ``round_finished`` line per round
 when output is not a terminal (a service, a container, a pipe).
 
 Does not know the node: it only reads reports. Invariants: rendering has no side effects;
-totals only grow; a view never raises out of :meth:`StatusView.update` for a report with
-missing keys (they show as "-").
+totals only grow; before the first report every per-round cell shows "-".
 """
 
 from __future__ import annotations
@@ -16,8 +15,7 @@ from __future__ import annotations
 import io
 import sys
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -25,6 +23,7 @@ from rich.table import Table
 
 from sapo_async.logs import get_logger
 from sapo_async.node.report import RoundReport
+from sapo_async.ops.service import Service
 
 __all__ = ["StatusState", "StatusView", "render_status", "render_text", "report_log_fields"]
 
@@ -63,15 +62,11 @@ class StatusState:
         """Fold one round's report into the totals."""
         self.last = report
         self.rounds += 1
-        self.reward_cumulative += report.get("reward", 0.0)
-        self.groups_shared += report.get("groups_shared", 0)
-        self.groups_received += report.get("groups_received", 0)
-        for reason, count in report.get("rejections", {}).items():
+        self.reward_cumulative += report.reward_mean
+        self.groups_shared += report.groups_shared
+        self.groups_received += report.groups_received
+        for reason, count in report.rejections.items():
             self.rejections[reason] = self.rejections.get(reason, 0) + count
-
-
-def _fmt(value: Any, spec: str = "") -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def render_status(state: StatusState) -> Table:
@@ -83,7 +78,7 @@ def render_status(state: StatusState) -> Table:
     Returns:
         A two-column rich table: what, and this round / total.
     """
-    last: RoundReport = state.last or {"round": -1}
+    last = state.last
     title = "sapo-async node"
     if state.node:
         title += f" {state.node}"
@@ -93,30 +88,30 @@ def render_status(state: StatusState) -> Table:
     table.add_column("", style="bold")
     table.add_column("last round", justify="right")
     table.add_column("total", justify="right")
-    table.add_row(
-        "round",
-        _fmt(last.get("round") if state.last else None),
-        f"{state.rounds} this run",
-    )
-    table.add_row("policy version", _fmt(last.get("policy_version")), "")
-    table.add_row("reward", _fmt(last.get("reward"), ".3f"), format(state.reward_cumulative, ".2f"))
-    table.add_row("groups shared", _fmt(last.get("groups_shared")), str(state.groups_shared))
-    table.add_row("groups received", _fmt(last.get("groups_received")), str(state.groups_received))
-    table.add_row("external trained on", _fmt(last.get("groups_trained_external")), "")
-    table.add_row("staleness (rounds)", _fmt(last.get("staleness"), ".2f"), "")
+
+    def cell(attribute: str, spec: str = "") -> str:
+        return "-" if last is None else format(getattr(last, attribute), spec)
+
+    table.add_row("round", cell("round"), f"{state.rounds} this run")
+    table.add_row("policy version", cell("policy_version"), "")
+    table.add_row("reward", cell("reward_mean", ".3f"), format(state.reward_cumulative, ".2f"))
+    table.add_row("groups shared", cell("groups_shared"), str(state.groups_shared))
+    table.add_row("groups received", cell("groups_received"), str(state.groups_received))
+    table.add_row("external trained on", cell("external_total"), "")
+    table.add_row("staleness (rounds)", cell("staleness_rounds", ".2f"), "")
     table.add_row(
         "commitments",
-        f"{_fmt(last.get('commitments_pending'))} pending",
-        f"{_fmt(last.get('commitments_confirmed'))} confirmed",
+        f"{cell('commitments_pending')} pending",
+        f"{cell('commitments_confirmed')} confirmed",
     )
-    this_round = last.get("rejections", {}) if state.last else {}
+    this_round = last.rejections if last is not None else {}
     if not state.rejections:
         table.add_row("rejections", "0", "0")
     for reason in sorted(state.rejections):
         table.add_row(
             f"rejected: {reason}", str(this_round.get(reason, 0)), str(state.rejections[reason])
         )
-    table.add_row("round time (s)", _fmt(last.get("round_s"), ".2f"), "")
+    table.add_row("round time (s)", cell("round_s", ".2f"), "")
     return table
 
 
@@ -129,14 +124,25 @@ def render_text(state: StatusState, *, width: int = 80) -> str:
 
 
 def report_log_fields(report: RoundReport) -> dict[str, Any]:
-    """Flatten a report into log fields (``rejected_<reason>=n``) for one structured line."""
-    fields: dict[str, Any] = {k: v for k, v in report.items() if k != "rejections"}
-    for reason, count in sorted(report.get("rejections", {}).items()):
+    """The fields of one structured log line per round (``rejected_<reason>=n`` each)."""
+    fields: dict[str, Any] = {
+        "round": report.round,
+        "policy_version": report.policy_version,
+        "reward": report.reward_mean,
+        "groups_shared": report.groups_shared,
+        "groups_received": report.groups_received,
+        "groups_trained_external": report.external_total,
+        "staleness": report.staleness_rounds,
+        "commitments_pending": report.commitments_pending,
+        "commitments_confirmed": report.commitments_confirmed,
+        "round_s": report.round_s,
+    }
+    for reason, count in sorted(report.rejections.items()):
         fields[f"rejected_{reason}"] = count
     return fields
 
 
-class StatusView:
+class StatusView(Service):
     """Shows a node's status: a live table on a terminal, one log line per round otherwise.
 
     Args:
@@ -191,15 +197,3 @@ class StatusView:
         if self._live is not None:
             live, self._live = self._live, None
             live.stop()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -40,13 +40,13 @@ async def test_nodes_on_different_servers_lose_no_acknowledged_group_when_one_st
                     regime="dense",
                     local=2,
                     external=2,
-                    questions=4,
-                    completions=4,
+                    questions_per_round=4,
+                    completions_per_question=4,
                     name=f"n{i}",
                     node_index=i,
                     nats_url=",".join(own_first),
                     stream_replicas=3,
-                    ledger=False,
+                    ledger_enabled=False,
                     limiter=limiter,
                 )
             )
@@ -60,7 +60,7 @@ async def test_nodes_on_different_servers_lose_no_acknowledged_group_when_one_st
             n.request_stop()
         for n in nodes:
             with anyio.fail_after(120):
-                await n.wait_stopped()
+                await n.wait_rounds_done()
         published = {n.address: n.stats().published for n in nodes}
         assert all(p >= 4 * 5 for p in published.values())
         # Every acknowledged group reaches every other node, exactly once.

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from sapo_async.cli.main import build_app
 from sapo_async.errors import CheckpointError, RejectedInput
 from sapo_async.node.checkpoint import load_checkpoint
-from sapo_async.node.learner import LocalTrainerNode, NodeConfig, run_rounds
+from sapo_async.node.learner import Learner, LearnerSettings, run_rounds
 from sapo_async.policy.generation import Generator
 from sapo_async.policy.generation.fake import FakeGenerator
 from sapo_async.policy.generation.transformers_backend import TransformersGenerator
@@ -27,12 +27,12 @@ SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=12
 PROMPTS = ["3 + 4 =", "9 - 8 =", "1 + 1 ="]
 
 
-def _node(lm: Any, lr: float = 3e-4, **kw: Any) -> LocalTrainerNode:
-    return LocalTrainerNode(
+def _node(lm: Any, lr: float = 3e-4, **kw: Any) -> Learner:
+    return Learner(
         lm.model,
         lm.tokenizer,
         TaskSource(preset("cpu_easy")),
-        NodeConfig(sampling=SAMPLING, trainer=TrainerConfig(lr=lr), **kw),
+        LearnerSettings(sampling=SAMPLING, trainer=TrainerConfig(lr=lr), **kw),
         model_id=lm.model_id,
     )
 
@@ -217,11 +217,11 @@ def test_fake_generator_drives_a_round_through_text_only_completions(tiny_lm: An
         return f" <answer>{value}</answer>" if i % 2 == 0 else " 0"
 
     fake = FakeGenerator(script)
-    node = LocalTrainerNode(
+    node = Learner(
         tiny_lm.model,
         tiny_lm.tokenizer,
         TaskSource(preset("cpu_easy")),
-        NodeConfig(sampling=SAMPLING, trainer=TrainerConfig(lr=1e-3)),
+        LearnerSettings(sampling=SAMPLING, trainer=TrainerConfig(lr=1e-3)),
         generator=fake,
     )
     m = anyio.run(node.run_round)

@@ -49,13 +49,19 @@ def qwen2_with_its_own_tokenizer() -> LoadedModel:
 async def test_llama_and_qwen2_nodes_with_different_tokenizers_train_on_each_others_text():
     broker = MemoryBroker()
     other = qwen2_with_its_own_tokenizer()
-    common = {"swarm": "mixed", "local": 2, "external": 4, "questions": 4, "completions": 4}
+    common = {
+        "swarm": "mixed",
+        "local": 2,
+        "external": 4,
+        "questions_per_round": 4,
+        "completions_per_question": 4,
+    }
     async with (
         Swarm.join(
             name="tiny",
             regime="dense",
             transport=broker.connect("mixed"),
-            ledger=False,
+            ledger_enabled=False,
             node_index=0,
             **common,
         ) as tiny,
@@ -64,7 +70,7 @@ async def test_llama_and_qwen2_nodes_with_different_tokenizers_train_on_each_oth
             model=other,
             prompt_style="compact",
             transport=broker.connect("mixed"),
-            ledger=False,
+            ledger_enabled=False,
             node_index=1,
             **common,
         ) as qwen,

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sapo_async.actors import ActorState
 from sapo_async.fabric.transport.memory import MemoryBroker
 from sapo_async.node.swarm import Swarm
 from sapo_async.wire import SamplingParams
@@ -62,22 +63,26 @@ async def test_sleep_mode_sleeps_around_every_step_and_wakes_with_the_new_versio
         regime="dense",
         local=4,
         external=0,
-        questions=4,
-        completions=4,
-        ledger=False,
+        questions_per_round=4,
+        completions_per_question=4,
+        ledger_enabled=False,
         transport=broker.connect("sleepy"),
         rounds=None,
     )
     try:
+        assert node.state is ActorState.RUNNING
         node.request_stop()  # drive the rounds by hand below
-        await node.wait_stopped()
+        await node.wait_rounds_done()
         sleepy = SleepyGenerator(node.learner.generator)
         node.learner.generator = sleepy  # type: ignore[assignment]
-        node.sleep_mode = True
+        node.round_loop.sleep_mode = True
         for _ in range(3):
-            await node.step()
+            await node.round_loop.step()
     finally:
         await node.leave()
+    assert node.state is ActorState.STOPPED
+    assert node.collector.state is ActorState.STOPPED
+    await node.leave()  # idempotent
     kinds = [k for k, _ in sleepy.calls]
     assert kinds == ["generate", "sleep", "wake_up"] * 3
     versions = [v for k, v in sleepy.calls if k == "wake_up"]

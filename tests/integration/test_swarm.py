@@ -8,8 +8,9 @@ import anyio
 import pytest
 
 from sapo_async.ledger.audit import audit_node
+from sapo_async.node.embedded import embedded_ledger
 from sapo_async.node.loop import Node
-from sapo_async.node.swarm import Swarm, embedded_ledger
+from sapo_async.node.swarm import Swarm
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.nats, pytest.mark.evm]
 
@@ -45,8 +46,8 @@ async def test_three_nodes_share_train_on_each_other_and_survive_a_pause_and_a_k
                     regime="dense",
                     local=2,
                     external=4,
-                    questions=4,
-                    completions=4,
+                    questions_per_round=4,
+                    completions_per_question=4,
                     name=f"n{i}",
                     node_index=i,
                     limiter=limiter,
@@ -83,7 +84,7 @@ async def test_three_nodes_share_train_on_each_other_and_survive_a_pause_and_a_k
             n.request_stop()
         for n in nodes[:2]:
             with anyio.fail_after(120):
-                await n.wait_stopped()
+                await n.wait_rounds_done()
             assert n.recorder is not None
             await n.recorder.wait_idle(60)
         handle = embedded_ledger("it-three")

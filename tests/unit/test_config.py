@@ -178,3 +178,39 @@ def test_docs_embed_the_current_settings_reference() -> None:
     assert render_reference() in docs.read_text(), (
         "docs/volunteer.md is out of date: paste sapo_async.ops.config.render_reference()"
     )
+
+
+def test_config_builds_the_node_spec_with_the_same_names(tmp_path: Path) -> None:
+    from eth_account import Account
+
+    from sapo_async.ops.hardware import HardwareChoice
+
+    cfg = load_config(
+        node={"swarm": "alpha", "data_dir": str(tmp_path), "rounds": 5, "seed": 3},
+        training={
+            "questions_per_round": 6,
+            "completions_per_question": 4,
+            "local": 2,
+            "external": 3,
+            "lr": 1e-5,
+            "overlap_generation": True,
+        },
+        nats={"urls": "nats://a:4222,nats://b:4222", "start": "last_minutes"},
+        ledger={"rpc_url": "http://127.0.0.1:8545", "contract_address": "0x" + "2" * 40},
+    )
+    account = Account.create()
+    hardware = HardwareChoice("transformers", "cpu", "tiny", None, "test", None, None)
+    spec = cfg.to_spec(account=account, hardware=hardware)
+    t = spec.training
+    assert (t.questions_per_round, t.completions_per_question, t.local, t.external) == (6, 4, 2, 3)
+    assert t.trainer is not None
+    assert t.trainer.lr == 1e-5
+    assert (t.overlap, t.rounds, t.seed) == (True, 5, 3)
+    assert spec.swarm == "alpha"
+    assert spec.account is account
+    assert spec.policy.model == "tiny"
+    assert spec.fabric.nats_url == "nats://a:4222,nats://b:4222"
+    assert spec.fabric.start == 600.0  # lookback_minutes = 10
+    assert spec.ledger.rpc_url == "http://127.0.0.1:8545"
+    assert spec.ledger.journal_path == tmp_path / "journal" / "journal.sqlite"
+    assert spec.checkpoint.dir == tmp_path / "checkpoints"

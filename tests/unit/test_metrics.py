@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import urllib.request
 
 import pytest
 
 from sapo_async.errors import ConfigError
-from sapo_async.node.report import RoundReport
 from sapo_async.ops.metrics import MetricsServer, NodeMetrics
+from tests.fixtures.reports import round_report
 
-REPORT: RoundReport = {
-    "round": 7,
-    "policy_version": 7,
-    "reward": 0.25,
-    "groups_shared": 8,
-    "groups_received": 5,
-    "groups_trained_external": 4,
-    "rejections": {"stale": 2, "bad_signature": 1},
-    "staleness": 1.5,
-    "commitments_pending": 2,
-    "commitments_confirmed": 6,
-    "round_s": 0.8,
-}
+REPORT = round_report(
+    round=7,
+    policy_version=7,
+    reward_mean=0.25,
+    groups_shared=8,
+    groups_received=5,
+    external_used={"0xB": 4},
+    rejections={"stale": 2, "bad_signature": 1},
+    staleness_rounds=1.5,
+    commitments_pending=2,
+    commitments_confirmed=6,
+    train_s=0.8,
+)
 
 
 def _sample(text: str, name: str) -> float:
@@ -36,13 +37,14 @@ def _sample(text: str, name: str) -> float:
 def test_round_reports_update_counters_and_gauges() -> None:
     metrics = NodeMetrics()
     metrics.observe_round(REPORT, node="0xA")
-    metrics.observe_round({**REPORT, "round": 8, "rejections": {"stale": 1}}, node="0xA")
+    metrics.observe_round(dataclasses.replace(REPORT, round=8, rejections={"stale": 1}), node="0xA")
     text = metrics.exposition().decode()
     assert _sample(text, 'sapo_rounds_total{node="0xA"}') == 2
     assert _sample(text, 'sapo_round{node="0xA"}') == 8
     assert _sample(text, 'sapo_reward_cumulative{node="0xA"}') == 0.5
     assert _sample(text, 'sapo_groups_shared_total{node="0xA"}') == 16
     assert _sample(text, 'sapo_groups_received_total{node="0xA"}') == 10
+    assert _sample(text, 'sapo_groups_trained_external_total{node="0xA"}') == 8
     assert _sample(text, 'sapo_rejections_total{node="0xA",reason="stale"}') == 3
     assert _sample(text, 'sapo_rejections_total{node="0xA",reason="bad_signature"}') == 1
     assert _sample(text, 'sapo_staleness_rounds{node="0xA"}') == 1.5

@@ -30,6 +30,7 @@ EXPECTED_PUBLIC = {
     "__version__",
     "Collector",
     "NodeConfig",
+    "NodeSpec",
     "load_config",
     "audit_swarm",
     "verify_rollout",

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from sapo_async.ops.config import load_config
 from sapo_async.ops.reporting import RoundReporter
+from tests.fixtures.reports import round_report
 
 
 def test_round_report_reaches_metrics_endpoint_and_live_status() -> None:
@@ -16,7 +17,9 @@ def test_round_report_reaches_metrics_endpoint_and_live_status() -> None:
     buffer = io.StringIO()
     console = Console(file=buffer, width=100, force_terminal=True, color_system=None)
     with RoundReporter(cfg, node="0xA", live=True, console=console) as reporter:
-        reporter.report({"round": 1, "reward": 0.5, "groups_shared": 8, "rejections": {"stale": 1}})
+        reporter.report(
+            round_report(round=1, reward_mean=0.5, groups_shared=8, rejections={"stale": 1})
+        )
         reporter.rejected("oversize")
         url = reporter.metrics_url
         assert url is not None

@@ -10,27 +10,29 @@ import structlog
 from rich.console import Console
 
 from sapo_async.logs import configure_logging
-from sapo_async.node.report import RoundReport
 from sapo_async.ops.status import StatusState, StatusView, render_text, report_log_fields
+from tests.fixtures.reports import round_report
 
-ROUND_3: RoundReport = {
-    "round": 3,
-    "policy_version": 3,
-    "reward": 0.625,
-    "groups_shared": 8,
-    "groups_received": 12,
-    "groups_trained_external": 4,
-    "rejections": {"bad_signature": 2, "stale": 1},
-    "staleness": 1.5,
-    "commitments_pending": 1,
-    "commitments_confirmed": 3,
-    "round_s": 0.42,
-}
+ROUND_2 = round_report(round=2, reward_mean=0.5, groups_shared=8, rejections={"stale": 4})
+ROUND_3 = round_report(
+    round=3,
+    policy_version=3,
+    reward_mean=0.625,
+    groups_shared=8,
+    groups_received=12,
+    external_used={"0xB": 3, "0xC": 1},
+    rejections={"bad_signature": 2, "stale": 1},
+    staleness_rounds=1.5,
+    commitments_pending=1,
+    commitments_confirmed=3,
+    generate_s=0.2,
+    train_s=0.22,
+)
 
 
 def test_state_accumulates_totals_across_rounds() -> None:
     state = StatusState(node="0xabc", swarm="alpha")
-    state.update({"round": 2, "reward": 0.5, "groups_shared": 8, "rejections": {"stale": 4}})
+    state.update(ROUND_2)
     state.update(ROUND_3)
     assert state.rounds == 2
     assert state.reward_cumulative == pytest.approx(1.125)
@@ -41,7 +43,7 @@ def test_state_accumulates_totals_across_rounds() -> None:
 
 def test_rendered_table_shows_round_reward_groups_rejections_and_commitments() -> None:
     state = StatusState(node="0xabc", swarm="alpha")
-    state.update({"round": 2, "reward": 0.5, "groups_shared": 8, "rejections": {"stale": 4}})
+    state.update(ROUND_2)
     state.update(ROUND_3)
     text = render_text(state, width=100)
     assert "0xabc" in text
@@ -58,6 +60,8 @@ def test_rendered_table_shows_round_reward_groups_rejections_and_commitments() -
     assert "1.50" in lines["staleness (rounds)"]
     assert "1 pending" in lines["commitments"]
     assert "3 confirmed" in lines["commitments"]
+    assert lines["external trained on"].split("│")[2].strip() == "4"
+    assert "0.42" in lines["round time (s)"]
 
 
 def test_empty_state_renders_placeholders_not_errors() -> None:

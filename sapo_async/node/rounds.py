@@ -1,0 +1,498 @@
+"""A SAPO node's round: generate, publish, score, sample, train, commit.
+
+Owns the round of one node in a swarm, by joining pieces that know nothing of each other:
+the learner (:class:`~sapo_async.node.learner.Learner`: tasks, generator, verifier, GRPO
+trainer), the publisher and collector (fabric), the sampler (pure core) and the recorder
+(ledger journal). Each round:
+
+1. generate B questions x L completions with the node's own policy;
+2. sign and publish every group (one message per group), await the server's acks;
+3. score the node's own groups with its own verifier;
+4. pick I local groups and J external ones from the collector's buffer (the sampler
+   re-derives each candidate's task from its reference and scores it with this node's
+   verifier; a mismatch is a rejection counted by reason);
+5. one GRPO step on the I + J groups;
+6. journal the round's commitment (hashes shared, hashes used by producer) for the chain;
+   the node never waits for the chain.
+
+No global barrier: a node never waits for another. What is in its buffer when it samples
+is what it trains on; a node alone trains like J = 0. Staleness is bounded twice: the
+collector drops groups older than ``max_age_s`` or far behind their producer's newest
+round, and the sampler only draws groups at most ``max_staleness_rounds`` behind the newest
+it holds from their producer, so a whole group ages out together.
+
+Overlap of generation and training (``training.overlap``): round r+1 is generated while
+round r trains, from the weights before round r's step (one policy version behind; the
+groups carry that version and their behaviour log-probs). It needs a generator with weights
+of its own, synced after both halves finish. Off by default: the default transformers
+generator samples from the trainer's own module (no copy, no sync, no staleness), and in a
+local swarm the cores are already busy with other nodes (its speed-up is not measured yet).
+If the node stops between the halves, the pre-generated round was shared but is never
+trained on nor committed.
+
+Deliberately does not know how its pieces are built (:mod:`.swarm`) nor how they are
+started and stopped (:class:`~sapo_async.node.loop.Node`); the experiment harness drives
+:meth:`RoundLoop.share_round` and :meth:`RoundLoop.train_round` itself.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from sapo_async.errors import (
+    ActorStopped,
+    ConfigError,
+    PublishError,
+    RejectedInput,
+    TransportUnavailable,
+)
+from sapo_async.fabric.collector import BufferedGroup, Collector
+from sapo_async.fabric.publisher import Publisher
+from sapo_async.ledger.recorder import Recorder
+from sapo_async.ledger.types import RoundCommitment
+from sapo_async.logs import get_logger
+from sapo_async.node.groups import GeneratedGroup, round_seed, to_rollout_group
+from sapo_async.node.learner import Learner
+from sapo_async.node.report import NodeStats, RoundHistory, RoundReport
+from sapo_async.node.sampler import (
+    ExternalSelection,
+    select_external,
+    select_local,
+    split_by_staleness,
+)
+from sapo_async.node.spec import NodeSpec
+from sapo_async.policy.grpo.trainer import ScoredGroup, StepMetrics
+from sapo_async.wire import RolloutGroup
+
+__all__ = ["RoundLoop", "SharedRound"]
+
+
+@dataclass(frozen=True, slots=True)
+class SharedRound:
+    """The first half of a round: generated, published and scored, not yet trained.
+
+    Attributes:
+        round: the round index.
+        generated: the node's own groups.
+        local: the same, scored by the node's verifier.
+        hashes: rollout hashes of the groups that were acknowledged.
+        policy_version: the version the groups were generated with.
+        generate_s / publish_s / score_s: phase times.
+    """
+
+    round: int
+    generated: list[GeneratedGroup]
+    local: list[ScoredGroup]
+    hashes: list[bytes]
+    policy_version: int
+    generate_s: float
+    publish_s: float
+    score_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """An external group with this node's scores, as the sampler sees it."""
+
+    buffered: BufferedGroup
+    scored: ScoredGroup
+
+    @property
+    def producer(self) -> str:
+        return self.buffered.producer
+
+    @property
+    def rewards(self) -> list[float]:
+        return self.scored.rewards
+
+
+@dataclass(frozen=True, slots=True)
+class _Choice:
+    """What :meth:`RoundLoop._select` chose, and what the report needs to know of it."""
+
+    local: list[ScoredGroup]
+    external: list[_Candidate]
+    selection: ExternalSelection[_Candidate]
+    newest: dict[str, int]
+
+
+class RoundLoop:
+    """One node's rounds, one after another (see the module docstring).
+
+    Args:
+        spec: the node's spec (swarm, training, checkpoint, ``fabric.include_tokens``,
+            ``policy.sleep_mode``, limiter).
+        name: the node's human name.
+        learner: the node's model, tasks, generator, verifier and trainer.
+        publisher: signs and publishes the node's groups (its key is the node identity).
+        collector: admits other nodes' groups (started and stopped by whoever runs it).
+        recorder: journals round commitments for the ledger (None: no ledger).
+        offload: run generation, selection and training in worker threads (several nodes
+            per process).
+
+    Raises:
+        ConfigError: sleep mode with a generator that cannot sleep.
+    """
+
+    def __init__(
+        self,
+        spec: NodeSpec,
+        *,
+        name: str,
+        learner: Learner,
+        publisher: Publisher,
+        collector: Collector,
+        recorder: Recorder | None = None,
+        offload: bool = True,
+    ) -> None:
+        self.spec = spec
+        self.training = spec.training
+        self.name = name
+        self.learner = learner
+        self.publisher = publisher
+        self.collector = collector
+        self.recorder = recorder
+        self.offload = offload
+        self.sleep_mode = spec.policy.sleep_mode
+        if self.sleep_mode and not hasattr(learner.generator, "wake_up"):
+            raise ConfigError(
+                "sleep_mode needs a generator that can sleep (the vLLM backend)",
+                field="policy.sleep_mode",
+            )
+        self.history = RoundHistory(name)
+        self._next: SharedRound | None = None
+        self._generator_version = learner.policy_version
+        self._saved_round = learner.round
+        self._stopping = False
+        self._running = anyio.Event()
+        self._running.set()
+        self._done = anyio.Event()
+        self._scope = anyio.CancelScope()
+        self._published = 0
+        self._used: Counter[str] = Counter()
+        self._seen_accepted = 0
+        self._seen_rejected: Counter[str] = Counter()
+        self._log = get_logger("node", node=self.address, node_name=name)
+
+    @property
+    def address(self) -> str:
+        """The node's Ethereum address (its identity everywhere)."""
+        return self.publisher.address
+
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was requested."""
+        return self._stopping
+
+    def stats(self) -> NodeStats:
+        """Totals published and consumed so far."""
+        return NodeStats(self.history.count, self._published, dict(self._used))
+
+    # --- the loop ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run rounds until stopped or ``training.rounds`` are done, checkpointing every
+        ``checkpoint.every`` rounds. A failure ends the rounds and reaches readers of the
+        history; it is not raised here."""
+        failure: BaseException | None = None
+        try:
+            with self._scope:
+                await self._run_rounds()
+        except anyio.get_cancelled_exc_class():
+            if self._stopping:
+                self._log.warning("round_abandoned", round=self.learner.round)
+            raise
+        except Exception as exc:
+            failure = exc
+            self._log.exception("node_failed", error=repr(exc))
+        finally:
+            self._done.set()
+            self.history.close(failure)
+
+    async def _run_rounds(self) -> None:
+        limit = self.training.rounds
+        while not self._stop_requested() and (limit is None or self.history.count < limit):
+            await self._running.wait()
+            if self._stop_requested():  # stopped while paused
+                break
+            if self.training.overlap:
+                await self._overlapped_step()
+            else:
+                await self.step()
+            if (self.learner.round - self._saved_round) >= self.spec.checkpoint.every:
+                await self.save_checkpoint()
+
+    def _stop_requested(self) -> bool:
+        # A method, not the property, so type checkers do not assume it cannot change.
+        return self._stopping
+
+    async def wait_done(self) -> None:
+        """Wait until :meth:`run` has ended."""
+        await self._done.wait()
+
+    def pause(self) -> None:
+        """Stop starting new rounds (the others keep going; nobody waits for this node)."""
+        self._running = anyio.Event()
+
+    def resume(self) -> None:
+        """Start rounds again after :meth:`pause`."""
+        self._running.set()
+
+    def request_stop(self) -> None:
+        """Stop after the round in progress (non-blocking; safe from any task)."""
+        self._stopping = True
+        self._running.set()
+
+    def abandon_round(self) -> None:
+        """Stop now, cancelling the round in progress."""
+        self.request_stop()
+        self._scope.cancel()
+
+    async def save_checkpoint(self) -> Path | None:
+        """Checkpoint model, optimizer, round and RNG states now (no-op without a
+        checkpoint directory or when nothing changed since the last one).
+
+        Raises:
+            CheckpointError: the write failed.
+        """
+        directory = self.spec.checkpoint.dir
+        if directory is None or self._saved_round == self.learner.round:
+            return None
+        path: Path = await anyio.to_thread.run_sync(self.learner.save, directory)
+        self._saved_round = self.learner.round
+        self._log.info("checkpoint_saved", round=self.learner.round, path=str(path))
+        return path
+
+    # --- one round -----------------------------------------------------------------------
+
+    async def step(self) -> RoundReport:
+        """Run one whole round (share, then train)."""
+        shared = await self.share_round()
+        return await self.train_round(shared)
+
+    async def _overlapped_step(self) -> None:
+        """Train round r while round r+1 generates with the same (pre-step) weights."""
+        if self._next is None:
+            self._next = await self.share_round()
+        current = self._next
+        results: dict[str, Any] = {}
+
+        async def train() -> None:
+            results["report"] = await self.train_round(current, sync=False)
+
+        async def generate_next() -> None:
+            results["next"] = await self.share_round(current.round + 1)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(train)
+            tg.start_soon(generate_next)
+        self._next = results["next"]
+        await self._sync_generator()
+
+    async def _run_sync(self, fn: Any, *args: Any) -> Any:
+        if self.offload:
+            return await anyio.to_thread.run_sync(fn, *args, limiter=self.spec.limiter)
+        return fn(*args)
+
+    async def share_round(self, round_: int | None = None) -> SharedRound:
+        """Generate, publish and score one round's own groups (default: the current one)."""
+        learner = self.learner
+        r = learner.round if round_ is None else round_
+        policy_version = self._generator_version
+        t0 = time.perf_counter()
+        generated: list[GeneratedGroup] = await learner.generate(r)
+        t1 = time.perf_counter()
+        wire = [
+            to_rollout_group(
+                g,
+                swarm=self.spec.swarm,
+                producer=self.address,
+                producer_round=r,
+                policy_version=policy_version,
+                model_id=learner.model_id,
+                tokenizer_id=learner.tokenizer_id,
+                include_tokens=self.spec.fabric.include_tokens,
+            )
+            for g in generated
+        ]
+        hashes = await self._publish_all(wire)
+        t2 = time.perf_counter()
+        local = learner.score_local(generated)
+        t3 = time.perf_counter()
+        return SharedRound(r, generated, local, hashes, policy_version, t1 - t0, t2 - t1, t3 - t2)
+
+    async def _sync_generator(self) -> None:
+        # Push the new weights into the generation engine (a no-op for a transformers
+        # generator that samples from the trainer's own module; vLLM verifies the sync
+        # with its log-prob probe and raises WeightSyncError on a mismatch).
+        await self.learner.generator.sync_weights(self.learner.model.named_parameters())
+        self._generator_version = self.learner.policy_version
+
+    async def _publish_all(self, groups: Sequence[RolloutGroup]) -> list[bytes]:
+        hashes: list[bytes | None] = [None] * len(groups)
+
+        async def one(i: int, g: RolloutGroup) -> None:
+            try:
+                hashes[i] = (await self.publisher.publish(g)).rollout_hash
+            except (PublishError, TransportUnavailable) as exc:
+                # Counted by the publisher; the round still trains on its own groups.
+                self._log.warning("round_publish_failed", error=str(exc))
+
+        async with anyio.create_task_group() as tg:
+            for i, g in enumerate(groups):
+                tg.start_soon(one, i, g)
+        done = [h for h in hashes if h is not None]
+        self._published += len(done)
+        return done
+
+    def _fresh_candidates(self) -> tuple[list[BufferedGroup], dict[str, int]]:
+        """Buffered external groups within the staleness bound, in a canonical order."""
+        fresh, stale, newest = split_by_staleness(
+            self.collector.candidates(exclude_producers=(self.address,)),
+            self.training.max_staleness_rounds,
+            producer_of=lambda b: b.producer,
+            round_of=lambda b: b.group.producer_round,
+        )
+        if stale:
+            self.collector.take(b.rollout_hash for b in stale)
+        # Sorting by hash makes the sampler's draw depend only on the pool's contents and
+        # the seeded rng, not on delivery order (common random numbers across runs).
+        fresh.sort(key=lambda b: b.rollout_hash)
+        return fresh, newest
+
+    def _select(self, shared: SharedRound) -> _Choice:
+        fresh, newest = self._fresh_candidates()
+        node_index = self.learner.settings.node_index
+        rng = random.Random(round_seed(self.training.seed, node_index, shared.round, "external"))
+
+        def score(b: BufferedGroup) -> _Candidate:
+            return _Candidate(b, self.learner.score_external(b.group))
+
+        def reason(_b: BufferedGroup, exc: Exception) -> str:
+            return exc.reason if isinstance(exc, RejectedInput) else "score_error"
+
+        selection = select_external(
+            fresh,
+            self.training.external,
+            score,
+            rng=rng,
+            policy=self.training.sampler,
+            per_producer_cap=self.training.per_producer_cap,
+            on_error=reason,
+        )
+        local = select_local(shared.local, self.training.local)
+        return _Choice(local, selection.chosen, selection, newest)
+
+    async def _train(self, batch: list[ScoredGroup], *, sync: bool) -> StepMetrics:
+        """One GRPO step, with the generation engine asleep or synced afterwards."""
+        sleeper = self.learner.generator if self.sleep_mode else None
+        if sleeper is not None:
+            # Release the engine's KV cache (and at level 2 its weights) for the step.
+            await sleeper.sleep()  # type: ignore[attr-defined]
+        step: StepMetrics = await self._run_sync(self.learner.train, batch)
+        if sleeper is not None:
+            # wake_up loads the new weights and runs the log-prob probe after waking.
+            await sleeper.wake_up(  # type: ignore[attr-defined]
+                self.learner.model.named_parameters(),
+                policy_version=self.learner.policy_version,
+            )
+            self._generator_version = self.learner.policy_version
+        elif sync:
+            await self._sync_generator()
+        return step
+
+    def _commit(self, shared: SharedRound, chosen: list[_Candidate]) -> tuple[int, int]:
+        """Journal the round's commitment; returns the recorder's (pending, confirmed)."""
+        if self.recorder is None:
+            return 0, 0
+        by_producer: dict[str, list[bytes]] = {}
+        for c in chosen:
+            by_producer.setdefault(c.producer, []).append(c.buffered.rollout_hash)
+        try:
+            self.recorder.record_nowait(
+                RoundCommitment(
+                    node=self.address,
+                    round=shared.round,
+                    policy_version=shared.policy_version,
+                    rollout_hashes=shared.hashes,
+                    external_hashes=by_producer,
+                )
+            )
+        except (RejectedInput, ActorStopped) as exc:
+            self._log.error("commitment_not_journaled", round=shared.round, error=str(exc))
+        stats = self.recorder.statistics()
+        return stats.pending, stats.landed
+
+    def _collected(self) -> tuple[int, dict[str, int]]:
+        """Groups the collector admitted and rejected (by reason) since the last call."""
+        stats = self.collector.statistics()
+        received = stats.accepted - self._seen_accepted
+        rejected = Counter(stats.rejected)
+        rejected.subtract(self._seen_rejected)
+        self._seen_accepted, self._seen_rejected = stats.accepted, Counter(stats.rejected)
+        return received, {reason: n for reason, n in rejected.items() if n > 0}
+
+    async def train_round(self, shared: SharedRound, *, sync: bool = True) -> RoundReport:
+        """Choose I local and J external groups, take one GRPO step, journal the round.
+
+        Args:
+            shared: the round's first half.
+            sync: push the new weights into the generator afterwards (the overlapped loop
+                syncs itself once the next round's generation is done).
+        """
+        t0 = time.perf_counter()
+        choice: _Choice = await self._run_sync(self._select, shared)
+        chosen = choice.external
+        if chosen:
+            self.collector.take(c.buffered.rollout_hash for c in chosen)
+        t1 = time.perf_counter()
+        step = await self._train([*choice.local, *(c.scored for c in chosen)], sync=sync)
+        t2 = time.perf_counter()
+        used: Counter[str] = Counter(c.producer for c in chosen)
+        self._used.update(used)
+        pending, confirmed = self._commit(shared, chosen)
+        self.learner.round = shared.round + 1
+        received, rejections = self._collected()
+        rewards = [c.reward for g in shared.local for c in g.completions]
+        staleness = [choice.newest[c.producer] - c.buffered.group.producer_round for c in chosen]
+        report = RoundReport(
+            node=self.address,
+            name=self.name,
+            round=shared.round,
+            policy_version=self.learner.policy_version,
+            reward_mean=sum(rewards) / max(len(rewards), 1),
+            informative_local=sum(g.informative for g in shared.local),
+            local_used=len(choice.local),
+            groups_shared=len(shared.hashes),
+            groups_received=received,
+            external_used=dict(used),
+            external_scored=choice.selection.scored,
+            external_uninformative=choice.selection.dropped_uninformative,
+            external_failed=dict(choice.selection.failed),
+            staleness_rounds=sum(staleness) / len(staleness) if staleness else 0.0,
+            rejections=rejections,
+            commitments_pending=pending,
+            commitments_confirmed=confirmed,
+            generate_s=shared.generate_s,
+            publish_s=shared.publish_s,
+            score_s=shared.score_s + (t1 - t0),
+            train_s=t2 - t1,
+            step={k: v for k, v in asdict(step).items() if k != "extra"},
+        )
+        self.history.add(report)
+        self._log.info(
+            "round_completed",
+            round=report.round,
+            reward=round(report.reward_mean, 4),
+            external=report.external_total,
+            shared=report.groups_shared,
+        )
+        return report
