@@ -63,6 +63,9 @@ PUBLISH_RETRIES = 5
 PUBLISH_RETRY_BASE_S = 0.2
 """First publish retry after 0.2 s; a restarting embedded nats-server is back in ~0.2 s."""
 
+PUBLISH_RETRY_MAX_S = 5.0
+"""Publish retries back off to at most 5 s apart: a group waiting longer is stale anyway."""
+
 CONNECT_TIMEOUT_S = 5.0
 """Connecting to NATS on loopback takes milliseconds; 5 s covers a remote server."""
 

@@ -161,8 +161,7 @@ class ChildProcess:
                 tail = self.log_tail()
                 self.stop()
                 raise self._error(
-                    f"{self.name} did not answer within {timeout} s ({what}); "
-                    f"its output:\n{tail}"
+                    f"{self.name} did not answer within {timeout} s ({what}); its output:\n{tail}"
                 )
             yield delay
 
@@ -184,7 +183,13 @@ class ChildProcess:
             time.sleep(delay)  # a child's readiness has no event to block on
 
     async def wait_ready_async(
-        self, probe: Callable[[], bool], *, timeout: float = SERVER_START_TIMEOUT_S, what: str = ""
+        self,
+        probe: Callable[[], bool],
+        *,
+        # The deadline belongs to the child: when it passes, the child is stopped and the
+        # error names it with its output, which a caller's fail_after could not do.
+        timeout: float = SERVER_START_TIMEOUT_S,  # noqa: ASYNC109
+        what: str = "",
     ) -> None:
         """:meth:`wait_ready` for async callers: the same loop, sleeping with anyio."""
         for delay in self._probes(probe, timeout, what):

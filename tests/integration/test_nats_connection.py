@@ -13,10 +13,10 @@ from sapo_async.fabric.transport.embedded import (
     EmbeddedNats,
     NatsOptions,
     connect_nats,
-    find_nats_server,
     live_embedded_servers,
 )
 from sapo_async.fabric.transport.jetstream import JetStreamTransport
+from sapo_async.fabric.transport.server import find_nats_server
 from tests.fixtures.fabric import SWARM, child_nats_servers, make_account, make_group
 
 pytestmark = [pytest.mark.anyio, pytest.mark.nats, pytest.mark.usefixtures("no_leaks")]

@@ -18,7 +18,8 @@ from nats.errors import NoRespondersError
 from nats.js import api
 from nats.js.errors import ServiceUnavailableError
 
-from sapo_async.ops.devnet import find_nats_server, free_port, start_nats_server
+from sapo_async.fabric.transport.server import find_nats_server, start_nats_server
+from sapo_async.process import free_port
 from tests.fixtures.volunteer import INFRA, NatsCluster
 
 pytestmark = [pytest.mark.anyio, pytest.mark.nats]
