@@ -42,7 +42,7 @@ from sapo_async.limits import (
     SERVER_STOP_TIMEOUT_S,
 )
 
-__all__ = ["READY_POLL", "ChildProcess", "free_port", "live_children", "port_open"]
+__all__ = ["READY_POLL", "ChildProcess", "StopOnExit", "free_port", "live_children", "port_open"]
 
 READY_POLL = Backoff(SERVER_POLL_BASE_S, SERVER_POLL_MAX_S)
 """How often a starting child is probed: 10 ms doubling up to 0.2 s."""
@@ -74,7 +74,23 @@ def live_children() -> list[ChildProcess]:
     return list(_LIVE.values())
 
 
-class ChildProcess:
+class StopOnExit:
+    """Base of whatever owns running children: ``with`` hands it back and stops it on exit."""
+
+    def stop(self) -> None:
+        """Stop what runs; idempotent."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class ChildProcess(StopOnExit):
     """A server binary run as a child process; stopped by :meth:`stop` or on ``with`` exit.
 
     Args:
@@ -215,11 +231,3 @@ class ChildProcess:
                 proc.kill()
                 proc.wait(timeout=timeout)
         _LIVE.pop(proc.pid, None)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

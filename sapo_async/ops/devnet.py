@@ -3,7 +3,7 @@
 Owns :class:`Devnet` (NATS with JetStream, anvil, the ledger deployed for a swarm, and the
 ``node.toml`` lines that reach them) and :func:`run_devnet`, which runs one until a signal.
 Every piece is the ports' own: nats-server from
-:func:`~sapo_async.fabric.transport.server.start_nats_server`, anvil from
+:func:`~sapo_async.fabric.transport.server.spawn_nats_server`, anvil from
 :class:`~sapo_async.ledger.anvil.AnvilProcess`, the deployment from
 :func:`~sapo_async.ledger.deploy.deploy_ledger` with anvil's first development key.
 
@@ -20,14 +20,14 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anyio
 
 from sapo_async.errors import TransportUnavailable
-from sapo_async.fabric.transport.server import NatsServer, start_nats_server
+from sapo_async.fabric.transport.server import NatsServer, spawn_nats_server
 from sapo_async.ledger.anvil import ANVIL_DEV_ADDRESS, ANVIL_DEV_KEY, AnvilProcess
+from sapo_async.process import StopOnExit
 
 __all__ = ["ANVIL_DEV_ADDRESS", "ANVIL_DEV_KEY", "Devnet", "run_devnet", "start_devnet"]
 
@@ -36,7 +36,7 @@ _FUNDING_WEI = 100 * 10**18
 
 
 @dataclass
-class Devnet:
+class Devnet(StopOnExit):
     """What ``sapo-async devnet`` runs: NATS with JetStream, anvil, and the deployed ledger.
 
     Attributes:
@@ -71,14 +71,6 @@ class Devnet:
         """Stop anvil and NATS (reverse order of start); idempotent."""
         self.anvil.stop()
         self.nats.stop()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 async def _deploy(rpc_url: str, swarm: str) -> str:
@@ -115,7 +107,7 @@ def start_devnet(
         TransportUnavailable: nats-server did not start.
         LedgerUnavailable, LedgerError: anvil did not start, or the deployment failed.
     """
-    nats = start_nats_server(work_dir / "nats", port=nats_port, name="devnet")
+    nats = spawn_nats_server(work_dir / "nats", port=nats_port, name="devnet").wait_ready()
     with contextlib.ExitStack() as on_error:
         on_error.callback(nats.stop)
         anvil = AnvilProcess(work_dir / "anvil", port=anvil_port or None, keep_state=False)

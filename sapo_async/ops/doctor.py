@@ -298,17 +298,22 @@ def _existing_ancestor(path: Path) -> Path:
     return path
 
 
+def _unwritable(name: str, path: Path, detail: str) -> Check | None:
+    """A failed check when ``path`` (or, before it exists, its parent) is not writable."""
+    if os.access(_existing_ancestor(path), os.W_OK):
+        return None
+    return Check(name, "fail", detail, "choose a writable node.data_dir")
+
+
 def check_disk(cfg: NodeConfig, *, min_free_bytes: int = DOCTOR_MIN_FREE_BYTES) -> Check:
     """Check that ``data_dir`` is writable and has room for checkpoints."""
     data_dir = cfg.node.data_dir
     anchor = _existing_ancestor(data_dir)
-    if not os.access(anchor, os.W_OK):
-        return Check(
-            "disk",
-            "fail",
-            f"cannot write to {anchor} (for node.data_dir {data_dir})",
-            "choose a writable node.data_dir",
-        )
+    problem = _unwritable(
+        "disk", data_dir, f"cannot write to {anchor} (for node.data_dir {data_dir})"
+    )
+    if problem is not None:
+        return problem
     free = shutil.disk_usage(anchor).free
     if free < min_free_bytes:
         return Check(
@@ -333,14 +338,9 @@ def check_model(cfg: NodeConfig) -> Check:  # noqa: PLR0911 - one return per fin
     spec = cfg.model.name_or_path
     if spec in {"auto", "tiny"}:
         cache = cfg.node.data_dir / "models"
-        anchor = _existing_ancestor(cache)
-        if not os.access(anchor, os.W_OK):
-            return Check(
-                "model",
-                "fail",
-                f"model cache {cache} is not writable",
-                "choose a writable node.data_dir",
-            )
+        problem = _unwritable("model", cache, f"model cache {cache} is not writable")
+        if problem is not None:
+            return problem
         state = "exists" if cache.exists() else "will be created"
         return Check(
             "model",

@@ -9,6 +9,7 @@ from eth_account import Account
 from typer.testing import CliRunner
 
 from sapo_async.cli.main import build_app
+from sapo_async.fabric.transport.embedded import EmbeddedNats
 from sapo_async.fabric.transport.server import NatsServer
 from sapo_async.ledger.anvil import ANVIL_DEV_KEY, AnvilProcess
 from sapo_async.ledger.deploy import deploy_ledger
@@ -80,6 +81,19 @@ async def test_doctor_passes_a_server_with_jetstream(
 async def test_doctor_accepts_the_embedded_server_when_no_urls_are_set(tmp_path: Path) -> None:
     checks = await check_nats(_cfg(tmp_path))
     assert [(c.name, c.status) for c in checks] == [("nats (embedded)", "ok")]
+
+
+@pytest.mark.anyio
+@pytest.mark.nats
+async def test_doctor_reports_refused_credentials_with_an_auth_fix(tmp_path: Path) -> None:
+    auth = 'authorization { user: "sapo", password: "right" }'
+    async with EmbeddedNats(extra_config=auth) as server:
+        url = server.url.replace("nats://", "nats://sapo:wrong@")
+        checks = await check_nats(_cfg(tmp_path, nats={"urls": [url]}), connect_timeout=2)
+    check = _by_name(checks, "nats ")
+    assert check.failed
+    assert "authorization violation" in check.detail.lower()
+    assert "creds_file" in check.fix
 
 
 @pytest.mark.evm
@@ -158,6 +172,21 @@ async def test_doctor_all_good_with_jetstream_anvil_and_a_deployed_contract(
     names = [c.name.split(" ")[0] for c in checks]
     assert names == ["nats", "jetstream", "rpc", "contract", "gpu", "disk", "model"]
     assert "all checks passed" in format_checks(checks)
+
+
+@pytest.mark.anyio
+@pytest.mark.evm
+@pytest.mark.anvil
+async def test_doctor_warns_when_the_contract_records_another_swarm(
+    tmp_path: Path, anvil_chain: AnvilProcess
+) -> None:
+    dev = Account.from_key(ANVIL_DEV_KEY)
+    address = (await deploy_ledger(rpc_chain(anvil_chain.url), dev, "other")).address
+    ledger = {"rpc_url": anvil_chain.url, "contract_address": address}
+    checks = check_ledger(_cfg(tmp_path, node={"swarm": "mine"}, ledger=ledger))
+    contract = _by_name(checks, "contract")
+    assert contract.status == "warn"
+    assert "not keccak('mine')" in contract.detail
 
 
 @pytest.mark.nats

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
         stream_name,
     )
     from sapo_async.fabric.transport.memory import MemoryBroker, MemoryTransport
-    from sapo_async.fabric.transport.server import NatsServer, find_nats_server, start_nats_server
+    from sapo_async.fabric.transport.server import NatsServer, find_nats_server, spawn_nats_server
 
 _LAZY = {
     "Delivery": "sapo_async.fabric.transport.base",
@@ -52,7 +52,7 @@ _LAZY = {
     "nats_endpoint": "sapo_async.fabric.transport.embedded",
     "open_jetstream": "sapo_async.fabric.transport.jetstream",
     "rollouts_subject": "sapo_async.fabric.transport.base",
-    "start_nats_server": "sapo_async.fabric.transport.server",
+    "spawn_nats_server": "sapo_async.fabric.transport.server",
     "stream_name": "sapo_async.fabric.transport.jetstream",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
@@ -75,6 +75,6 @@ __all__ = [
     "nats_endpoint",
     "open_jetstream",
     "rollouts_subject",
-    "start_nats_server",
+    "spawn_nats_server",
     "stream_name",
 ]

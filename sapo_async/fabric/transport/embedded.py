@@ -38,7 +38,7 @@ from nats.aio.client import Client as NatsClient
 
 from sapo_async.errors import ConfigError, TransportUnavailable
 from sapo_async.fabric.transport.server import NatsServer, spawn_nats_server
-from sapo_async.limits import CONNECT_TIMEOUT_S, SERVER_START_TIMEOUT_S
+from sapo_async.limits import CONNECT_TIMEOUT_S
 from sapo_async.process import free_port, live_children
 
 __all__ = [
@@ -126,13 +126,10 @@ class EmbeddedNats:
         )
         self._server = server
         try:
-            await server.process.wait_ready_async(
-                server.ready, timeout=SERVER_START_TIMEOUT_S, what=f"listening on {self.url}"
-            )
+            await server.wait_ready_async()
         except BaseException:
             await self.stop()
             raise
-        _log.info("nats_server_started", url=self.url, pid=self.pid)
 
     async def stop(self) -> None:
         """Stop the server gracefully (SIGTERM flushes the store), killing it past the

@@ -19,15 +19,14 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 from sapo_async.errors import ConfigError, TransportUnavailable
 from sapo_async.limits import SERVER_START_TIMEOUT_S
 from sapo_async.logs import get_logger
-from sapo_async.process import ChildProcess, free_port
+from sapo_async.process import ChildProcess, StopOnExit, free_port
 
-__all__ = ["NatsServer", "find_nats_server", "spawn_nats_server", "start_nats_server"]
+__all__ = ["NatsServer", "find_nats_server", "spawn_nats_server"]
 
 _READY_LINE = "Server is ready"
 """What nats-server logs once every listener (clients, routes, leaf nodes) is up."""
@@ -65,8 +64,8 @@ def find_nats_server() -> Path:
 
 
 @dataclass
-class NatsServer:
-    """A nats-server child process (started, not necessarily ready yet).
+class NatsServer(StopOnExit):
+    """A nats-server child process, from :func:`spawn_nats_server`; ``with`` stops it.
 
     Attributes:
         host, port: the client listener.
@@ -86,21 +85,31 @@ class NatsServer:
         return f"nats://{self.host}:{self.port}"
 
     def ready(self) -> bool:
-        """Whether the server logged that it is ready (a probe for ``wait_ready``)."""
+        """Whether the server logged that it is ready (the readiness probe)."""
         return _READY_LINE in self.process.output()
+
+    def wait_ready(self, timeout: float = SERVER_START_TIMEOUT_S) -> Self:
+        """Block until the server is ready, and return it.
+
+        Raises:
+            TransportUnavailable: it exited or was not ready in time (and was stopped).
+        """
+        self.process.wait_ready(self.ready, timeout=timeout, what=f"listening on {self.url}")
+        get_logger("nats").info("nats_server_started", url=self.url, pid=self.process.pid)
+        return self
+
+    async def wait_ready_async(self, timeout: float = SERVER_START_TIMEOUT_S) -> Self:  # noqa: ASYNC109 - see ChildProcess.wait_ready_async
+        """:meth:`wait_ready` for async callers."""
+        await self.process.wait_ready_async(
+            self.ready, timeout=timeout, what=f"listening on {self.url}"
+        )
+        get_logger("nats").info("nats_server_started", url=self.url, pid=self.process.pid)
+        return self
 
     def stop(self) -> None:
         """Stop the server (SIGTERM flushes the store, SIGKILL past the deadline);
         idempotent."""
         self.process.stop()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 def spawn_nats_server(
@@ -113,7 +122,7 @@ def spawn_nats_server(
     name: str = "sapo",
     extra_args: Sequence[str] = (),
 ) -> NatsServer:
-    """Start nats-server and return at once (wait with ``server.process.wait_ready``).
+    """Start nats-server and return at once; ``.wait_ready()`` blocks until it serves.
 
     Args:
         work_dir: holds the JetStream store (``work_dir/jetstream``) and the log
@@ -144,38 +153,3 @@ def spawn_nats_server(
     )
     process.spawn()
     return NatsServer(host=host, port=port, store_dir=store_dir, process=process)
-
-
-def start_nats_server(
-    work_dir: Path,
-    *,
-    port: int = 0,
-    host: str = "127.0.0.1",
-    jetstream: bool = True,
-    config_file: Path | None = None,
-    name: str = "sapo",
-    extra_args: Sequence[str] = (),
-    timeout: float = SERVER_START_TIMEOUT_S,
-) -> NatsServer:
-    """:func:`spawn_nats_server`, then block until the server is ready.
-
-    Args:
-        timeout: seconds to wait for the server to be ready; the rest as for
-            :func:`spawn_nats_server`.
-
-    Raises:
-        ConfigError: the binary is missing.
-        TransportUnavailable: the server exited or was not ready in time (no child is left).
-    """
-    server = spawn_nats_server(
-        work_dir,
-        port=port,
-        host=host,
-        jetstream=jetstream,
-        config_file=config_file,
-        name=name,
-        extra_args=extra_args,
-    )
-    server.process.wait_ready(server.ready, timeout=timeout, what=f"listening on {server.url}")
-    get_logger("nats").info("nats_server_started", url=server.url, pid=server.process.pid)
-    return server
