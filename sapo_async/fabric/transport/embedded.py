@@ -31,7 +31,6 @@ from types import TracebackType
 from typing import Any, Self
 
 import anyio
-import nats
 import nats.errors
 import structlog
 from nats.aio.client import Client as NatsClient
@@ -280,10 +279,15 @@ async def connect_nats(options: NatsOptions) -> NatsClient:
         kwargs["tls"] = tls
         if options.tls_hostname:
             kwargs["tls_hostname"] = options.tls_hostname
+    nc = NatsClient()
     try:
         with anyio.fail_after(options.connect_timeout * 2):
-            nc = await nats.connect(**kwargs)
+            await nc.connect(**kwargs)
     except (OSError, TimeoutError, nats.errors.Error) as exc:
+        # Without reconnects nats-py gives up on a refused login but leaves its socket
+        # open; closing the client closes it (and is harmless when nothing is open).
+        with contextlib.suppress(OSError, nats.errors.Error):
+            await nc.close()
         reason = "; ".join(dict.fromkeys(reported)) or str(exc) or type(exc).__name__
         raise TransportUnavailable(f"cannot connect to NATS at {shown}: {reason}") from exc
     log.debug("nats_connected")
