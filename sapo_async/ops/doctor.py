@@ -102,7 +102,7 @@ async def _check_one_nats(url: str, cfg: NodeConfig, connect_timeout: float) -> 
     except TransportError as exc:
         auth = "authorization" in str(exc).lower()
         fix = "check nats.creds_file / nats.nkey_seed_file and the server's accounts"
-        return [Check(name, "fail", f"cannot connect: {exc}", fix if auth else _START_LOCAL)]
+        return [Check(name, "fail", str(exc), fix if auth else _START_LOCAL)]
     checks = [Check(name, "ok", f"reachable (nats-server {client.connected_server_version})")]
     try:
         status = await account_status(client, request_timeout=connect_timeout)
