@@ -7,6 +7,7 @@ inherits it too, so ``except ValueError`` keeps working for callers who do not k
 
     SapoError
     ├── ConfigError (ValueError)            bad settings, named by field
+    │   └── IdentityError                   the node's keystore cannot be created or opened
     ├── RejectedInput (ValueError)          a message or value from outside failed a check
     ├── ActorError
     │   ├── ActorStopped (RuntimeError)     asked something of a stopped actor
@@ -14,6 +15,7 @@ inherits it too, so ``except ValueError`` keeps working for callers who do not k
     ├── TransportError
     │   ├── TransportUnavailable (ConnectionError)
     │   └── PublishError                    the server did not acknowledge a publish
+    │       └── PublishRefused              ... and never will (too large): do not retry
     ├── LedgerError
     │   ├── LedgerUnavailable (ConnectionError)
     │   └── CommitmentRejected              the chain reverted a commitment (carries tx hash)
@@ -36,9 +38,11 @@ __all__ = [
     "CommitmentRejected",
     "ConfigError",
     "GenerationError",
+    "IdentityError",
     "LedgerError",
     "LedgerUnavailable",
     "PublishError",
+    "PublishRefused",
     "RejectedInput",
     "SapoError",
     "TrainingError",
@@ -62,6 +66,11 @@ class ConfigError(SapoError, ValueError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class IdentityError(ConfigError):
+    """The node's keystore cannot be created or opened (no password, wrong password, bad
+    file); the message says what to do."""
 
 
 class RejectedInput(SapoError, ValueError):
@@ -127,6 +136,10 @@ class PublishError(TransportError):
     def __init__(self, message: str, *, rollout_hash: str | None = None) -> None:
         super().__init__(message)
         self.rollout_hash = rollout_hash
+
+
+class PublishRefused(PublishError):
+    """The server refused a message for good (too large, no such stream): do not retry."""
 
 
 class LedgerError(SapoError):

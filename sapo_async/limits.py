@@ -63,14 +63,25 @@ PUBLISH_RETRIES = 5
 PUBLISH_RETRY_BASE_S = 0.2
 """First publish retry after 0.2 s; a restarting embedded nats-server is back in ~0.2 s."""
 
+PUBLISH_RETRY_MAX_S = 5.0
+"""Publish retries back off to at most 5 s apart: a group waiting longer is stale anyway."""
+
 CONNECT_TIMEOUT_S = 5.0
 """Connecting to NATS on loopback takes milliseconds; 5 s covers a remote server."""
 
 SERVER_START_TIMEOUT_S = 20.0
-"""An embedded nats-server is ready in ~0.1 s; 20 s covers a loaded 2-core CI machine."""
+"""nats-server and anvil answer within ~0.1 s; 20 s covers a cold disk and a loaded 2-core
+CI machine."""
 
 SERVER_STOP_TIMEOUT_S = 10.0
-"""A SIGTERM-ed nats-server flushes its store and exits in well under a second."""
+"""After SIGTERM (SIGINT for anvil) a child server gets 10 s before SIGKILL: nats-server
+flushes its JetStream store and anvil dumps its state in well under a second."""
+
+SERVER_POLL_BASE_S = 0.01
+"""A starting child server is first probed after 10 ms: it is often ready within ~0.1 s."""
+
+SERVER_POLL_MAX_S = 0.2
+"""Probes of a starting child back off to one every 0.2 s, so a slow start costs no CPU."""
 
 
 NATS_JOIN_TIMEOUT_S = 120.0
@@ -183,9 +194,3 @@ state take ~6 GB; even the tiny model needs room for a few."""
 
 METRICS_STOP_TIMEOUT_S = 5.0
 """The metrics HTTP server's shutdown waits at most 5 s for in-flight scrapes."""
-
-SERVER_START_TIMEOUT_S = 20.0
-"""nats-server and anvil listen within ~0.1 s; 20 s covers a cold disk and a busy CI box."""
-
-SERVER_STOP_TIMEOUT_S = 10.0
-"""After SIGTERM a child server gets 10 s (JetStream flushes its store) before SIGKILL."""

@@ -21,9 +21,15 @@ import anyio
 from eth_account.signers.local import LocalAccount
 
 from sapo_async.actors import Actor, ActorStatistics
-from sapo_async.errors import PublishError, TransportUnavailable
-from sapo_async.fabric.transport.base import PublishAck, PublishRefusedError, Transport
-from sapo_async.limits import DEFAULT_MAILBOX_SIZE, PUBLISH_RETRIES, PUBLISH_RETRY_BASE_S
+from sapo_async.backoff import Backoff
+from sapo_async.errors import PublishError, PublishRefused, TransportUnavailable
+from sapo_async.fabric.transport.base import PublishAck, Transport
+from sapo_async.limits import (
+    DEFAULT_MAILBOX_SIZE,
+    PUBLISH_RETRIES,
+    PUBLISH_RETRY_BASE_S,
+    PUBLISH_RETRY_MAX_S,
+)
 from sapo_async.logs import get_logger
 from sapo_async.wire.rollout import RolloutGroup, encode_group
 from sapo_async.wire.signing import rollout_hash, sign_body
@@ -72,7 +78,7 @@ class Publisher:
         transport: where to publish.
         account: the node's key; every group's ``producer`` must be its address.
         retries: attempts per group.
-        retry_base_s: first backoff; doubles per attempt.
+        retry_base_s: first backoff; doubles per attempt, up to ``PUBLISH_RETRY_MAX_S``.
     """
 
     def __init__(
@@ -88,7 +94,7 @@ class Publisher:
         self._transport = transport
         self._account = account
         self._retries = retries
-        self._retry_base_s = retry_base_s
+        self._backoff = Backoff(retry_base_s, max(retry_base_s, PUBLISH_RETRY_MAX_S))
         self._published = 0
         self._duplicates = 0
         self._retried = 0
@@ -105,7 +111,7 @@ class Publisher:
 
         Raises:
             ValueError: ``group.producer`` is not this publisher's address.
-            PublishRefusedError: the server refused it for good (e.g. too large).
+            PublishRefused: the server refused it for good (e.g. too large).
             PublishError, TransportUnavailable: still unacknowledged after every retry.
         """
         if group.producer != self._account.address:
@@ -118,7 +124,7 @@ class Publisher:
             attempt += 1
             try:
                 ack = await self._transport.publish(signed, family=group.task.family)
-            except PublishRefusedError:
+            except PublishRefused:
                 self._failed += 1
                 raise
             except (PublishError, TransportUnavailable) as exc:
@@ -129,7 +135,7 @@ class Publisher:
                     )
                     raise
                 self._retried += 1
-                delay = self._retry_base_s * 2 ** (attempt - 1)
+                delay = self._backoff.delay(attempt - 1)
                 self._log.info("rollout_publish_retried", attempt=attempt, delay_s=delay)
                 await anyio.sleep(delay)
                 continue

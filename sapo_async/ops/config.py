@@ -147,7 +147,6 @@ class NodeConfig(BaseSettings):
         Raises:
             ConfigError: a combination the node cannot run (named).
         """
-        from sapo_async.fabric.transport.embedded import NatsOptions
         from sapo_async.node.spec import (
             CheckpointSpec,
             FabricSpec,
@@ -194,14 +193,7 @@ class NodeConfig(BaseSettings):
             ),
             fabric=FabricSpec(
                 nats_url=urls,
-                nats_options=NatsOptions(
-                    url=urls,
-                    creds_file=n.creds_file,
-                    nkey_seed_file=n.nkey_seed_file,
-                    tls_ca_file=n.tls_ca,
-                    tls_cert_file=n.tls_cert,
-                    tls_key_file=n.tls_key,
-                ),
+                nats_options=n.options(urls),
                 start="new" if n.start == "new" else float(n.lookback_minutes) * 60.0,
             ),
             ledger=LedgerSpec(

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import NoDecode
+
+if TYPE_CHECKING:
+    from sapo_async.fabric.transport.embedded import NatsOptions
 
 __all__ = [
     "SECTIONS",
@@ -169,6 +172,25 @@ class NatsSection(_Section):
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key must be set together (mutual TLS)")
         return self
+
+    def options(self, url: str | None = None, **overrides: Any) -> NatsOptions:
+        """These settings as the transport's connection options.
+
+        Args:
+            url: connect to this URL only; default: every one of ``urls`` (none: embedded).
+            overrides: other :class:`NatsOptions` fields (``connect_timeout``, ``reconnect``).
+        """
+        from sapo_async.fabric.transport.embedded import NatsOptions
+
+        return NatsOptions(
+            url=url or ",".join(self.urls) or None,
+            creds_file=self.creds_file,
+            nkey_seed_file=self.nkey_seed_file,
+            tls_ca_file=self.tls_ca,
+            tls_cert_file=self.tls_cert,
+            tls_key_file=self.tls_key,
+            **overrides,
+        )
 
 
 class LedgerSection(_Section):

@@ -1,14 +1,17 @@
 """``sapo-async doctor``: checks what a node needs and says in plain words what to fix.
 
 Owns the checks, each returning :class:`Check` (status ``ok``, ``warn`` or ``fail``, what
-was found, and how to fix it): NATS reachability and JetStream (nats-py, per URL), the
-chain's RPC and the ledger contract (web3), GPU (torch), free disk in ``data_dir``, and
-whether the model can be loaded without surprises. :func:`run_doctor` runs them all.
+was found, and how to fix it): NATS reachability and JetStream (per URL), the chain's RPC
+and the ledger contract, GPU (torch), free disk in ``data_dir``, and whether the model can
+be loaded without surprises. :func:`run_doctor` runs them all.
 
-This is an adapter: it meets nats-py's, web3's and torch's exceptions and turns each into a
-sentence, never a traceback. Does not start the node or change anything (it only reads;
-the one exception is a connection to each server). Invariant: every check has a timeout,
-and the process exit code is non-zero iff a check failed (``warn`` does not fail).
+It reaches each service the way a node does, through the ports' own functions
+(``fabric.transport``'s ``connect_nats`` and ``account_status``, ``ledger``'s
+``rpc_chain``, artifact and ``swarm_id``), and turns their errors (already translated
+into the :class:`~sapo_async.errors.SapoError` tree) into sentences, never a traceback.
+Does not start the node or change anything (it only reads; the one exception is a
+connection to each server). Invariant: every check has a timeout, and the process exit
+code is non-zero iff a check failed (``warn`` does not fail).
 """
 
 from __future__ import annotations
@@ -16,18 +19,25 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 
-from sapo_async.errors import ConfigError, LedgerError
+from sapo_async.errors import (
+    ConfigError,
+    LedgerError,
+    RejectedInput,
+    TransportError,
+    TransportUnavailable,
+)
 from sapo_async.limits import DOCTOR_CONNECT_TIMEOUT_S, DOCTOR_MIN_FREE_BYTES
 from sapo_async.ops.config import NodeConfig
-from sapo_async.ops.devnet import LEDGER_ARTIFACT, find_nats_server, load_artifact, swarm_id
+
+if TYPE_CHECKING:
+    from sapo_async.ledger.evm import Chain
 
 __all__ = [
     "Check",
@@ -69,100 +79,43 @@ class Check:
 # --- NATS -------------------------------------------------------------------------------
 
 
-def _tls_context(cfg: NodeConfig) -> ssl.SSLContext | None:
-    nats = cfg.nats
-    if nats.tls_ca is None and nats.tls_cert is None:
-        return None
-    context = ssl.create_default_context(cafile=str(nats.tls_ca) if nats.tls_ca else None)
-    if nats.tls_cert is not None and nats.tls_key is not None:
-        context.load_cert_chain(str(nats.tls_cert), str(nats.tls_key))
-    return context
+_START_LOCAL = (
+    "is the server running and reachable from here (host, port, firewall)? Start a local "
+    "one with `sapo-async devnet`, or leave nats.urls empty for an embedded private server"
+)
 
 
 async def _check_one_nats(url: str, cfg: NodeConfig, connect_timeout: float) -> list[Check]:
-    import nats
-    from nats.errors import NoRespondersError
-    from nats.errors import TimeoutError as NatsTimeoutError
-    from nats.js.errors import APIError, ServiceUnavailableError
+    from sapo_async.fabric.transport.embedded import connect_nats
+    from sapo_async.fabric.transport.jetstream_admin import account_status
 
     name = f"nats {url}"
-    options: dict[str, Any] = {}
-    if cfg.nats.creds_file is not None:
-        options["user_credentials"] = str(cfg.nats.creds_file)
-    if cfg.nats.nkey_seed_file is not None:
-        options["nkeys_seed"] = str(cfg.nats.nkey_seed_file)
-    if options and importlib.util.find_spec("nkeys") is None:
-        return [
-            Check(
-                name,
-                "fail",
-                "nkey or credentials authentication needs the 'nkeys' package, which is "
-                "not installed",
-                "pip install nkeys (or nats-py[nkeys])",
-            )
-        ]
+    options = cfg.nats.options(
+        url, connect_timeout=connect_timeout, reconnect=False, name="sapo-async-doctor"
+    )
     try:
-        tls = _tls_context(cfg)
-    except (OSError, ssl.SSLError) as exc:
-        return [Check(name, "fail", f"cannot load the TLS files: {exc}", "check nats.tls_*")]
-    if tls is not None:
-        options["tls"] = tls
-    errors: list[str] = []
-
-    async def on_error(exc: Exception) -> None:
-        errors.append(str(exc) or type(exc).__name__)
-
-    try:
-        with anyio.fail_after(connect_timeout * 2):
-            client = await nats.connect(
-                servers=[url],
-                connect_timeout=connect_timeout,
-                allow_reconnect=False,
-                # nats-py's first connect loops forever on a refused server when this is
-                # 0 (only values > 0 are checked); 1 means two tries, 0.1 s apart.
-                max_reconnect_attempts=1,
-                reconnect_time_wait=0.1,
-                error_cb=on_error,
-                **options,
-            )
-    except Exception as exc:  # any failure to connect is the finding
-        reason = "; ".join(dict.fromkeys(errors)) or str(exc) or type(exc).__name__
-        auth = "authorization" in reason.lower()
+        client = await connect_nats(options)
+    except ConfigError as exc:
         return [
-            Check(
-                name,
-                "fail",
-                f"cannot connect: {reason}",
-                "check nats.creds_file / nats.nkey_seed_file and the server's accounts"
-                if auth
-                else "is the server running and reachable from here (host, port, firewall)? "
-                "Start a local one with `sapo-async devnet`, or leave nats.urls empty for "
-                "an embedded private server",
-            )
+            Check(name, "fail", str(exc), "check nats.creds_file, nats.nkey_seed_file, nats.tls_*")
         ]
+    except TransportError as exc:
+        auth = "authorization" in str(exc).lower()
+        fix = "check nats.creds_file / nats.nkey_seed_file and the server's accounts"
+        return [Check(name, "fail", str(exc), fix if auth else _START_LOCAL)]
     checks = [Check(name, "ok", f"reachable (nats-server {client.connected_server_version})")]
     try:
-        js = client.jetstream(timeout=connect_timeout)
-        info = await js.account_info()
-        checks.append(
-            Check(
-                f"jetstream {url}",
-                "ok",
-                f"enabled ({info.streams} streams, {info.storage} bytes stored)",
-            )
+        status = await account_status(client, request_timeout=connect_timeout)
+        detail = f"enabled ({status.streams} streams, {status.storage} bytes stored)"
+        checks.append(Check(f"jetstream {url}", "ok", detail))
+    except TransportUnavailable as exc:
+        fix = (
+            "start nats-server with -js (or `jetstream {}` in its config, and "
+            "`jetstream: enabled` for the account); see infra/README.md"
         )
-    except (NoRespondersError, ServiceUnavailableError, NatsTimeoutError) as exc:
-        checks.append(
-            Check(
-                f"jetstream {url}",
-                "fail",
-                f"JetStream is not enabled for this account ({type(exc).__name__})",
-                "start nats-server with -js (or `jetstream {}` in its config, and "
-                "`jetstream: enabled` for the account); see infra/README.md",
-            )
-        )
-    except APIError as exc:
-        checks.append(Check(f"jetstream {url}", "fail", f"JetStream refused: {exc}", ""))
+        checks.append(Check(f"jetstream {url}", "fail", str(exc), fix))
+    except TransportError as exc:
+        checks.append(Check(f"jetstream {url}", "fail", str(exc)))
     finally:
         await client.close()
     return checks
@@ -177,6 +130,8 @@ async def check_nats(
         Two checks per URL (reachable, JetStream), or one for the embedded server binary.
     """
     if not cfg.nats.urls:
+        from sapo_async.fabric.transport.server import find_nats_server
+
         try:
             binary = find_nats_server()
         except ConfigError as exc:
@@ -198,25 +153,21 @@ async def check_nats(
 # --- chain and contract -----------------------------------------------------------------
 
 
-def check_ledger(  # noqa: PLR0911 - one early return per finding reads best
-    cfg: NodeConfig,
-    *,
-    web3: Any = None,
-    artifact_path: Path = LEDGER_ARTIFACT,
-    timeout: float = DOCTOR_CONNECT_TIMEOUT_S,
+def check_ledger(
+    cfg: NodeConfig, *, chain: Chain | None = None, timeout: float = DOCTOR_CONNECT_TIMEOUT_S
 ) -> list[Check]:
     """Check the RPC (chain id, block number) and that the ledger contract is deployed.
 
     Args:
         cfg: the node config (``[ledger]``).
-        web3: a ``Web3`` to use instead of an HTTP provider on ``ledger.rpc_url`` (tests).
-        artifact_path: the ledger ABI; when present, a view call checks the contract.
+        chain: a ledger :class:`~sapo_async.ledger.evm.Chain` to use instead of one on
+            ``ledger.rpc_url`` (tests).
         timeout: seconds per RPC request.
     """
     ledger = cfg.ledger
     if not ledger.enabled:
         return [Check("ledger", "ok", "disabled: no commitments are recorded")]
-    if ledger.rpc_url is None and web3 is None:
+    if ledger.rpc_url is None and chain is None:
         found = importlib.util.find_spec("eth_tester") is not None
         return [
             Check(
@@ -229,100 +180,79 @@ def check_ledger(  # noqa: PLR0911 - one early return per finding reads best
                 "" if found else "pip install 'eth-tester[py-evm]'",
             )
         ]
-    from web3 import Web3
+    from sapo_async.ledger.evm import translate_errors
+    from sapo_async.ledger.rpc import rpc_chain
 
-    w3 = web3 or Web3(Web3.HTTPProvider(ledger.rpc_url, request_kwargs={"timeout": timeout}))
-    where = ledger.rpc_url or "the given provider"
+    if chain is None:
+        assert ledger.rpc_url is not None
+        chain = rpc_chain(ledger.rpc_url, timeout_s=timeout)
+    where = chain.url or "the given chain"
     try:
-        chain_id = int(w3.eth.chain_id)
-        block = int(w3.eth.block_number)
-    except Exception as exc:  # any failure to talk to the RPC is the finding
-        return [
-            Check(
-                f"rpc {where}",
-                "fail",
-                f"cannot reach the chain: {exc}",
-                "is the RPC URL right and the node (anvil, geth, a provider) running? For a "
-                "local chain run `sapo-async devnet`; or remove ledger.rpc_url to use the "
-                "embedded EVM",
-            )
-        ]
+        with chain.lock, translate_errors():
+            chain_id = chain.chain_id_sync()
+            block = int(chain.w3.eth.block_number)
+    except LedgerError as exc:
+        fix = (
+            "is the RPC URL right and the node (anvil, geth, a provider) running? For a "
+            "local chain run `sapo-async devnet`; or remove ledger.rpc_url to use the "
+            "embedded EVM"
+        )
+        return [Check(f"rpc {where}", "fail", f"cannot reach the chain: {exc}", fix)]
     checks = [Check(f"rpc {where}", "ok", f"chain id {chain_id}, block {block}")]
     if ledger.chain_id is not None and ledger.chain_id != chain_id:
-        checks.append(
-            Check(
-                "chain id",
-                "fail",
-                f"the RPC serves chain {chain_id}, but ledger.chain_id is {ledger.chain_id}",
-                "point ledger.rpc_url at the right chain, or correct ledger.chain_id",
-            )
-        )
-        return checks
-    address = ledger.contract_address
-    if address is None:
-        checks.append(
-            Check(
-                "contract",
-                "fail",
-                "ledger.contract_address is not set",
-                "deploy the ledger (`sapo-async devnet` locally) and set its address",
-            )
-        )
-        return checks
-    code = bytes(w3.eth.get_code(Web3.to_checksum_address(address)))
-    if not code:
-        checks.append(
-            Check(
-                "contract",
-                "fail",
-                f"no contract at {address} on chain {chain_id} (block {block})",
-                "the address is wrong, or the contract was deployed on another chain (or on "
-                "an anvil that has since restarted): redeploy and update "
-                "ledger.contract_address",
-            )
-        )
-        return checks
-    checks.append(_check_contract_abi(w3, address, code, cfg, artifact_path))
-    return checks
+        detail = f"the RPC serves chain {chain_id}, but ledger.chain_id is {ledger.chain_id}"
+        fix = "point ledger.rpc_url at the right chain, or correct ledger.chain_id"
+        return [*checks, Check("chain id", "fail", detail, fix)]
+    if ledger.contract_address is None:
+        fix = "deploy the ledger (`sapo-async devnet` locally) and set its address"
+        return [*checks, Check("contract", "fail", "ledger.contract_address is not set", fix)]
+    return [*checks, _check_contract(chain, ledger.contract_address, cfg.node.swarm, block)]
 
 
-def _check_contract_abi(
-    w3: Any, address: str, code: bytes, cfg: NodeConfig, artifact_path: Path
-) -> Check:
+def _check_contract(chain: Chain, address: str, swarm: str, block: int) -> Check:
+    from web3 import Web3
+
+    from sapo_async.ledger.artifacts import load_artifact
+    from sapo_async.ledger.deploy import swarm_id
+    from sapo_async.ledger.evm import translate_errors
+    from sapo_async.ledger.types import checksum
+
     try:
-        artifact = load_artifact(artifact_path)
-    except LedgerError as exc:
-        return Check("contract", "warn", f"code present ({len(code)} bytes); {exc}")
-    if artifact is None:
+        contract = chain.w3.eth.contract(
+            address=Web3.to_checksum_address(checksum(address)),
+            abi=load_artifact("SapoLedger").abi,
+        )
+        with chain.lock, translate_errors():
+            code = bytes(chain.w3.eth.get_code(contract.address))
+    except (LedgerError, RejectedInput) as exc:
+        return Check("contract", "fail", f"cannot read {address}: {exc}")
+    if not code:
         return Check(
             "contract",
-            "ok",
-            f"code present at {address} ({len(code)} bytes); no ABI artifact here to "
-            "check it is a SapoLedger (run `just contracts`)",
+            "fail",
+            f"no contract at {address} on chain {chain.chain_id_sync()} (block {block})",
+            "the address is wrong, or the contract was deployed on another chain (or on "
+            "an anvil that has since restarted): redeploy and update "
+            "ledger.contract_address",
         )
-    names = {item.get("name") for item in artifact["abi"] if item.get("type") == "function"}
-    if "swarm" not in names:
-        return Check("contract", "ok", f"code present at {address} ({len(code)} bytes)")
-    contract = w3.eth.contract(address=w3.to_checksum_address(address), abi=artifact["abi"])
     try:
-        recorded = bytes(contract.functions.swarm().call())
-    except Exception as exc:  # a failing view means "not our contract"
+        with chain.lock, translate_errors():
+            recorded = bytes(contract.functions.swarm().call())
+    except LedgerError as exc:  # a failing view means "not our contract"
         return Check(
             "contract",
             "fail",
             f"the code at {address} does not answer SapoLedger's swarm(): {exc}",
             "ledger.contract_address points at some other contract: use the SapoLedger's",
         )
-    expected = swarm_id(cfg.node.swarm)
-    if recorded != expected:
+    if recorded != swarm_id(swarm):
         return Check(
             "contract",
             "warn",
-            f"SapoLedger at {address} records swarm 0x{recorded.hex()}, not "
-            f"keccak('{cfg.node.swarm}')",
+            f"SapoLedger at {address} records swarm 0x{recorded.hex()}, not keccak('{swarm}')",
             "check node.swarm matches the swarm this contract was deployed for",
         )
-    return Check("contract", "ok", f"SapoLedger for swarm '{cfg.node.swarm}' at {address}")
+    return Check("contract", "ok", f"SapoLedger for swarm '{swarm}' at {address}")
 
 
 # --- machine ----------------------------------------------------------------------------
@@ -368,17 +298,22 @@ def _existing_ancestor(path: Path) -> Path:
     return path
 
 
+def _unwritable(name: str, path: Path, detail: str) -> Check | None:
+    """A failed check when ``path`` (or, before it exists, its parent) is not writable."""
+    if os.access(_existing_ancestor(path), os.W_OK):
+        return None
+    return Check(name, "fail", detail, "choose a writable node.data_dir")
+
+
 def check_disk(cfg: NodeConfig, *, min_free_bytes: int = DOCTOR_MIN_FREE_BYTES) -> Check:
     """Check that ``data_dir`` is writable and has room for checkpoints."""
     data_dir = cfg.node.data_dir
     anchor = _existing_ancestor(data_dir)
-    if not os.access(anchor, os.W_OK):
-        return Check(
-            "disk",
-            "fail",
-            f"cannot write to {anchor} (for node.data_dir {data_dir})",
-            "choose a writable node.data_dir",
-        )
+    problem = _unwritable(
+        "disk", data_dir, f"cannot write to {anchor} (for node.data_dir {data_dir})"
+    )
+    if problem is not None:
+        return problem
     free = shutil.disk_usage(anchor).free
     if free < min_free_bytes:
         return Check(
@@ -403,14 +338,9 @@ def check_model(cfg: NodeConfig) -> Check:  # noqa: PLR0911 - one return per fin
     spec = cfg.model.name_or_path
     if spec in {"auto", "tiny"}:
         cache = cfg.node.data_dir / "models"
-        anchor = _existing_ancestor(cache)
-        if not os.access(anchor, os.W_OK):
-            return Check(
-                "model",
-                "fail",
-                f"model cache {cache} is not writable",
-                "choose a writable node.data_dir",
-            )
+        problem = _unwritable("model", cache, f"model cache {cache} is not writable")
+        if problem is not None:
+            return problem
         state = "exists" if cache.exists() else "will be created"
         return Check(
             "model",
@@ -454,8 +384,7 @@ def check_model(cfg: NodeConfig) -> Check:  # noqa: PLR0911 - one return per fin
 async def run_doctor(
     cfg: NodeConfig,
     *,
-    web3: Any = None,
-    artifact_path: Path = LEDGER_ARTIFACT,
+    chain: Chain | None = None,
     connect_timeout: float = DOCTOR_CONNECT_TIMEOUT_S,
     min_free_bytes: int = DOCTOR_MIN_FREE_BYTES,
     gpu: bool = True,
@@ -464,15 +393,14 @@ async def run_doctor(
 
     Args:
         cfg: the node config.
-        web3: a ``Web3`` for the ledger checks instead of ``ledger.rpc_url`` (tests).
-        artifact_path: the ledger ABI artifact.
+        chain: a ledger ``Chain`` for the ledger checks instead of ``ledger.rpc_url``.
         connect_timeout: seconds per server connection or request.
         min_free_bytes: disk space below which the disk check fails.
         gpu: run the GPU check (imports torch, which takes a few seconds).
     """
     checks = await check_nats(cfg, connect_timeout=connect_timeout)
     checks += await anyio.to_thread.run_sync(
-        lambda: check_ledger(cfg, web3=web3, artifact_path=artifact_path, timeout=connect_timeout)
+        lambda: check_ledger(cfg, chain=chain, timeout=connect_timeout)
     )
     if gpu:
         checks.append(check_gpu(cfg))

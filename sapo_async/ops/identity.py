@@ -7,7 +7,8 @@ ledger records commitments under it.
 
 Does not know what the key signs. Invariants: the key never touches disk unencrypted; a
 keystore is written atomically with mode 0600, and an existing keystore is never
-overwritten; a wrong or missing password is a :class:`IdentityError` saying what to do.
+overwritten; a wrong or missing password is an :class:`~sapo_async.errors.IdentityError`
+saying what to do.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sapo_async.errors import ConfigError
+from sapo_async.errors import IdentityError
 from sapo_async.limits import KEYSTORE_SCRYPT_N
 from sapo_async.logs import get_logger
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
     from sapo_async.ops.config import NodeConfig
 
-__all__ = ["IdentityError", "load_or_create_identity", "resolve_password"]
+__all__ = ["load_or_create_identity", "resolve_password"]
 
 
 def _log() -> Any:
@@ -40,10 +41,6 @@ def _log() -> Any:
 
 PasswordPrompt = Callable[[str], str]
 """Asks the user for a secret (``getpass.getpass`` by default)."""
-
-
-class IdentityError(ConfigError):
-    """The keystore cannot be created or opened (no password, wrong password, bad file)."""
 
 
 def _default_prompt(text: str) -> str:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from sapo_async.ops.config import load_config
-from sapo_async.ops.devnet import LEDGER_ARTIFACT, free_port, port_open
 from sapo_async.ops.doctor import check_ledger, check_nats
+from sapo_async.process import free_port, port_open
 
 pytestmark = [pytest.mark.nats, pytest.mark.anvil, pytest.mark.evm]
 
@@ -97,13 +97,11 @@ async def test_devnet_prints_settings_a_node_can_use_and_stops_on_sigint(tmp_pat
         balance = _rpc(cfg.ledger.rpc_url, "eth_getBalance", [funded, "latest"])
         assert isinstance(balance, str)
         assert int(balance, 16) == 100 * 10**18
-        if LEDGER_ARTIFACT.exists():
-            assert cfg.ledger.contract_address is not None
-            ledger_checks = check_ledger(cfg)
-            assert [c.status for c in ledger_checks] == ["ok", "ok"], ledger_checks
-        else:
-            assert cfg.ledger.enabled is False
-            assert "no ledger artifact" in snippet
+        assert cfg.ledger.contract_address is not None
+        assert cfg.ledger.chain_id == 31337
+        ledger_checks = check_ledger(cfg)
+        assert [c.status for c in ledger_checks] == ["ok", "ok"], ledger_checks
+        assert "SapoLedger for swarm 'devtest'" in ledger_checks[1].detail
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0

@@ -5,18 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from eth_account import Account
 from typer.testing import CliRunner
 
 from sapo_async.cli.main import build_app
+from sapo_async.fabric.transport.embedded import EmbeddedNats
+from sapo_async.fabric.transport.server import NatsServer
+from sapo_async.ledger.anvil import ANVIL_DEV_KEY, AnvilProcess
+from sapo_async.ledger.deploy import deploy_ledger
+from sapo_async.ledger.rpc import rpc_chain
 from sapo_async.ops.config import NodeConfig, load_config
-from sapo_async.ops.devnet import (
-    Anvil,
-    NatsServer,
-    deploy_artifact,
-    free_port,
-    load_artifact,
-    swarm_id,
-)
 from sapo_async.ops.doctor import (
     Check,
     check_disk,
@@ -26,9 +24,8 @@ from sapo_async.ops.doctor import (
     format_checks,
     run_doctor,
 )
+from sapo_async.process import free_port
 
-# Init code that deploys a one-byte runtime (STOP): CODECOPY the trailing 0x00, RETURN it.
-TINY_CONTRACT = {"abi": [], "bytecode": "0x6001600c60003960016000f300"}
 NO_CODE_ADDRESS = "0x000000000000000000000000000000000000dEaD"
 
 
@@ -86,9 +83,24 @@ async def test_doctor_accepts_the_embedded_server_when_no_urls_are_set(tmp_path:
     assert [(c.name, c.status) for c in checks] == [("nats (embedded)", "ok")]
 
 
+@pytest.mark.anyio
+@pytest.mark.nats
+async def test_doctor_reports_refused_credentials_with_an_auth_fix(tmp_path: Path) -> None:
+    auth = 'authorization { user: "sapo", password: "right" }'
+    async with EmbeddedNats(extra_config=auth) as server:
+        url = server.url.replace("nats://", "nats://sapo:wrong@")
+        checks = await check_nats(_cfg(tmp_path, nats={"urls": [url]}), connect_timeout=2)
+    check = _by_name(checks, "nats ")
+    assert check.failed
+    assert "authorization violation" in check.detail.lower()
+    assert "creds_file" in check.fix
+
+
 @pytest.mark.evm
 @pytest.mark.anvil
-def test_doctor_reports_a_contract_address_without_code(tmp_path: Path, anvil_chain: Anvil) -> None:
+def test_doctor_reports_a_contract_address_without_code(
+    tmp_path: Path, anvil_chain: AnvilProcess
+) -> None:
     cfg = _cfg(tmp_path, ledger={"rpc_url": anvil_chain.url, "contract_address": NO_CODE_ADDRESS})
     checks = check_ledger(cfg)
     assert _by_name(checks, "rpc ").status == "ok"
@@ -101,7 +113,7 @@ def test_doctor_reports_a_contract_address_without_code(tmp_path: Path, anvil_ch
 
 @pytest.mark.evm
 @pytest.mark.anvil
-def test_doctor_reports_a_chain_id_mismatch(tmp_path: Path, anvil_chain: Anvil) -> None:
+def test_doctor_reports_a_chain_id_mismatch(tmp_path: Path, anvil_chain: AnvilProcess) -> None:
     cfg = _cfg(
         tmp_path,
         ledger={"rpc_url": anvil_chain.url, "contract_address": NO_CODE_ADDRESS, "chain_id": 1},
@@ -145,13 +157,10 @@ def test_doctor_reports_disk_and_model_problems(tmp_path: Path) -> None:
 @pytest.mark.evm
 @pytest.mark.anvil
 async def test_doctor_all_good_with_jetstream_anvil_and_a_deployed_contract(
-    tmp_path: Path, volunteer_nats: NatsServer, anvil_chain: Anvil
+    tmp_path: Path, volunteer_nats: NatsServer, anvil_chain: AnvilProcess
 ) -> None:
-    ledger = load_artifact()
-    if ledger is not None:  # the real SapoLedger, once the ledger's artifact is built
-        address = deploy_artifact(anvil_chain.url, ledger, [swarm_id("doctor")])
-    else:
-        address = deploy_artifact(anvil_chain.url, TINY_CONTRACT)
+    dev = Account.from_key(ANVIL_DEV_KEY)
+    address = (await deploy_ledger(rpc_chain(anvil_chain.url), dev, "doctor")).address
     cfg = _cfg(
         tmp_path,
         node={"swarm": "doctor"},
@@ -163,6 +172,21 @@ async def test_doctor_all_good_with_jetstream_anvil_and_a_deployed_contract(
     names = [c.name.split(" ")[0] for c in checks]
     assert names == ["nats", "jetstream", "rpc", "contract", "gpu", "disk", "model"]
     assert "all checks passed" in format_checks(checks)
+
+
+@pytest.mark.anyio
+@pytest.mark.evm
+@pytest.mark.anvil
+async def test_doctor_warns_when_the_contract_records_another_swarm(
+    tmp_path: Path, anvil_chain: AnvilProcess
+) -> None:
+    dev = Account.from_key(ANVIL_DEV_KEY)
+    address = (await deploy_ledger(rpc_chain(anvil_chain.url), dev, "other")).address
+    ledger = {"rpc_url": anvil_chain.url, "contract_address": address}
+    checks = check_ledger(_cfg(tmp_path, node={"swarm": "mine"}, ledger=ledger))
+    contract = _by_name(checks, "contract")
+    assert contract.status == "warn"
+    assert "not keccak('mine')" in contract.detail
 
 
 @pytest.mark.nats

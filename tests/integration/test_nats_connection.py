@@ -13,10 +13,10 @@ from sapo_async.fabric.transport.embedded import (
     EmbeddedNats,
     NatsOptions,
     connect_nats,
-    find_nats_server,
     live_embedded_servers,
 )
 from sapo_async.fabric.transport.jetstream import JetStreamTransport
+from sapo_async.fabric.transport.server import find_nats_server
 from tests.fixtures.fabric import SWARM, child_nats_servers, make_account, make_group
 
 pytestmark = [pytest.mark.anyio, pytest.mark.nats, pytest.mark.usefixtures("no_leaks")]
@@ -101,3 +101,22 @@ async def test_tls_options_are_passed_through_to_a_tls_server(tmp_path: Path) ->
             await connect_nats(
                 NatsOptions(url=server.url.replace("nats://", "tls://"), connect_timeout=1)
             )
+
+
+async def test_a_refused_login_names_the_servers_reason_and_fails_fast_without_reconnect() -> None:
+    auth = 'authorization { user: "sapo", password: "right" }'
+    async with EmbeddedNats(extra_config=auth) as server:
+        wrong = server.url.replace("nats://", "nats://sapo:wrong@")
+        options = NatsOptions(url=wrong, connect_timeout=5, reconnect=False)
+        with pytest.raises(TransportUnavailable, match=r"(?i)authorization violation") as info:
+            await connect_nats(options)
+        assert "wrong" not in str(info.value)  # credentials in the URL are never shown
+
+
+async def test_unreadable_tls_files_are_a_config_error(tmp_path: Path) -> None:
+    garbage = tmp_path / "cert.pem"
+    garbage.write_text("not a certificate")
+    options = NatsOptions(url="tls://127.0.0.1:1", tls_cert_file=garbage, tls_key_file=garbage)
+    with pytest.raises(ConfigError, match="cannot load the TLS files") as info:
+        await connect_nats(options)
+    assert info.value.field == "tls_cert_file"

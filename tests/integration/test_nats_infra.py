@@ -18,7 +18,8 @@ from nats.errors import NoRespondersError
 from nats.js import api
 from nats.js.errors import ServiceUnavailableError
 
-from sapo_async.ops.devnet import find_nats_server, free_port, start_nats_server
+from sapo_async.fabric.transport.server import find_nats_server, spawn_nats_server
+from sapo_async.process import free_port
 from tests.fixtures.volunteer import INFRA, NatsCluster
 
 pytestmark = [pytest.mark.anyio, pytest.mark.nats]
@@ -182,11 +183,11 @@ async def test_leaf_node_with_example_nkey_reaches_the_cluster(
 ) -> None:
     await _create_stream(nats_cluster)
     port = free_port()
-    leaf = start_nats_server(
+    leaf = spawn_nats_server(
         tmp_path / "leaf",
         port=port,
         config_file=_render_leaf(nats_cluster, tmp_path / "leaf", port),
-    )
+    ).wait_ready()
     hub = await _connect(nats_cluster, nats_cluster.urls)
     # The volunteer's node connects to its leaf on loopback with no credentials.
     local = await nats.connect(servers=[f"nats://127.0.0.1:{port}"], connect_timeout=2)

@@ -7,11 +7,10 @@ from collections import Counter
 import anyio
 import pytest
 
-from sapo_async.errors import ConfigError, TransportError
+from sapo_async.errors import ConfigError, PublishRefused, TransportError
 from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.publisher import Publisher
 from sapo_async.fabric.transport.base import (
-    PublishRefusedError,
     StartAt,
     Subscription,
     rollouts_subject,
@@ -144,7 +143,7 @@ async def test_oversize_message_is_refused_for_good(transport_factory: Transport
     transport = await transport_factory()
     account = make_account(1)
     huge = sign_group(account, make_group(account, pad_to=400 * 1024))
-    with pytest.raises(PublishRefusedError):
+    with pytest.raises(PublishRefused):
         await transport.publish(huge, family="basic_arithmetic")
 
 

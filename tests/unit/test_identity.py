@@ -11,9 +11,9 @@ from eth_account import Account
 from typer.testing import CliRunner
 
 from sapo_async.cli.main import build_app
-from sapo_async.errors import ConfigError
+from sapo_async.errors import ConfigError, IdentityError
 from sapo_async.ops.config import NodeConfig, load_config
-from sapo_async.ops.identity import IdentityError, load_or_create_identity
+from sapo_async.ops.identity import load_or_create_identity
 
 FAST_N = 16  # scrypt cost for tests only; real keystores use limits.KEYSTORE_SCRYPT_N
 

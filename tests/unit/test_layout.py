@@ -17,6 +17,7 @@ FLOORS = {
     "backoff": 0,
     "actors": 0,
     "_lazy": 0,
+    "process": 0,
     "wire": 1,
     "tasks": 2,
     "fabric": 3,

@@ -53,6 +53,9 @@ def test_every_error_derives_from_sapo_error_and_builtins_where_they_fit():
     assert issubclass(errors.RejectedInput, ValueError)
     assert issubclass(errors.TransportUnavailable, ConnectionError)
     assert issubclass(errors.LedgerUnavailable, ConnectionError)
+    assert issubclass(errors.IdentityError, errors.ConfigError)
+    assert issubclass(errors.PublishRefused, errors.PublishError)
+    assert issubclass(errors.PublishError, errors.TransportError)
     err = errors.RejectedInput("bad_signature", "signer differs", producer="0xabc")
     assert err.reason == "bad_signature"
     assert "signer differs" in str(err)

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from sapo_async.errors import PublishError
+from sapo_async.errors import PublishError, PublishRefused
 from sapo_async.fabric.publisher import Publisher, PublisherActor
-from sapo_async.fabric.transport.base import PublishAck, PublishRefusedError, StartAt
+from sapo_async.fabric.transport.base import PublishAck, StartAt
 from sapo_async.fabric.transport.memory import MemoryBroker, MemorySubscription, MemoryTransport
 from sapo_async.wire.rollout import SignedGroup
 from sapo_async.wire.signing import decode_signed, verify
@@ -79,9 +79,9 @@ async def test_publish_gives_up_after_its_retries() -> None:
 
 
 async def test_refused_publish_is_not_retried() -> None:
-    flaky = FlakyTransport(MemoryBroker().connect(SWARM), 10, PublishRefusedError("too big"))
+    flaky = FlakyTransport(MemoryBroker().connect(SWARM), 10, PublishRefused("too big"))
     publisher = Publisher(flaky, PRODUCER, retries=5, retry_base_s=0.001)
-    with pytest.raises(PublishRefusedError):
+    with pytest.raises(PublishRefused):
         await publisher.publish(make_group(PRODUCER))
     assert flaky.calls == 1
 

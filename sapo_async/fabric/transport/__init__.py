@@ -1,4 +1,4 @@
-"""The transport port: base protocol, in-memory and JetStream backends, embedded server.
+"""The transport port: base protocol, in-memory and JetStream backends, nats-server.
 
 Names load on first use (:mod:`sapo_async._lazy`), so importing one submodule does
 not import its siblings' dependencies.
@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from sapo_async.fabric.transport.base import (
         Delivery,
         PublishAck,
-        PublishRefusedError,
         StartAt,
         Subscription,
         Transport,
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
         EmbeddedNats,
         NatsOptions,
         connect_nats,
-        find_nats_server,
         nats_endpoint,
     )
     from sapo_async.fabric.transport.jetstream import (
@@ -34,6 +32,7 @@ if TYPE_CHECKING:
         stream_name,
     )
     from sapo_async.fabric.transport.memory import MemoryBroker, MemoryTransport
+    from sapo_async.fabric.transport.server import NatsServer, find_nats_server, spawn_nats_server
 
 _LAZY = {
     "Delivery": "sapo_async.fabric.transport.base",
@@ -42,17 +41,18 @@ _LAZY = {
     "MemoryBroker": "sapo_async.fabric.transport.memory",
     "MemoryTransport": "sapo_async.fabric.transport.memory",
     "NatsOptions": "sapo_async.fabric.transport.embedded",
+    "NatsServer": "sapo_async.fabric.transport.server",
     "PublishAck": "sapo_async.fabric.transport.base",
-    "PublishRefusedError": "sapo_async.fabric.transport.base",
     "StartAt": "sapo_async.fabric.transport.base",
     "StreamSettings": "sapo_async.fabric.transport.jetstream",
     "Subscription": "sapo_async.fabric.transport.base",
     "Transport": "sapo_async.fabric.transport.base",
     "connect_nats": "sapo_async.fabric.transport.embedded",
-    "find_nats_server": "sapo_async.fabric.transport.embedded",
+    "find_nats_server": "sapo_async.fabric.transport.server",
     "nats_endpoint": "sapo_async.fabric.transport.embedded",
     "open_jetstream": "sapo_async.fabric.transport.jetstream",
     "rollouts_subject": "sapo_async.fabric.transport.base",
+    "spawn_nats_server": "sapo_async.fabric.transport.server",
     "stream_name": "sapo_async.fabric.transport.jetstream",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
@@ -64,8 +64,8 @@ __all__ = [
     "MemoryBroker",
     "MemoryTransport",
     "NatsOptions",
+    "NatsServer",
     "PublishAck",
-    "PublishRefusedError",
     "StartAt",
     "StreamSettings",
     "Subscription",
@@ -75,5 +75,6 @@ __all__ = [
     "nats_endpoint",
     "open_jetstream",
     "rollouts_subject",
+    "spawn_nats_server",
     "stream_name",
 ]

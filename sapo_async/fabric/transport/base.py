@@ -23,13 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from sapo_async.errors import ConfigError, PublishError
+from sapo_async.errors import ConfigError
 from sapo_async.wire.rollout import SignedGroup
 
 __all__ = [
     "Delivery",
     "PublishAck",
-    "PublishRefusedError",
     "StartAt",
     "Subscription",
     "Transport",
@@ -38,10 +37,6 @@ __all__ = [
 ]
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-class PublishRefusedError(PublishError):
-    """The server refused a message for good (too large, no such stream): do not retry."""
 
 
 def validate_token(value: str, *, field: str) -> str:
@@ -171,7 +166,8 @@ class Transport(Protocol):
         """Publish ``signed`` on ``family``'s subject and wait for the server's ack.
 
         Raises:
-            PublishError: the server did not acknowledge in time or refused the message.
+            PublishError: the server did not acknowledge in time.
+            PublishRefused: the server refused the message for good (do not retry).
             TransportUnavailable: not connected.
             ConfigError: ``family`` is not a valid subject token.
         """

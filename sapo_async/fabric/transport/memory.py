@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from sapo_async.errors import TransportError, TransportUnavailable
+from sapo_async.errors import PublishRefused, TransportError, TransportUnavailable
 from sapo_async.fabric.transport.base import (
     PublishAck,
-    PublishRefusedError,
     StartAt,
     rollouts_subject,
     validate_token,
@@ -122,7 +121,7 @@ class MemoryBroker:
         stream = self.stream(swarm)
         now = self._clock()
         if len(data) > self.max_msg_size:
-            raise PublishRefusedError(
+            raise PublishRefused(
                 f"message of {len(data)} bytes exceeds max_msg_size {self.max_msg_size}",
                 rollout_hash=msg_id,
             )

@@ -1,0 +1,223 @@
+"""JetStream settings and management: the swarm's stream, its consumers, the account.
+
+Owns what the JetStream transport asks the server to keep: stream ``SAPO_<swarm>`` on
+subjects ``sapo.<swarm>.rollouts.*`` (one subject per task family; a wildcard so a new
+family needs no stream update, consumers filter by family) with limits retention,
+``max_age``, ``max_bytes`` (oldest discarded), ``duplicate_window``, ``max_msg_size`` and
+file storage; creating or updating that stream idempotently; the pull-consumer
+configuration for a start point; and reading the account's JetStream status (doctor).
+nats-py's management errors are translated into the
+:class:`~sapo_async.errors.TransportError` family here.
+
+Deliberately does not publish or fetch (see ``jetstream.py`` and ``jetstream_pull.py``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.aio.client import Client as NatsClient
+from nats.js import api
+from nats.js.client import JetStreamContext
+
+from sapo_async.errors import TransportError, TransportUnavailable
+from sapo_async.fabric.transport.base import StartAt, rollouts_subject, validate_token
+from sapo_async.limits import (
+    CONSUMER_INACTIVE_THRESHOLD_S,
+    DUPLICATE_WINDOW_S,
+    MAX_GROUP_BYTES,
+    STREAM_MAX_AGE_S,
+    STREAM_MAX_BYTES,
+)
+
+__all__ = [
+    "TRANSIENT",
+    "AccountStatus",
+    "StreamSettings",
+    "account_status",
+    "consumer_config",
+    "ensure_stream",
+    "stream_name",
+]
+
+# A lazy proxy (no .bind() at import): it follows configure_logging() called later.
+_log = structlog.get_logger("jetstream", component="jetstream")
+
+TRANSIENT = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.StaleConnectionError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+    TimeoutError,
+    OSError,
+)
+"""nats-py errors that mean "not now" rather than "never"."""
+
+
+def stream_name(swarm: str) -> str:
+    """The JetStream stream name of ``swarm``."""
+    return f"SAPO_{validate_token(swarm, field='swarm')}"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSettings:
+    """Limits of a swarm's stream.
+
+    Attributes:
+        max_age: seconds a message is kept.
+        max_bytes: total bytes kept (oldest discarded first).
+        duplicate_window: seconds a message id is remembered for de-duplication.
+        max_msg_size: largest accepted message (envelope bytes).
+        replicas: copies in a cluster (1 on a single server).
+    """
+
+    max_age: float = STREAM_MAX_AGE_S
+    max_bytes: int = STREAM_MAX_BYTES
+    duplicate_window: float = DUPLICATE_WINDOW_S
+    max_msg_size: int = MAX_GROUP_BYTES + 1024
+    replicas: int = 1
+
+
+def _stream_config(swarm: str, settings: StreamSettings) -> api.StreamConfig:
+    return api.StreamConfig(
+        name=stream_name(swarm),
+        subjects=[f"sapo.{swarm}.rollouts.*"],
+        retention=api.RetentionPolicy.LIMITS,
+        discard=api.DiscardPolicy.OLD,
+        max_age=settings.max_age,
+        max_bytes=settings.max_bytes,
+        duplicate_window=settings.duplicate_window,
+        max_msg_size=settings.max_msg_size,
+        storage=api.StorageType.FILE,
+        num_replicas=settings.replicas,
+    )
+
+
+async def ensure_stream(js: JetStreamContext, swarm: str, settings: StreamSettings) -> None:
+    """Create ``swarm``'s stream, or update it to ``settings``; safe to call from every node.
+
+    Raises:
+        TransportError: the server refused both.
+        TransportUnavailable: JetStream cannot be reached.
+    """
+    stream = stream_name(swarm)
+    config = _stream_config(swarm, settings)
+    try:
+        try:
+            await js.stream_info(stream)
+        except nats.js.errors.NotFoundError:
+            try:
+                await js.add_stream(config)
+            except nats.js.errors.BadRequestError:
+                pass  # another node created it meanwhile, with other settings: update
+            else:
+                _log.info("stream_created", stream=stream)
+                return
+        await js.update_stream(config)
+        _log.debug("stream_updated", stream=stream)
+    except nats.js.errors.APIError as exc:
+        raise TransportError(f"cannot create or update stream {stream}: {exc}") from exc
+    except TRANSIENT as exc:
+        raise TransportUnavailable(f"cannot reach JetStream: {exc!r}") from exc
+
+
+def consumer_config(
+    swarm: str,
+    *,
+    families: Sequence[str] | None,
+    start: StartAt,
+    durable: str | None,
+    replicas: int,
+) -> api.ConsumerConfig:
+    """The pull consumer for ``families`` (all when ``None``) from ``start``.
+
+    A durable consumer is named ``durable`` and kept by the server; otherwise the name is
+    random and the server removes it after ``CONSUMER_INACTIVE_THRESHOLD_S`` unused.
+
+    Raises:
+        ConfigError: a family or ``durable`` is not a valid subject token.
+    """
+    subjects = (
+        [f"sapo.{swarm}.rollouts.*"]
+        if families is None
+        else [rollouts_subject(swarm, f) for f in families]
+    )
+    if durable is not None:
+        name = validate_token(durable, field="durable")
+    else:
+        name = f"sapo-{uuid.uuid4().hex[:16]}"
+    config = api.ConsumerConfig(
+        name=name,
+        durable_name=name if durable is not None else None,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        filter_subjects=subjects if len(subjects) > 1 else None,
+        filter_subject=subjects[0] if len(subjects) == 1 else None,
+        inactive_threshold=None if durable is not None else CONSUMER_INACTIVE_THRESHOLD_S,
+        max_ack_pending=-1,
+        # As many replicas as the stream: on a cluster an R1 consumer dies with its one
+        # server, and the node would stop receiving although the stream survived.
+        num_replicas=replicas,
+    )
+    if start.lookback_s is None:
+        config.deliver_policy = api.DeliverPolicy.NEW
+    elif math.isinf(start.lookback_s):
+        config.deliver_policy = api.DeliverPolicy.ALL
+    else:
+        config.deliver_policy = api.DeliverPolicy.BY_START_TIME
+        config.opt_start_time = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=start.lookback_s)
+    return config
+
+
+def consumer_subjects(config: api.ConsumerConfig) -> list[str]:
+    """The subjects a consumer configuration filters on, sorted."""
+    return sorted(config.filter_subjects or [config.filter_subject or ""])
+
+
+@dataclass(frozen=True, slots=True)
+class AccountStatus:
+    """The account's JetStream usage.
+
+    Attributes:
+        streams: how many streams the account has.
+        storage: bytes stored on file.
+    """
+
+    streams: int
+    storage: int
+
+
+async def account_status(nc: NatsClient, *, request_timeout: float) -> AccountStatus:
+    """Ask the server for this account's JetStream usage.
+
+    Args:
+        nc: a connected client.
+        request_timeout: seconds the server has to answer the JetStream API request.
+
+    Raises:
+        TransportUnavailable: JetStream is not enabled for the account (nobody answers).
+        TransportError: JetStream refused the request.
+    """
+    try:
+        info = await nc.jetstream(timeout=request_timeout).account_info()
+    except (
+        nats.errors.NoRespondersError,
+        nats.js.errors.ServiceUnavailableError,
+        nats.errors.TimeoutError,
+    ) as exc:
+        raise TransportUnavailable(
+            f"JetStream is not enabled for this account ({type(exc).__name__})"
+        ) from exc
+    except nats.js.errors.APIError as exc:
+        raise TransportError(f"JetStream refused: {exc}") from exc
+    return AccountStatus(streams=int(info.streams), storage=int(info.storage))
