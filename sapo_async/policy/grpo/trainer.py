@@ -41,6 +41,7 @@ import torch
 
 from sapo_async.errors import ConfigError, TrainingError
 from sapo_async.logs import get_logger
+from sapo_async.policy.digest import tokenizer_id as _tokenizer_id
 from sapo_async.policy.grpo.batch import (
     INFORMATIVE_EPS,
     Batch,
@@ -57,7 +58,6 @@ from sapo_async.policy.grpo.core import (
     policy_loss,
     truncated_is_weights,
 )
-from sapo_async.policy.models.tokenizer import tokenizer_id as _tokenizer_id
 
 __all__ = [
     "INFORMATIVE_EPS",
