@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sapo_async.errors import ConfigError, GenerationError
 from sapo_async.limits import PROBE_MAX_LOGPROB_DIFF, VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 from sapo_async.logs import get_logger
-from sapo_async.policy.generation.base import GenerationResult
+from sapo_async.policy.generation.base import GenerationResult, check_sampling
 from sapo_async.wire import Completion, SamplingParams
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -203,19 +203,7 @@ def to_vllm_sampling_params(
     """
     if n < 1:
         raise ConfigError(f"n must be >= 1, got {n}", field="training.completions_per_question")
-    if not sampling.temperature > 0:
-        raise ConfigError(
-            f"temperature must be > 0, got {sampling.temperature}", field="training.temperature"
-        )
-    if not 0 < sampling.top_p <= 1:
-        raise ConfigError(f"top_p must be in (0, 1], got {sampling.top_p}", field="training.top_p")
-    if sampling.top_k < 0:
-        raise ConfigError(f"top_k must be >= 0 (0 = off), got {sampling.top_k}", field="top_k")
-    if sampling.max_new_tokens < 1:
-        raise ConfigError(
-            f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}",
-            field="training.max_new_tokens",
-        )
+    check_sampling(sampling, prefix="training")
     return api.SamplingParams(
         n=n,
         temperature=sampling.temperature,
