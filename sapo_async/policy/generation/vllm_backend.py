@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -34,7 +33,6 @@ from sapo_async.errors import GenerationError
 from sapo_async.limits import VLLM_GENERATE_TIMEOUT_S
 from sapo_async.logs import get_logger
 from sapo_async.policy.generation.base import GenerationResult
-from sapo_async.policy.generation.probe import ProbeResult
 from sapo_async.policy.generation.vllm_api import (
     VLLM_PINNED_VERSION,
     VllmApi,
@@ -44,7 +42,7 @@ from sapo_async.policy.generation.vllm_api import (
     prompt_seed,
     to_vllm_sampling_params,
 )
-from sapo_async.policy.generation.vllm_engine import VllmEngine
+from sapo_async.policy.generation.vllm_engine import VllmEngine, VllmStatistics
 from sapo_async.wire import SamplingParams
 
 __all__ = [
@@ -60,64 +58,13 @@ __all__ = [
 _log = get_logger("generation.vllm")
 
 
-@dataclass(frozen=True, slots=True)
-class VllmStatistics:
-    """What the backend has done, for metrics (read every round).
-
-    Attributes:
-        generate_calls: completed ``generate`` calls.
-        generated_tokens: completion tokens returned.
-        syncs: weight syncs that passed the probe.
-        failed_probes: probes above the threshold.
-        last_probe: the most recent probe, ``None`` before the first.
-        last_sync_s: wall time of the most recent sync including its probe.
-        sleeps: completed sleeps.
-        asleep: whether the engine is asleep now.
-        weight_version: the policy version last synced (``None`` before the first sync).
-    """
-
-    generate_calls: int
-    generated_tokens: int
-    syncs: int
-    failed_probes: int
-    last_probe: ProbeResult | None
-    last_sync_s: float | None
-    sleeps: int
-    asleep: bool
-    weight_version: int | None
-
-
 class VllmGenerator(VllmEngine):
     """A :class:`~sapo_async.policy.generation.base.Generator` backed by a colocated vLLM engine.
 
-    Build one with :meth:`create` (starts the engine) or wrap an existing ``LLM``. Weight
-    sync, probe, sleep, wake and close are :class:`~.vllm_engine.VllmEngine`'s.
-
-    Args:
-        llm: a ``vllm.LLM`` started with ``weight_transfer_config={"backend": "ipc"}``
-            (and ``enable_sleep_mode=True`` when ``settings.sleep_level > 0``).
-        settings: the settings the engine was started with.
-        api: the vLLM names to use (default: the real ones, imported now).
-        trainer_model: the trainer's torch causal LM, used by the post-sync probe; may be
-            attached later with :meth:`attach_trainer`.
-        transfer_device: device the synced tensors must live on; CUDA IPC needs CUDA
-            tensors, so the default is ``"cuda"``. Tests with the fake pass ``"cpu"``.
+    Build one with :meth:`create` (starts the engine) or wrap an existing ``LLM`` (arguments
+    as :class:`~.vllm_engine.VllmEngine`'s, which owns weight sync, probe, sleep, wake,
+    close and the statistics).
     """
-
-    def __init__(
-        self,
-        llm: Any,
-        settings: VllmSettings,
-        *,
-        api: VllmApi | None = None,
-        trainer_model: Any | None = None,
-        transfer_device: str = "cuda",
-    ) -> None:
-        super().__init__(
-            llm, settings, api=api, trainer_model=trainer_model, transfer_device=transfer_device
-        )
-        self._generate_calls = 0
-        self._generated_tokens = 0
 
     @classmethod
     async def create(
@@ -217,17 +164,3 @@ class VllmGenerator(VllmEngine):
         return results
 
     # --- probe, sleep / wake ------------------------------------------------------------
-
-    def statistics(self) -> VllmStatistics:
-        """A snapshot of counters and the last probe (for the per-round metrics)."""
-        return VllmStatistics(
-            generate_calls=self._generate_calls,
-            generated_tokens=self._generated_tokens,
-            syncs=self._syncs,
-            failed_probes=self._failed_probes,
-            last_probe=self._last_probe,
-            last_sync_s=self._last_sync_s,
-            sleeps=self._sleeps,
-            asleep=self._asleep,
-            weight_version=self._weight_version,
-        )

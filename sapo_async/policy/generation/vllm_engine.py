@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -54,10 +55,37 @@ from sapo_async.policy.generation.vllm_weights import (
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
-__all__ = ["VllmEngine"]
+__all__ = ["VllmEngine", "VllmStatistics"]
 
 _T = TypeVar("_T")
 _log = get_logger("generation.vllm")
+
+
+@dataclass(frozen=True, slots=True)
+class VllmStatistics:
+    """What the backend has done, for metrics (read every round).
+
+    Attributes:
+        generate_calls: completed ``generate`` calls.
+        generated_tokens: completion tokens returned.
+        syncs: weight syncs that passed the probe.
+        failed_probes: probes above the threshold.
+        last_probe: the most recent probe, ``None`` before the first.
+        last_sync_s: wall time of the most recent sync including its probe.
+        sleeps: completed sleeps.
+        asleep: whether the engine is asleep now.
+        weight_version: the policy version last synced (``None`` before the first sync).
+    """
+
+    generate_calls: int
+    generated_tokens: int
+    syncs: int
+    failed_probes: int
+    last_probe: ProbeResult | None
+    last_sync_s: float | None
+    sleeps: int
+    asleep: bool
+    weight_version: int | None
 
 
 class VllmEngine:
@@ -97,6 +125,8 @@ class VllmEngine:
         self._failed: str | None = None
         self._needs_sync = False
         self._syncs = 0
+        self._generate_calls = 0  # counted by the generator built on this engine
+        self._generated_tokens = 0
         self._failed_probes = 0
         self._last_probe: ProbeResult | None = None
         self._last_sync_s: float | None = None
@@ -180,6 +210,20 @@ class VllmEngine:
     def last_probe(self) -> ProbeResult | None:
         """The most recent probe, or ``None`` before the first sync."""
         return self._last_probe
+
+    def statistics(self) -> VllmStatistics:
+        """A snapshot of counters and the last probe (for the per-round metrics)."""
+        return VllmStatistics(
+            generate_calls=self._generate_calls,
+            generated_tokens=self._generated_tokens,
+            syncs=self._syncs,
+            failed_probes=self._failed_probes,
+            last_probe=self._last_probe,
+            last_sync_s=self._last_sync_s,
+            sleeps=self._sleeps,
+            asleep=self._asleep,
+            weight_version=self._weight_version,
+        )
 
     async def probe(self) -> ProbeResult:
         """Compare the engine's log-probs of the probe text with the trainer's now.
