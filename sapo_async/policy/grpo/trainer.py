@@ -285,18 +285,7 @@ class Trainer:
             policy_version=self.policy_version,
             seconds=time.perf_counter() - t0,
         )
-        # debug level: a CPU swarm takes thousands of steps; the CLI keeps a JSONL log
-        _log.debug(
-            "grpo_stepped",
-            policy_version=self.policy_version,
-            reward_mean=metrics.reward_mean,
-            reward_std=metrics.reward_std,
-            zero_std_fraction=metrics.zero_std_fraction,
-            clip_fraction=metrics.clip_fraction,
-            entropy=metrics.entropy,
-            kl=metrics.kl,
-            grad_norm=metrics.grad_norm,
-        )
+        _log_stepped(metrics)
         return metrics
 
     def _frozen_logprobs(
@@ -389,6 +378,21 @@ def token_logprobs(
             h = -(logp_all.exp() * logp_all).sum(-1)
             ent = float((h * batch.comp_mask).sum() / batch.comp_mask.sum().clamp_min(1.0))
     return logp, ent
+
+
+def _log_stepped(metrics: StepMetrics) -> None:
+    # debug level: a CPU swarm takes thousands of steps; the CLI keeps a JSONL log
+    _log.debug(
+        "grpo_stepped",
+        policy_version=metrics.policy_version,
+        reward_mean=metrics.reward_mean,
+        reward_std=metrics.reward_std,
+        zero_std_fraction=metrics.zero_std_fraction,
+        clip_fraction=metrics.clip_fraction,
+        entropy=metrics.entropy,
+        kl=metrics.kl,
+        grad_norm=metrics.grad_norm,
+    )
 
 
 class _Update(NamedTuple):
