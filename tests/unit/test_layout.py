@@ -113,3 +113,30 @@ def test_the_command_line_app_builds_without_heavy_dependencies():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def _policy_part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "policy" else None
+
+
+def test_the_parts_of_the_policy_import_one_way_even_inside_functions():
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        part = _policy_part(module)
+        if part is None:
+            continue
+        targets = {_policy_part(t) for t in _imports(path, top_level_only=False)}
+        graph.setdefault(part, set()).update(t for t in targets if t not in (None, part))
+    assert {"models", "generation", "grpo"} <= set(graph)
+    done: set[str] = set()
+
+    def visit(part: str, path: list[str]) -> None:
+        for target in sorted(graph.get(part, ())):
+            assert target not in path, "policy cycle: " + " -> ".join([*path, target])
+            if target not in done:
+                visit(target, [*path, target])
+        done.add(part)
+
+    for part in sorted(graph):
+        visit(part, [part])

@@ -141,7 +141,7 @@ def test_sampling_params_map_onto_vllm_0_33() -> None:
         (SAMPLING, 0, "training.completions_per_question"),
         (SamplingParams(temperature=0.0), 1, "training.temperature"),
         (SamplingParams(top_p=1.5), 1, "training.top_p"),
-        (SamplingParams(top_k=-1), 1, "top_k"),
+        (SamplingParams(top_k=-1), 1, "training.top_k"),
         (SamplingParams(max_new_tokens=0), 1, "training.max_new_tokens"),
     ],
 )

@@ -10,7 +10,12 @@ Invariants:
     * when a backend returns ``token_ids`` it also returns ``logprobs`` of the same length,
       the log-probabilities of the sampled tokens under the sampling distribution's
       underlying policy (temperature 1 log-softmax of the model's logits);
-    * the same ``seed`` with the same weights gives the same completions on one backend.
+    * the same ``seed`` with the same weights gives the same completions on one backend;
+    * sampling parameters out of range raise :class:`~sapo_async.errors.ConfigError`
+      (:func:`check_sampling`), a closed backend raises
+      :class:`~sapo_async.errors.GenerationError`.
+
+tests/integration/test_generation_conformance.py checks these on every backend.
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from sapo_async.errors import ConfigError
 from sapo_async.wire import Completion, SamplingParams
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
-__all__ = ["GenerationResult", "Generator"]
+__all__ = ["GenerationResult", "Generator", "check_sampling"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +88,31 @@ class Generator(Protocol):
     async def aclose(self) -> None:
         """Release the engine's resources. Idempotent."""
         ...
+
+
+def check_sampling(sampling: SamplingParams, *, prefix: str = "sampling") -> None:
+    """Validate sampling parameters, as every model-backed generator does before sampling.
+
+    Args:
+        sampling: the parameters.
+        prefix: the config section named in the error's field (``"sampling"`` or
+            ``"training"``, where the caller's settings come from).
+
+    Raises:
+        ConfigError: a parameter is out of range (the field is named).
+    """
+    if not sampling.temperature > 0:
+        raise ConfigError(
+            f"temperature must be > 0, got {sampling.temperature}", field=f"{prefix}.temperature"
+        )
+    if not 0 < sampling.top_p <= 1:
+        raise ConfigError(f"top_p must be in (0, 1], got {sampling.top_p}", field=f"{prefix}.top_p")
+    if sampling.top_k < 0:
+        raise ConfigError(
+            f"top_k must be >= 0 (0 = off), got {sampling.top_k}", field=f"{prefix}.top_k"
+        )
+    if sampling.max_new_tokens < 1:
+        raise ConfigError(
+            f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}",
+            field=f"{prefix}.max_new_tokens",
+        )

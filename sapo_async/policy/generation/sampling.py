@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from sapo_async.errors import ConfigError
+from sapo_async.policy.generation.base import check_sampling
 from sapo_async.wire import SamplingParams
 
 __all__ = ["SampledBatch", "check_sampling", "filter_logits", "sample_batch"]
@@ -50,27 +51,6 @@ class SampledBatch:
     token_ids: list[list[int]]
     logprobs: list[list[float]]
     finish_reasons: list[str]
-
-
-def check_sampling(sampling: SamplingParams) -> None:
-    """Validate sampling parameters.
-
-    Raises:
-        ConfigError: a parameter is out of range (the field is named).
-    """
-    if not sampling.temperature > 0:
-        raise ConfigError(
-            f"temperature must be > 0, got {sampling.temperature}", field="sampling.temperature"
-        )
-    if not 0 < sampling.top_p <= 1:
-        raise ConfigError(f"top_p must be in (0, 1], got {sampling.top_p}", field="sampling.top_p")
-    if sampling.top_k < 0:
-        raise ConfigError(f"top_k must be >= 0, got {sampling.top_k}", field="sampling.top_k")
-    if sampling.max_new_tokens < 1:
-        raise ConfigError(
-            f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}",
-            field="sampling.max_new_tokens",
-        )
 
 
 def filter_logits(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:

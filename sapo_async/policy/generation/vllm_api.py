@@ -3,9 +3,9 @@
 Owns everything the backend needs to know about vLLM's API apart from driving the engine:
 the lazily imported names (:class:`VllmApi`, the seam where tests put a fake), the engine
 settings and the ``vllm.LLM`` keyword arguments they become, the mapping of the node's
-sampling parameters onto ``vllm.SamplingParams``, and two small shims for vLLM's
-weight-transfer API (a client adapter for the offline ``LLM`` and a ``WeightSource`` over
-named tensors). Importing this module never imports vLLM or torch.
+sampling parameters onto ``vllm.SamplingParams`` and of vLLM's ``RequestOutput`` back onto
+the port's :class:`~sapo_async.policy.generation.base.GenerationResult`. The weight-transfer
+shims live in :mod:`.vllm_weights`. Importing this module never imports vLLM or torch.
 
 Signatures mirrored (read from the vllm==0.33.0 wheel; recorded in
 tests/unit/data/vllm_0_33_0_signatures.json and checked against the fake):
@@ -22,28 +22,26 @@ prompt_logprobs)``, ``IPCTrainerInitInfo(packed, packed_buffer_size_bytes, *, ra
 
 from __future__ import annotations
 
-import functools
 import hashlib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from sapo_async.errors import ConfigError, GenerationError
 from sapo_async.limits import PROBE_MAX_LOGPROB_DIFF, VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 from sapo_async.logs import get_logger
-from sapo_async.wire import SamplingParams
+from sapo_async.policy.generation.base import GenerationResult, check_sampling
+from sapo_async.wire import Completion, SamplingParams
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    import torch
+    pass
 
 __all__ = [
     "VLLM_PINNED_VERSION",
-    "LLMSyncClient",
     "SleepLevel",
     "VllmApi",
     "VllmSettings",
+    "from_request_output",
     "load_vllm_api",
-    "named_tensor_source",
     "prompt_seed",
     "to_vllm_sampling_params",
 ]
@@ -205,19 +203,7 @@ def to_vllm_sampling_params(
     """
     if n < 1:
         raise ConfigError(f"n must be >= 1, got {n}", field="training.completions_per_question")
-    if not sampling.temperature > 0:
-        raise ConfigError(
-            f"temperature must be > 0, got {sampling.temperature}", field="training.temperature"
-        )
-    if not 0 < sampling.top_p <= 1:
-        raise ConfigError(f"top_p must be in (0, 1], got {sampling.top_p}", field="training.top_p")
-    if sampling.top_k < 0:
-        raise ConfigError(f"top_k must be >= 0 (0 = off), got {sampling.top_k}", field="top_k")
-    if sampling.max_new_tokens < 1:
-        raise ConfigError(
-            f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}",
-            field="training.max_new_tokens",
-        )
+    check_sampling(sampling, prefix="training")
     return api.SamplingParams(
         n=n,
         temperature=sampling.temperature,
@@ -237,53 +223,42 @@ def prompt_seed(seed: int | None, index: int) -> int | None:
     return int.from_bytes(digest, "big") >> 1
 
 
-class LLMSyncClient:
-    """Adapts the offline ``LLM`` to vLLM's trainer-side ``VLLMWeightSyncClient`` protocol.
+def from_request_output(prompt: str, output: Any, n: int) -> GenerationResult:
+    """A vLLM ``RequestOutput`` as the port's :class:`GenerationResult`.
 
-    The protocol passes bare dicts; ``LLM``'s own methods take request objects or dicts
-    wrapped under ``init_info`` / ``update_info`` (``vllm/entrypoints/rl/offline.py``).
+    Args:
+        prompt: the prompt text the output answers.
+        output: the ``RequestOutput`` (``logprobs=0`` requested: one entry per token).
+        n: completions requested.
+
+    Returns:
+        The result, completions in vLLM's index order.
+
+    Raises:
+        GenerationError: not ``n`` completions, a finish reason other than stop/length, or
+            a sampled token without its log-prob.
     """
-
-    def __init__(self, llm: Any) -> None:
-        self._llm = llm
-
-    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
-        self._llm.init_weight_transfer_engine({"init_info": init_info})
-
-    def start_weight_update(self) -> None:
-        self._llm.start_weight_update()
-
-    def update_weights(self, update_info: dict[str, Any] | list[dict[str, Any]]) -> None:
-        self._llm.update_weights({"update_info": update_info})
-
-    def finish_weight_update(self, weight_version: str | None = None) -> None:
-        self._llm.finish_weight_update(weight_version)
-
-
-def named_tensor_source(api: VllmApi, tensors: list[tuple[str, torch.Tensor]]) -> Any:
-    """A vLLM ``WeightSource`` over the trainer's named tensors, refilled every sync."""
-
-    class NamedTensorSource(api.WeightSource):  # type: ignore[misc,name-defined]
-        def __init__(self, first: list[tuple[str, torch.Tensor]]) -> None:
-            self._tensors = first
-
-        @functools.cached_property
-        def metadata(self) -> list[Any]:
-            return [api.ParamMeta(name, t.dtype, tuple(t.shape)) for name, t in self._tensors]
-
-        def iter_full(self) -> Iterable[tuple[str, torch.Tensor]]:
-            yield from self._tensors
-
-        def refill(self, tensors: list[tuple[str, torch.Tensor]]) -> None:
-            expected = [(m.name, tuple(m.shape)) for m in self.metadata]
-            got = [(name, tuple(t.shape)) for name, t in tensors]
-            if got != expected:
-                missing = sorted({n for n, _ in expected} - {n for n, _ in got})
-                extra = sorted({n for n, _ in got} - {n for n, _ in expected})
-                raise GenerationError(
-                    "weights to sync differ from the first sync's names/shapes "
-                    f"(missing {missing[:5]}, unexpected {extra[:5]})"
-                )
-            self._tensors = tensors
-
-    return NamedTensorSource(tensors)
+    completions = sorted(output.outputs, key=lambda c: c.index)
+    if len(completions) != n:
+        raise GenerationError(f"vLLM returned {len(completions)} completions, expected {n}")
+    converted: list[Completion] = []
+    for c in completions:
+        if c.finish_reason not in ("stop", "length"):
+            raise GenerationError(
+                f"vLLM finished a completion with {c.finish_reason!r} (stop reason "
+                f"{c.stop_reason!r})"
+            )
+        ids = tuple(int(t) for t in c.token_ids)
+        if c.logprobs is None or len(c.logprobs) != len(ids):
+            raise GenerationError("vLLM returned no log-prob per sampled token")
+        logprobs = tuple(
+            float(position[token].logprob) for position, token in zip(c.logprobs, ids, strict=True)
+        )
+        converted.append(
+            Completion(text=c.text, finish_reason=c.finish_reason, token_ids=ids, logprobs=logprobs)
+        )
+    return GenerationResult(
+        prompt=prompt,
+        prompt_token_ids=tuple(int(t) for t in (output.prompt_token_ids or ())),
+        completions=tuple(converted),
+    )

@@ -1,4 +1,5 @@
-"""GRPO: pure advantage/loss maths (:mod:`.core`) and the torch trainer (:mod:`.trainer`).
+"""GRPO: pure advantage/loss maths (:mod:`.core`), scored groups to tensors (:mod:`.batch`)
+and the torch trainer (:mod:`.trainer`).
 
 Names load on first use (:mod:`sapo_async._lazy`), so importing one submodule does
 not import its siblings' dependencies.
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 from sapo_async._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup
     from sapo_async.policy.grpo.core import (
         AGGREGATIONS,
         AdvantageMode,
@@ -23,8 +25,6 @@ if TYPE_CHECKING:
         truncated_is_weights,
     )
     from sapo_async.policy.grpo.trainer import (
-        ScoredCompletion,
-        ScoredGroup,
         StepMetrics,
         Trainer,
         TrainerConfig,
@@ -35,8 +35,8 @@ _LAZY = {
     "AdvantageMode": "sapo_async.policy.grpo.core",
     "Aggregation": "sapo_async.policy.grpo.core",
     "LossTerms": "sapo_async.policy.grpo.core",
-    "ScoredCompletion": "sapo_async.policy.grpo.trainer",
-    "ScoredGroup": "sapo_async.policy.grpo.trainer",
+    "ScoredCompletion": "sapo_async.policy.grpo.batch",
+    "ScoredGroup": "sapo_async.policy.grpo.batch",
     "StepMetrics": "sapo_async.policy.grpo.trainer",
     "Trainer": "sapo_async.policy.grpo.trainer",
     "TrainerConfig": "sapo_async.policy.grpo.trainer",

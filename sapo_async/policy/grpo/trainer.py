@@ -1,15 +1,18 @@
 """The GRPO trainer: scored groups in, one optimizer step (with metrics) out.
 
-Owns the model's optimizer and the translation of scored groups into padded tensors:
+Owns the model's optimizer and the update loop. One :meth:`Trainer.step` reads as::
 
-* a *local* completion (``producer == "local"``, our ``tokenizer_id``) is trained on the
-  token ids we sampled, with their behaviour log-probs;
-* any other completion is trained on its *text*, tokenised by our tokenizer (plus EOS when
-  it stopped), because the text is what our verifier scored: a peer's token ids are never
-  trained on directly (poisoned ids could otherwise ride on a clean, rewarded text). A
-  peer's behaviour log-probs are kept only when its ids equal that tokenisation exactly.
+    given    = reward statistics of every group             (_GivenGroups.of)
+    rows     = informative groups -> (prompt, completion, behaviour, A_i)   (batch.Batcher)
+    old, ref = log pi_old, log pi_ref of each minibatch     (_frozen_logprobs)
+    for epoch, minibatch:                                   (_update)
+        logp = log pi_theta(sampled tokens)                 (token_logprobs)
+        loss = clipped surrogate x truncated IS + beta k3   (_loss -> core.policy_loss)
+        theta <- AdamW(theta, clip(grad loss, max_grad_norm))
 
-Deliberately does not know how groups were scored or sampled, or about NATS and the ledger.
+Which tokens a completion is trained on (our sampled ids, or a peer's text re-tokenised)
+is :mod:`.batch`'s business; the maths is :mod:`.core`'s. Deliberately does not know how
+groups were scored or sampled, or about NATS and the ledger.
 
 Policy on uninformative groups (docs/learning.md, "Uninformative batches"): a group whose
 rewards are all equal has all-zero advantages and contributes no policy gradient. Such
@@ -32,23 +35,29 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from sapo_async.errors import ConfigError, TrainingError
 from sapo_async.logs import get_logger
+from sapo_async.policy.digest import tokenizer_id as _tokenizer_id
+from sapo_async.policy.grpo.batch import (
+    INFORMATIVE_EPS,
+    Batch,
+    Batcher,
+    ScoredCompletion,
+    ScoredGroup,
+)
 from sapo_async.policy.grpo.core import (
     ADVANTAGE_MODES,
     AGGREGATIONS,
     AdvantageMode,
     Aggregation,
-    group_advantages,
+    LossTerms,
     policy_loss,
     truncated_is_weights,
 )
-from sapo_async.policy.models.tokenizer import tokenizer_id as _tokenizer_id
-from sapo_async.wire import TaskRef
 
 __all__ = [
     "INFORMATIVE_EPS",
@@ -61,61 +70,6 @@ __all__ = [
 
 
 _log = get_logger("sapo_async.policy.grpo")
-
-INFORMATIVE_EPS = 1e-9
-"""Rewards closer than this count as equal (the group carries no gradient)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ScoredCompletion:
-    """One completion with the reward *this* node's verifier gave it.
-
-    Attributes:
-        text: the completion text.
-        reward: the reward.
-        finish_reason: ``"stop"`` or ``"length"`` (decides whether EOS is appended when
-            re-tokenising text).
-        token_ids: ids under the producer's tokenizer (used only when it is ours).
-        behaviour_logprobs: per-token log-probs under the generating policy (same length).
-    """
-
-    text: str
-    reward: float
-    finish_reason: str = "stop"
-    token_ids: tuple[int, ...] | None = None
-    behaviour_logprobs: tuple[float, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ScoredGroup:
-    """A question's completions, scored.
-
-    Attributes:
-        prompt: the prompt text the completions answer.
-        completions: the scored completions.
-        tokenizer_id: digest of the producer's tokenizer (``None``: text only).
-        prompt_token_ids: prompt ids under that tokenizer (optional).
-        task: where the question came from (informational).
-        producer: ``"local"`` or the producer's address (informational, for metrics).
-    """
-
-    prompt: str
-    completions: tuple[ScoredCompletion, ...]
-    tokenizer_id: str | None = None
-    prompt_token_ids: tuple[int, ...] | None = None
-    task: TaskRef | None = None
-    producer: str = "local"
-
-    @property
-    def rewards(self) -> list[float]:
-        """The completions' rewards in order."""
-        return [c.reward for c in self.completions]
-
-    @property
-    def informative(self) -> bool:
-        """Whether the rewards differ (some advantage is non-zero)."""
-        r = self.rewards
-        return len(r) > 1 and max(r) - min(r) > INFORMATIVE_EPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,16 +175,6 @@ class StepMetrics:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class _Batch:
-    ids: torch.Tensor  # [B, W] right-padded prompt + completion
-    attn: torch.Tensor  # [B, W]
-    comp_mask: torch.Tensor  # [B, W-1] 1 where target token t+1 is a completion token
-    adv: torch.Tensor  # [B]
-    behaviour: torch.Tensor  # [B, W-1] behaviour log-probs aligned with comp_mask
-    has_behaviour: torch.Tensor  # [B] bool
-
-
 class Trainer:
     """GRPO on the caller's causal LM.
 
@@ -260,10 +204,13 @@ class Trainer:
         self.model = model
         self.tokenizer = tokenizer
         self.tokenizer_id = _tokenizer_id(tokenizer)
-        self._add_special = add_special_tokens
-        self._eos = int(tokenizer.eos_token_id)
-        pad = tokenizer.pad_token_id
-        self._pad = int(pad) if pad is not None else self._eos
+        self._batcher = Batcher(
+            tokenizer=tokenizer,
+            tokenizer_id=self.tokenizer_id,
+            add_special_tokens=add_special_tokens,
+            advantage=self.config.advantage,
+            max_completion_tokens=self.config.max_completion_tokens,
+        )
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params,
@@ -284,105 +231,6 @@ class Trainer:
         device: torch.device = next(self.model.parameters()).device
         return device
 
-    # -- tensors -------------------------------------------------------------------
-
-    def _encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def _rows(
-        self, groups: Sequence[ScoredGroup]
-    ) -> tuple[list[tuple[list[int], list[int], list[float] | None, float]], int]:
-        rows: list[tuple[list[int], list[int], list[float] | None, float]] = []
-        retok = 0
-        prompt_cache: dict[str, list[int]] = {}
-        for group in groups:
-            ours = group.tokenizer_id == self.tokenizer_id
-            local = group.producer == "local"
-            if ours and local and group.prompt_token_ids is not None:
-                prompt = list(group.prompt_token_ids)
-            else:
-                if group.prompt not in prompt_cache:
-                    enc = self.tokenizer(group.prompt, add_special_tokens=self._add_special)
-                    prompt_cache[group.prompt] = list(enc["input_ids"])
-                prompt = prompt_cache[group.prompt]
-            advs = group_advantages(group.rewards, mode=self.config.advantage)
-            for comp, adv in zip(group.completions, advs, strict=True):
-                lps: list[float] | None = None
-                if ours and local and comp.token_ids is not None:
-                    ids = list(comp.token_ids)
-                    if comp.behaviour_logprobs and len(comp.behaviour_logprobs) == len(ids):
-                        lps = list(comp.behaviour_logprobs)
-                else:
-                    # A peer's token ids are never trained on directly: the text is what
-                    # was scored, so we train on the text's own tokenisation, and use the
-                    # peer's log-probs only when its ids are exactly that tokenisation
-                    # (otherwise poisoned ids could ride on a clean, rewarded text).
-                    ids = self._encode(comp.text)
-                    if comp.finish_reason == "stop":
-                        ids.append(self._eos)
-                    if (
-                        ours
-                        and comp.token_ids is not None
-                        and list(comp.token_ids) == ids
-                        and comp.behaviour_logprobs
-                        and len(comp.behaviour_logprobs) == len(ids)
-                    ):
-                        lps = list(comp.behaviour_logprobs)
-                    else:
-                        retok += 1
-                if not ids:
-                    continue
-                # A peer's text may re-tokenise to anything; never train past the cap
-                # (it also bounds dr_grpo's constant normaliser).
-                cap = self.config.max_completion_tokens
-                if len(ids) > cap:
-                    ids = ids[:cap]
-                    lps = lps[:cap] if lps is not None else None
-                rows.append((prompt, ids, lps, adv))
-        return rows, retok
-
-    def _collate(
-        self, rows: Sequence[tuple[list[int], list[int], list[float] | None, float]]
-    ) -> _Batch:
-        width = max(len(p) + len(c) for p, c, _, _ in rows)
-        n = len(rows)
-        ids = torch.full((n, width), self._pad, dtype=torch.long)
-        attn = torch.zeros((n, width), dtype=torch.long)
-        comp = torch.zeros((n, width - 1), dtype=torch.float32)
-        beh = torch.zeros((n, width - 1), dtype=torch.float32)
-        has = torch.zeros(n, dtype=torch.bool)
-        for i, (p, c, lps, _) in enumerate(rows):
-            total = len(p) + len(c)
-            ids[i, :total] = torch.tensor(p + c, dtype=torch.long)
-            attn[i, :total] = 1
-            # logits at position j predict token j + 1: completion tokens are at
-            # positions len(p) .. total-1, predicted from len(p)-1 .. total-2.
-            comp[i, len(p) - 1 : total - 1] = 1.0
-            if lps is not None:
-                beh[i, len(p) - 1 : total - 1] = torch.tensor(lps, dtype=torch.float32)
-                has[i] = True
-        adv = torch.tensor([a for _, _, _, a in rows], dtype=torch.float32)
-        dev = self.device
-        return _Batch(
-            ids=ids.to(dev),
-            attn=attn.to(dev),
-            comp_mask=comp.to(dev),
-            adv=adv.to(dev),
-            behaviour=beh.to(dev),
-            has_behaviour=has.to(dev),
-        )
-
-    def _logp(self, model: Any, batch: _Batch, *, entropy: bool) -> tuple[torch.Tensor, float]:
-        logits = model(input_ids=batch.ids, attention_mask=batch.attn).logits[:, :-1].float()
-        logp_all = torch.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(-1, batch.ids[:, 1:, None]).squeeze(-1)
-        ent = 0.0
-        if entropy:
-            with torch.no_grad():
-                h = -(logp_all.exp() * logp_all).sum(-1)
-                ent = float((h * batch.comp_mask).sum() / batch.comp_mask.sum().clamp_min(1.0))
-        return logp, ent
-
     # -- the step ------------------------------------------------------------------
 
     def step(self, groups: Sequence[ScoredGroup]) -> StepMetrics:
@@ -402,125 +250,191 @@ class Trainer:
         """
         t0 = time.perf_counter()
         cfg = self.config
-        rewards = [r for g in groups for r in g.rewards]
         if any(not g.completions for g in groups):
             raise ConfigError("a scored group has no completions", field="groups")
-        n_r = max(len(rewards), 1)
-        mean = sum(rewards) / n_r
-        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n_r)
-        zero_std = sum(not g.informative for g in groups)
-        base = {
-            "reward_mean": mean,
-            "reward_std": std,
-            "zero_std_fraction": zero_std / max(len(groups), 1),
-            "groups": len(groups),
-            "external_groups": sum(g.producer != "local" for g in groups),
-        }
+        given = _GivenGroups.of(groups)
         used = [g for g in groups if g.informative] if cfg.drop_uninformative else list(groups)
-        rows, retok = self._rows(used)
+        rows, retokenised = self._batcher.rows(used)
         if (not any(g.informative for g in used) and cfg.skip_empty) or not rows:
-            _log.debug("grpo_step_skipped", policy_version=self.policy_version, **base)
-            return StepMetrics(
-                **base,  # type: ignore[arg-type]
+            _log.debug("grpo_step_skipped", policy_version=self.policy_version, **given._asdict())
+            return given.metrics(
                 groups_used=0,
                 sequences=0,
                 tokens=0,
                 skipped=True,
-                retokenised=retok,
+                retokenised=retokenised,
                 policy_version=self.policy_version,
                 seconds=time.perf_counter() - t0,
             )
         self.model.train()
-        batches = self._minibatches(rows)
-        reuse_logp = cfg.ppo_epochs == 1 and cfg.minibatches == 1
+        batches = self._batcher.minibatches(rows, cfg.minibatches, self.device)
+        olds, refs = self._frozen_logprobs(batches)
+        updates = [
+            self._update(batch, old, ref)
+            for _ in range(cfg.ppo_epochs)
+            for batch, old, ref in zip(batches, olds, refs, strict=True)
+        ]
+        self.optimizer.zero_grad(set_to_none=True)
+        metrics = given.metrics(
+            groups_used=len(used),
+            sequences=len(rows),
+            tokens=sum(len(r.completion) for r in rows),
+            skipped=False,
+            **_Update.mean(updates),
+            retokenised=retokenised,
+            policy_version=self.policy_version,
+            seconds=time.perf_counter() - t0,
+        )
+        _log_stepped(metrics)
+        return metrics
+
+    def _frozen_logprobs(
+        self, batches: Sequence[Batch]
+    ) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
+        """``old_logp`` and ``ref_logp`` of each batch, before any update of this step.
+
+        ``old`` is ``None`` when there is a single update (one epoch, one minibatch): the
+        policy then has not moved yet, so the update's own detached log-probs serve and a
+        forward pass is saved. ``ref`` is ``None`` without a KL reference.
+        """
+        reuse = self.config.ppo_epochs == 1 and self.config.minibatches == 1
         olds: list[torch.Tensor | None] = []
         refs: list[torch.Tensor | None] = []
         with torch.no_grad():
             for b in batches:
-                olds.append(None if reuse_logp else self._logp(self.model, b, entropy=False)[0])
-                refs.append(self._logp(self._ref, b, entropy=False)[0] if self._ref else None)
-        losses, clips, ents, kls, norms = [], [], [], [], []
-        for _ in range(cfg.ppo_epochs):
-            for b, old, ref in zip(batches, olds, refs, strict=True):
-                logp, ent = self._logp(self.model, b, entropy=True)
-                old_logp = logp.detach() if old is None else old
-                weights = None
-                if cfg.tis_cap is not None and bool(b.has_behaviour.any()):
-                    weights = truncated_is_weights(
-                        old_logp, b.behaviour, b.has_behaviour, cfg.tis_cap
-                    )
-                terms = policy_loss(
-                    logp,
-                    old_logp,
-                    b.adv,
-                    b.comp_mask,
-                    aggregation=cfg.aggregation,
-                    eps_low=cfg.eps_low,
-                    eps_high=cfg.eps_high,
-                    beta=cfg.beta,
-                    ref_logp=ref,
-                    is_weights=weights,
-                    max_tokens=cfg.max_completion_tokens,
-                )
-                if not torch.isfinite(terms.loss):
-                    raise TrainingError(f"non-finite loss {float(terms.loss)}")
-                self.optimizer.zero_grad(set_to_none=True)
-                terms.loss.backward()  # type: ignore[no-untyped-call]
-                norm = self._clip()
-                if not math.isfinite(norm):
-                    self.optimizer.zero_grad(set_to_none=True)
-                    raise TrainingError(f"non-finite gradient norm {norm}")
-                self.optimizer.step()
-                self.policy_version += 1
-                losses.append(float(terms.loss.detach()))
-                clips.append(terms.clip_fraction)
-                ents.append(ent)
-                kls.append(terms.kl)
-                norms.append(norm)
+                olds.append(None if reuse else token_logprobs(self.model, b)[0])
+                refs.append(token_logprobs(self._ref, b)[0] if self._ref else None)
+        return olds, refs
+
+    def _update(self, batch: Batch, old: torch.Tensor | None, ref: torch.Tensor | None) -> _Update:
+        """One optimizer step on ``batch``: the clipped surrogate, backward, clip, AdamW."""
+        logp, entropy = token_logprobs(self.model, batch, entropy=True)
+        terms = self._loss(batch, logp, logp.detach() if old is None else old, ref)
+        if not torch.isfinite(terms.loss):
+            raise TrainingError(f"non-finite loss {float(terms.loss)}")
         self.optimizer.zero_grad(set_to_none=True)
+        terms.loss.backward()  # type: ignore[no-untyped-call]
+        norm = self._clip()
+        if not math.isfinite(norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise TrainingError(f"non-finite gradient norm {norm}")
+        self.optimizer.step()
+        self.policy_version += 1
+        return _Update(float(terms.loss.detach()), terms.clip_fraction, entropy, terms.kl, norm)
 
-        def avg(xs: list[float]) -> float:
-            return sum(xs) / len(xs)
-
-        metrics = StepMetrics(
-            **base,  # type: ignore[arg-type]
-            groups_used=len(used),
-            sequences=len(rows),
-            tokens=sum(len(c) for _, c, _, _ in rows),
-            skipped=False,
-            loss=avg(losses),
-            clip_fraction=avg(clips),
-            entropy=avg(ents),
-            kl=avg(kls),
-            grad_norm=avg(norms),
-            retokenised=retok,
-            policy_version=self.policy_version,
-            seconds=time.perf_counter() - t0,
+    def _loss(
+        self, batch: Batch, logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None
+    ) -> LossTerms:
+        """The GRPO loss of ``batch`` (:func:`~.core.policy_loss`), with truncated IS
+        weights ``min(exp(old - behaviour), tis_cap)`` where behaviour log-probs are known."""
+        cfg = self.config
+        weights = None
+        if cfg.tis_cap is not None and bool(batch.has_behaviour.any()):
+            weights = truncated_is_weights(old, batch.behaviour, batch.has_behaviour, cfg.tis_cap)
+        return policy_loss(
+            logp,
+            old,
+            batch.adv,
+            batch.comp_mask,
+            aggregation=cfg.aggregation,
+            eps_low=cfg.eps_low,
+            eps_high=cfg.eps_high,
+            beta=cfg.beta,
+            ref_logp=ref,
+            is_weights=weights,
+            max_tokens=cfg.max_completion_tokens,
         )
-        # debug level: a CPU swarm takes thousands of steps; the CLI keeps a JSONL log
-        _log.debug(
-            "grpo_stepped",
-            policy_version=self.policy_version,
-            reward_mean=metrics.reward_mean,
-            reward_std=metrics.reward_std,
-            zero_std_fraction=metrics.zero_std_fraction,
-            clip_fraction=metrics.clip_fraction,
-            entropy=metrics.entropy,
-            kl=metrics.kl,
-            grad_norm=metrics.grad_norm,
-        )
-        return metrics
-
-    def _minibatches(
-        self, rows: list[tuple[list[int], list[int], list[float] | None, float]]
-    ) -> list[_Batch]:
-        k = min(self.config.minibatches, len(rows))
-        size = math.ceil(len(rows) / k)
-        return [self._collate(rows[i : i + size]) for i in range(0, len(rows), size)]
 
     def _clip(self) -> float:
+        """Clip the gradient to ``max_grad_norm``; returns its norm before clipping."""
         params = [p for p in self.model.parameters() if p.grad is not None]
         if not params:
             return 0.0
         max_norm = self.config.max_grad_norm if self.config.max_grad_norm > 0 else float("inf")
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+
+
+def token_logprobs(
+    model: Any, batch: Batch, *, entropy: bool = False
+) -> tuple[torch.Tensor, float]:
+    """Log-probs of the batch's own next tokens, and optionally the policy's entropy.
+
+    Args:
+        model: a causal LM (called with ``input_ids`` and ``attention_mask``).
+        batch: the padded batch.
+        entropy: also compute the mean per-token entropy over completion tokens.
+
+    Returns:
+        ``[B, W-1]`` float32 ``log p(ids[:, j + 1] | ids[:, :j + 1])`` (carrying gradient
+        when the model does), and the mean entropy ``-sum_v p_v log p_v`` over completion
+        positions (0.0 when not asked; never carries gradient).
+    """
+    logits = model(input_ids=batch.ids, attention_mask=batch.attn).logits[:, :-1].float()
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, batch.ids[:, 1:, None]).squeeze(-1)
+    ent = 0.0
+    if entropy:
+        with torch.no_grad():
+            h = -(logp_all.exp() * logp_all).sum(-1)
+            ent = float((h * batch.comp_mask).sum() / batch.comp_mask.sum().clamp_min(1.0))
+    return logp, ent
+
+
+def _log_stepped(metrics: StepMetrics) -> None:
+    # debug level: a CPU swarm takes thousands of steps; the CLI keeps a JSONL log
+    _log.debug(
+        "grpo_stepped",
+        policy_version=metrics.policy_version,
+        reward_mean=metrics.reward_mean,
+        reward_std=metrics.reward_std,
+        zero_std_fraction=metrics.zero_std_fraction,
+        clip_fraction=metrics.clip_fraction,
+        entropy=metrics.entropy,
+        kl=metrics.kl,
+        grad_norm=metrics.grad_norm,
+    )
+
+
+class _Update(NamedTuple):
+    """What one optimizer step measured (``grad_norm`` before clipping)."""
+
+    loss: float
+    clip_fraction: float
+    entropy: float
+    kl: float
+    grad_norm: float
+
+    @staticmethod
+    def mean(updates: Sequence[_Update]) -> dict[str, float]:
+        """Each field's mean over ``updates`` (one per optimizer step)."""
+        return {
+            name: sum(getattr(u, name) for u in updates) / len(updates) for name in _Update._fields
+        }
+
+
+class _GivenGroups(NamedTuple):
+    """Reward statistics of every group given to a step, informative or not."""
+
+    reward_mean: float
+    reward_std: float
+    zero_std_fraction: float
+    groups: int
+    external_groups: int
+
+    @classmethod
+    def of(cls, groups: Sequence[ScoredGroup]) -> _GivenGroups:
+        """Mean and population std of all rewards, and the share of all-equal groups."""
+        rewards = [r for g in groups for r in g.rewards]
+        n = max(len(rewards), 1)
+        mean = sum(rewards) / n
+        return cls(
+            reward_mean=mean,
+            reward_std=math.sqrt(sum((r - mean) ** 2 for r in rewards) / n),
+            zero_std_fraction=sum(not g.informative for g in groups) / max(len(groups), 1),
+            groups=len(groups),
+            external_groups=sum(g.producer != "local" for g in groups),
+        )
+
+    def metrics(self, **step: Any) -> StepMetrics:
+        """These statistics plus what the step did (``StepMetrics``'s other fields)."""
+        return StepMetrics(**self._asdict(), **step)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from sapo_async._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from sapo_async.policy.digest import tokenizer_id
     from sapo_async.policy.models.loading import LoadedModel, cache_root, load_model
     from sapo_async.policy.models.tiny import (
         REGIMES,
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
         tiny_model_dir,
         tiny_spec,
     )
-    from sapo_async.policy.models.tokenizer import tokenizer_id, train_char_tokenizer
+    from sapo_async.policy.models.tokenizer import train_char_tokenizer
 
 _LAZY = {
     "LoadedModel": "sapo_async.policy.models.loading",
@@ -42,7 +43,7 @@ _LAZY = {
     "read_report": "sapo_async.policy.models.tiny",
     "tiny_model_dir": "sapo_async.policy.models.tiny",
     "tiny_spec": "sapo_async.policy.models.tiny",
-    "tokenizer_id": "sapo_async.policy.models.tokenizer",
+    "tokenizer_id": "sapo_async.policy.digest",
     "train_char_tokenizer": "sapo_async.policy.models.tokenizer",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from sapo_async.errors import ConfigError
-from sapo_async.policy.models.tokenizer import tokenizer_id
+from sapo_async.policy.digest import tokenizer_id
 
 __all__ = ["LoadedModel", "cache_root", "load_model"]
 

@@ -39,8 +39,10 @@ from transformers.utils import logging as hf_logging
 
 from sapo_async.errors import ConfigError
 from sapo_async.logs import get_logger
+from sapo_async.policy.digest import tokenizer_id
+from sapo_async.policy.generation.transformers_backend import TransformersGenerator
 from sapo_async.policy.models.loading import LoadedModel, cache_root, load_model
-from sapo_async.policy.models.tokenizer import tokenizer_id, train_char_tokenizer
+from sapo_async.policy.models.tokenizer import train_char_tokenizer
 from sapo_async.tasks import (
     TaskItem,
     TaskSource,
@@ -239,10 +241,6 @@ def evaluate_reward(
     Returns:
         ``(mean reward, fraction of completions containing <answer>)``.
     """
-    # Imported here: the generator imports this package (for tokenizer_id), so a top-level
-    # import would be circular.
-    from sapo_async.policy.generation.transformers_backend import TransformersGenerator
-
     gen = TransformersGenerator(model, tokenizer, model_id="tiny")
     results = gen.generate_sync(
         [format_prompt(it, prompt_style) for it in items],

@@ -1,10 +1,10 @@
-"""The tiny model's tokenizer, trained offline with ``tokenizers``, and tokenizer digests.
+"""The tiny model's tokenizer, trained offline with ``tokenizers``.
 
-Owns (a) the character-level tokenizer trained on generated task text: a BPE model with no
+Owns the character-level tokenizer trained on generated task text: a BPE model with no
 merges (so every character is one token) plus ``<pad>``, ``<eos>``, ``<unk>`` and the two
-answer tags as single added tokens, and (b) :func:`tokenizer_id`, the digest a
-RolloutGroup carries so receivers know whether token ids and log-probs are meaningful to
-them. Deliberately does not know about models or tasks beyond the text it is given.
+answer tags as single added tokens. :func:`tokenizer_id` is re-exported from
+:mod:`sapo_async.policy.digest`, where it lives. Deliberately does not know about models
+or tasks beyond the text it is given.
 
 Why the tags are single tokens: emitting ``<answer>`` is then one decision of the policy,
 which is exactly the behaviour the sparse regime asks RL to discover.
@@ -12,15 +12,14 @@ which is exactly the behaviour the sparse regime asks RL to discover.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, trainers
 from transformers import PreTrainedTokenizerFast
 
+from sapo_async.policy.digest import tokenizer_id
 from sapo_async.tasks.prompt import ANSWER_CLOSE, ANSWER_OPEN
-from sapo_async.wire import keccak256
 
 __all__ = ["EOS", "PAD", "UNK", "tokenizer_id", "train_char_tokenizer"]
 
@@ -51,22 +50,3 @@ def train_char_tokenizer(texts: Iterable[str]) -> Any:
     return fast(
         tokenizer_object=tok, eos_token=EOS, pad_token=PAD, unk_token=UNK, padding_side="left"
     )
-
-
-def tokenizer_id(tokenizer: Any) -> str:
-    """A stable hex digest of a tokenizer's behaviour (vocabulary, merges, added tokens).
-
-    Fast tokenizers are digested through their canonical JSON; others through their sorted
-    vocabulary and special tokens.
-    """
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        blob = json.loads(backend.to_str())
-        body = json.dumps(blob, sort_keys=True, separators=(",", ":"))
-    else:
-        vocab = sorted(tokenizer.get_vocab().items())
-        body = json.dumps(
-            {"vocab": vocab, "special": sorted(map(str, tokenizer.all_special_tokens))},
-            separators=(",", ":"),
-        )
-    return "0x" + keccak256(body.encode()).hex()
