@@ -241,16 +241,19 @@ class TaskSource:
         return derive(ref, spec.config_json)
 
     def round_items(
-        self, node: int, round_: int, batch: int, *, purpose: Purpose = "train"
+        self, node: int, round_: int, questions_per_round: int, *, purpose: Purpose = "train"
     ) -> list[TaskItem]:
-        """The ``batch`` questions node ``node`` answers in round ``round_``.
+        """The ``questions_per_round`` (B) questions node ``node`` answers in round ``round_``.
 
         Raises:
-            ConfigError: batch outside [1, 1024] or a position out of range.
+            ConfigError: questions_per_round outside [1, 1024] or a position out of range.
         """
-        if not 1 <= batch <= MAX_SLOTS:
-            raise ConfigError(f"batch must be in [1, {MAX_SLOTS}], got {batch}", field="batch")
-        return [self.item(purpose, node, round_, slot) for slot in range(batch)]
+        if not 1 <= questions_per_round <= MAX_SLOTS:
+            raise ConfigError(
+                f"questions_per_round must be in [1, {MAX_SLOTS}], got {questions_per_round}",
+                field="training.questions_per_round",
+            )
+        return [self.item(purpose, node, round_, slot) for slot in range(questions_per_round)]
 
     def eval_items(self, count: int, *, node: int = 0) -> list[TaskItem]:
         """``count`` held-out items (purpose ``eval``), disjoint from every training item.
