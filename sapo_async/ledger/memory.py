@@ -232,24 +232,14 @@ class MemoryLedger:
     ) -> bool:
         """Whether ``proof`` shows ``rollout_hash`` in ``node``'s round (own rollouts)."""
         await anyio.lowlevel.checkpoint()
-        stored = self._stored.get((checksum(node), round_))
-        return (
-            stored is not None
-            and stored.rollout_count != 0
-            and verify_proof(stored.rollout_root, rollout_hash, proof)
-        )
+        return self._included(node, round_, rollout_hash, proof, external=False)
 
     async def is_external_included(
         self, node: str, round_: int, rollout_hash: bytes, proof: Sequence[bytes]
     ) -> bool:
         """Same for the external rollouts ``node`` trained on in ``round_``."""
         await anyio.lowlevel.checkpoint()
-        stored = self._stored.get((checksum(node), round_))
-        return (
-            stored is not None
-            and stored.external_count != 0
-            and verify_proof(stored.external_root, rollout_hash, proof)
-        )
+        return self._included(node, round_, rollout_hash, proof, external=True)
 
     async def credit_received(self, producer: str) -> int:
         """Rollouts of ``producer`` that other nodes reported training on."""
@@ -288,6 +278,19 @@ class MemoryLedger:
         return [e for e in self._recorded if address is None or e.node == address]
 
     # ------------------------------------------------------------------ the contract
+
+    def _included(
+        self, node: str, round_: int, rollout_hash: bytes, proof: Sequence[bytes], *, external: bool
+    ) -> bool:
+        stored = self._stored.get((checksum(node), round_))
+        if stored is None:
+            return False
+        root, count = (
+            (stored.external_root, stored.external_count)
+            if external
+            else (stored.rollout_root, stored.rollout_count)
+        )
+        return count != 0 and verify_proof(root, rollout_hash, proof)
 
     def _direct(self, node: str) -> bool:
         return self.relayer is None or checksum(self.relayer.address) == node

@@ -84,11 +84,7 @@ def sign_commitment(
     account: LocalAccount, chain_id: int, ledger: str, payload: CommitmentPayload, nonce: int
 ) -> bytes:
     """Sign ``payload`` as ``account`` for relaying; returns the 65-byte ``r || s || v``."""
-    domain, types, message = commitment_typed_data(
-        chain_id, ledger, account.address, payload, nonce
-    )
-    signed = Account.sign_typed_data(account.key, domain, types, message)
-    return bytes(signed.signature)
+    return _sign(account, commitment_typed_data(chain_id, ledger, account.address, payload, nonce))
 
 
 def registration_typed_data(
@@ -103,11 +99,13 @@ def sign_registration(
     account: LocalAccount, chain_id: int, ledger: str, metadata: str, nonce: int
 ) -> bytes:
     """Sign a registration of ``account`` with ``metadata`` for relaying (65 bytes)."""
-    domain, types, message = registration_typed_data(
-        chain_id, ledger, account.address, metadata, nonce
+    return _sign(
+        account, registration_typed_data(chain_id, ledger, account.address, metadata, nonce)
     )
-    signed = Account.sign_typed_data(account.key, domain, types, message)
-    return bytes(signed.signature)
+
+
+def _sign(account: LocalAccount, data: TypedData) -> bytes:
+    return bytes(Account.sign_typed_data(account.key, *data).signature)
 
 
 def typed_digest(data: TypedData) -> bytes:
