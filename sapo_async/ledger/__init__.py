@@ -1,11 +1,12 @@
 """The ledger port: signed rollout commitments on an EVM chain, and audit reads.
 
 Pieces: :mod:`.merkle` (pure trees and proofs), :mod:`.types` (RoundCommitment and what the
-chain reports), :mod:`.base` (the ``Ledger`` protocol), :mod:`.evm` (web3 adapter),
-:mod:`.embedded` (in-process EVM, the default), :mod:`.rpc` (JSON-RPC URL), :mod:`.deploy`,
-:mod:`.signing` (EIP-712), :mod:`.connect` (one-call clients), :mod:`.anvil` (devnet
-runner). The recorder (journal + retries) lives in :mod:`sapo_async.ledger.recorder`, the audit in
-:mod:`sapo_async.ledger.audit`.
+chain reports), :mod:`.base` (the ``Ledger`` protocol), :mod:`.memory` (the contract's rules
+without an EVM), :mod:`.evm` (web3 adapter) over :mod:`.chain` (web3 connection and error
+translation), :mod:`.embedded` (in-process EVM, the default), :mod:`.rpc` (JSON-RPC URL),
+:mod:`.deploy`, :mod:`.signing` (EIP-712), :mod:`.connect` (one-call clients), :mod:`.anvil`
+(devnet runner). The recorder (journal + retries) lives in :mod:`sapo_async.ledger.recorder`,
+the audit in :mod:`sapo_async.ledger.audit`.
 
 Names load on first use (:mod:`sapo_async._lazy`), so importing one submodule does
 not import its siblings' dependencies.
@@ -19,10 +20,12 @@ from sapo_async._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sapo_async.ledger.base import Ledger
+    from sapo_async.ledger.chain import Chain
     from sapo_async.ledger.connect import connect_ledger, open_embedded_ledger
     from sapo_async.ledger.deploy import Deployment, deploy_contract, deploy_ledger, fund, swarm_id
     from sapo_async.ledger.embedded import embedded_chain
-    from sapo_async.ledger.evm import Chain, EvmLedger
+    from sapo_async.ledger.evm import EvmLedger
+    from sapo_async.ledger.memory import MemoryLedger
     from sapo_async.ledger.merkle import MerkleTree, merkle_root, verify_proof
     from sapo_async.ledger.rpc import rpc_chain
     from sapo_async.ledger.types import (
@@ -35,11 +38,12 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
-    "Chain": "sapo_async.ledger.evm",
+    "Chain": "sapo_async.ledger.chain",
     "CommitmentPayload": "sapo_async.ledger.types",
     "Deployment": "sapo_async.ledger.deploy",
     "EvmLedger": "sapo_async.ledger.evm",
     "Ledger": "sapo_async.ledger.base",
+    "MemoryLedger": "sapo_async.ledger.memory",
     "MerkleTree": "sapo_async.ledger.merkle",
     "NodeStats": "sapo_async.ledger.types",
     "OnChainCommitment": "sapo_async.ledger.types",
@@ -65,6 +69,7 @@ __all__ = [
     "Deployment",
     "EvmLedger",
     "Ledger",
+    "MemoryLedger",
     "MerkleTree",
     "NodeStats",
     "OnChainCommitment",

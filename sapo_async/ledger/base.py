@@ -1,6 +1,7 @@
 """The ledger port: what the recorder, the audit and the swarm need from a chain.
 
-Owns the protocol only. Backends: :mod:`sapo_async.ledger.evm` over web3, reached either
+Owns the protocol only. Backends: :mod:`sapo_async.ledger.memory` (the contract's rules in
+plain Python) and :mod:`sapo_async.ledger.evm` over web3, reached either
 through the in-process EVM (:mod:`~sapo_async.ledger.embedded`, eth-tester + py-evm, the
 embedded default) or a JSON-RPC URL (:mod:`~sapo_async.ledger.rpc`: anvil, testnets, L2s).
 

@@ -15,7 +15,8 @@ from web3.types import Wei
 
 from sapo_async.errors import LedgerError
 from sapo_async.ledger.artifacts import load_artifact
-from sapo_async.ledger.evm import Chain, EvmLedger
+from sapo_async.ledger.chain import Chain
+from sapo_async.ledger.evm import EvmLedger
 from sapo_async.wire.rollout import keccak256
 
 __all__ = ["Deployment", "deploy_contract", "deploy_ledger", "fund", "swarm_id"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from web3 import Web3
 from web3.providers.eth_tester import EthereumTesterProvider
 
-from sapo_async.ledger.evm import Chain
+from sapo_async.ledger.chain import Chain
 
 __all__ = ["embedded_chain"]
 

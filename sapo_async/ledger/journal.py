@@ -14,8 +14,13 @@ Invariants:
   (node, round) is rejected;
 - states only move pending -> landed or pending -> failed.
 
-The connection is opened with ``check_same_thread=False`` and guarded by a lock, so the CLI
-and worker threads may share one journal with the event loop.
+Threads: every method is synchronous (the CLI and the audit use it as is). A write commits
+with an fsync, which can take milliseconds to seconds on a busy disk, so async callers run
+writes through :meth:`Journal.write`: in a worker thread, one write at a time per journal
+(a capacity limiter of 1, so writes keep the order they were issued in), and the event loop
+keeps running meanwhile. Reads of a file-backed journal use their own connection: under WAL
+they never wait for a writer's fsync, so they stay cheap enough for the event loop. Each
+connection is opened with ``check_same_thread=False`` and guarded by its own lock.
 """
 
 from __future__ import annotations
@@ -23,12 +28,15 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
+from typing import ParamSpec, TypeVar
+
+import anyio
 
 from sapo_async.errors import RejectedInput
 from sapo_async.ledger.types import RoundCommitment, checksum
@@ -37,6 +45,9 @@ __all__ = ["DEFAULT_JOURNAL_PATH", "EntryState", "Journal", "JournalEntry", "Rol
 
 DEFAULT_JOURNAL_PATH = Path(".sapo") / "ledger-journal.sqlite"
 """Where a node keeps its journal unless configured otherwise (``.sapo/`` is git-ignored)."""
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS commitments (
@@ -123,13 +134,22 @@ class Journal:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        if str(path) != ":memory:":
+        in_memory = str(path) == ":memory:"
+        if not in_memory:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        # ":memory:" is private to its connection, so reads share the writer's there.
+        self._read_lock = self._lock if in_memory else threading.Lock()
+        self._reader = (
+            self._db
+            if in_memory
+            else sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        )
+        self._writer = anyio.CapacityLimiter(1)
 
     def __enter__(self) -> Journal:
         return self
@@ -146,6 +166,26 @@ class Journal:
         """Close the database (idempotent)."""
         with self._lock:
             self._db.close()
+        if self._reader is not self._db:
+            with self._read_lock:
+                self._reader.close()
+
+    async def write(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Run ``fn`` (one of this journal's writes, e.g. ``journal.append``) off the event
+        loop, in this journal's writer thread, and return its result once it is durable.
+
+        Writes through here run one at a time, in the order they were issued; the calling
+        task waits (even when cancelled: a write that started always finishes), other tasks
+        keep running.
+
+        Raises:
+            Whatever ``fn`` raises.
+        """
+
+        def call() -> _T:
+            return fn(*args, **kwargs)
+
+        return await anyio.to_thread.run_sync(call, limiter=self._writer)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -265,12 +305,12 @@ class Journal:
     # ------------------------------------------------------------------ reads
 
     def _entries(self, where: str, args: tuple[object, ...]) -> list[JournalEntry]:
-        with self._lock:
+        with self._read_lock:
             query = (
                 "SELECT body, state, attempts, last_error, tx_hash, block_number, created_at, "  # noqa: S608 - `where` is one of our fixed clauses
                 f"settled_at FROM commitments WHERE {where} ORDER BY node, round"
             )
-            rows = self._db.execute(query, args).fetchall()
+            rows = self._reader.execute(query, args).fetchall()
         return [
             JournalEntry(
                 commitment=RoundCommitment.from_json(r[0]),
@@ -304,8 +344,8 @@ class Journal:
 
     def find_rollout(self, rollout_hash: bytes) -> list[RolloutLocation]:
         """Every (node, round) whose commitment names ``rollout_hash``."""
-        with self._lock:
-            rows = self._db.execute(
+        with self._read_lock:
+            rows = self._reader.execute(
                 "SELECT node, round, kind, producer FROM rollouts WHERE rollout_hash = ? "
                 "ORDER BY kind DESC, node, round",
                 (bytes(rollout_hash),),
@@ -315,8 +355,8 @@ class Journal:
     def counts(self, node: str | None = None) -> dict[EntryState, int]:
         """Number of entries per state (of ``node``, or all)."""
         where, args = ("node = ?", (checksum(node),)) if node else ("1 = 1", ())
-        with self._lock:
-            rows = self._db.execute(
+        with self._read_lock:
+            rows = self._reader.execute(
                 f"SELECT state, COUNT(*) FROM commitments WHERE {where} GROUP BY state",  # noqa: S608 - fixed clauses only
                 args,
             ).fetchall()

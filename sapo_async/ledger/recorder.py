@@ -1,9 +1,11 @@
 """The recorder actor: moves each round's commitment from the journal onto the ledger.
 
-Owns delivery: :meth:`Recorder.record_nowait` journals a :class:`RoundCommitment` durably
-and returns at once (training never waits for the chain); one sender task lands pending
-entries in round order with retries and exponential backoff, and resumes whatever a previous
-process left pending. It does not know how rounds are made or how the chain is reached.
+Owns delivery: :meth:`Recorder.record` (or its synchronous twin
+:meth:`Recorder.record_nowait`) journals a :class:`RoundCommitment` durably and returns
+without waiting for the chain; one sender task lands pending entries in round order with
+retries and exponential backoff (:func:`sapo_async.backoff.retry_delay`), and resumes
+whatever a previous process left pending. It does not know how rounds are made or how the
+chain is reached.
 
 Exactly-once: rounds strictly increase per node on chain, so a resend of a round that
 already landed (say the process died after sending, before journaling the receipt) reverts.
@@ -12,24 +14,26 @@ to the journaled one means "already landed" and is marked so, never re-sent; a d
 one is a conflict; none while a later round is stored means the round was superseded and
 can never land. Those last two are marked failed and logged, and the sender moves on.
 
-States: created -> starting -> running -> draining -> stopped (or failed). Drain gives the
-sender up to ``drain_timeout_s`` to land what is pending; what is left stays journaled for
-the next start. Asking a stopped recorder for work raises ActorStopped.
+Life cycle (:class:`~sapo_async.actors.Actor`): created -> starting -> running -> draining
+-> stopped (or failed, surfacing as ActorFailed). Drain gives the sender up to
+``drain_timeout_s`` to land what is pending; what is left stays journaled for the next
+start. Asking a stopped recorder for work raises ActorStopped.
+
+Journal writes: :meth:`Recorder.record` and the sender write through
+:meth:`Journal.write`, so an fsync never stalls the event loop; :meth:`record_nowait`
+writes on the caller's thread (kept for synchronous callers: it blocks for the fsync).
 """
 
 from __future__ import annotations
 
-from contextlib import AsyncExitStack
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
-from types import TracebackType
-from typing import Any
 
 import anyio
-from anyio.abc import TaskStatus
 from eth_account.signers.local import LocalAccount
 
 from sapo_async import limits
+from sapo_async.actors import Actor, ActorState
 from sapo_async.backoff import retry_delay
 from sapo_async.errors import ActorStopped, CommitmentRejected, LedgerError, RejectedInput
 from sapo_async.ledger.base import Ledger
@@ -39,16 +43,8 @@ from sapo_async.logs import get_logger
 
 __all__ = ["Recorder", "RecorderState", "RecorderStats"]
 
-
-class RecorderState(StrEnum):
-    """Life cycle of a recorder."""
-
-    CREATED = "created"
-    STARTING = "starting"
-    RUNNING = "running"
-    DRAINING = "draining"
-    STOPPED = "stopped"
-    FAILED = "failed"
+RecorderState = ActorState
+"""Life cycle of a recorder: the actor states (the name is kept for callers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +65,7 @@ class RecorderStats:
     last_error: str | None
 
 
-class Recorder:
+class Recorder(Actor[None]):
     """Journals and lands one node's round commitments.
 
     Args:
@@ -94,16 +90,13 @@ class Recorder:
         retry_max_s: float = limits.LEDGER_RETRY_MAX_S,
         drain_timeout_s: float = limits.ACTOR_DRAIN_TIMEOUT_S,
     ) -> None:
+        super().__init__("recorder", mailbox_size=0, drain_timeout=drain_timeout_s)
         self._ledger = ledger
         self._journal = journal
         self._account = account
         self._metadata = metadata
         self._retry_base_s = retry_base_s
         self._retry_max_s = retry_max_s
-        self._drain_timeout_s = drain_timeout_s
-        self._state = RecorderState.CREATED
-        self._stack: AsyncExitStack | None = None
-        self._scope: anyio.CancelScope | None = None
         self._wake = anyio.Event()
         self._progress = anyio.Event()
         self._registered = False
@@ -116,60 +109,52 @@ class Recorder:
         """The node whose commitments this recorder lands."""
         return str(self._account.address)
 
-    @property
-    def state(self) -> RecorderState:
-        """Current life-cycle state."""
-        return self._state
-
-    # ------------------------------------------------------------------ life cycle
-
-    async def __aenter__(self) -> Recorder:
-        if self._state is not RecorderState.CREATED:
-            raise ActorStopped("recorder", self._state)
-        self._state = RecorderState.STARTING
-        async with AsyncExitStack() as stack:
-            tg = await stack.enter_async_context(anyio.create_task_group())
-            with anyio.fail_after(limits.ACTOR_START_TIMEOUT_S):
-                await tg.start(self._run)
-            self._stack = stack.pop_all()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
         """Drain (land what is pending, within the drain timeout), then stop. Idempotent."""
-        if self._stack is None:
-            if self._state is RecorderState.CREATED:
-                self._state = RecorderState.STOPPED
-            return
-        stack, self._stack = self._stack, None
-        # Drain under a shield so a cancelled caller still flushes what it can; the task
-        # group is exited outside the shield because cancel scopes must nest.
-        with anyio.CancelScope(shield=True):
-            if self._state is RecorderState.RUNNING:
-                self._state = RecorderState.DRAINING
-                with anyio.move_on_after(self._drain_timeout_s):
-                    await self._wait_until(lambda: not self._journal.pending(self.node))
-                left = len(self._journal.pending(self.node))
-                if left:
-                    self._log.warning("recorder_drain_incomplete", pending=left)
-        if self._scope is not None:
-            self._scope.cancel()
-        await stack.aclose()
-        if self._state is not RecorderState.FAILED:
-            self._state = RecorderState.STOPPED
-        self._log.info("recorder_stopped", **self._stats_fields())
+        await self.stop()
+
+    # ------------------------------------------------------------------ actor hooks
+
+    async def _setup(self) -> None:
+        self._log.info("recorder_started", pending=len(self._journal.pending(self.node)))
+
+    async def _serve(self) -> None:
+        await self._send_loop()
+
+    async def _drain(self) -> None:
+        # The sender keeps running while the actor drains; wait for it to empty the queue.
+        await self._wait_until(lambda: not self._journal.pending(self.node))
+
+    async def _teardown(self) -> None:
+        s = self.statistics()
+        if s.pending:
+            self._log.warning("recorder_drain_incomplete", pending=s.pending)
+        self._log.info("recorder_stopped", pending=s.pending, landed=s.landed, failed=s.failed)
 
     # ------------------------------------------------------------------ intake
 
+    async def record(self, commitment: RoundCommitment) -> bool:
+        """Journal ``commitment`` durably, off the event loop, and schedule it for the chain.
+
+        Returns once the entry is on disk (never waits for the chain).
+
+        Returns:
+            True if newly journaled, False if this exact commitment already was.
+
+        Raises:
+            ActorStopped: the recorder is not running.
+            RejectedInput: as :meth:`record_nowait`.
+        """
+        self._check_intake(commitment)
+        fresh = await self._journal.write(self._journal.append, commitment)
+        self._journaled(commitment, fresh)
+        return fresh
+
     def record_nowait(self, commitment: RoundCommitment) -> bool:
         """Journal ``commitment`` durably and schedule it for the chain; never waits for it.
+
+        The journal write (an fsync) runs on the caller's thread: async callers that must
+        not stall their event loop use :meth:`record`.
 
         Returns:
             True if newly journaled, False if this exact commitment already was.
@@ -179,13 +164,20 @@ class Recorder:
             RejectedInput: the commitment is for another node (``wrong_node``), conflicts
                 with a journaled one, or its round does not increase.
         """
-        if self._state is not RecorderState.RUNNING:
-            raise ActorStopped("recorder", self._state)
+        self._check_intake(commitment)
+        fresh = self._journal.append(commitment)
+        self._journaled(commitment, fresh)
+        return fresh
+
+    def _check_intake(self, commitment: RoundCommitment) -> None:
+        if self.state is not ActorState.RUNNING:
+            raise ActorStopped(self.name, self.state.value)
         if commitment.node != self.node:
             raise RejectedInput(
                 "wrong_node", f"recorder of {self.node} got a commitment of {commitment.node}"
             )
-        fresh = self._journal.append(commitment)
+
+    def _journaled(self, commitment: RoundCommitment, fresh: bool) -> None:
         if fresh:
             self._log.info(
                 "commitment_journaled",
@@ -195,7 +187,6 @@ class Recorder:
                 external=commitment.external_count,
             )
         self._wake.set()
-        return fresh
 
     async def wait_idle(self, timeout_s: float) -> None:
         """Wait until nothing of this node is pending.
@@ -229,11 +220,11 @@ class Recorder:
             raise RejectedInput("unknown_round", f"round {round_} of {self.node}")
         return entry
 
-    def statistics(self) -> RecorderStats:
+    def statistics(self) -> RecorderStats:  # type: ignore[override] # journal counts, not a mailbox
         """Counts of this node's journal entries and this session's send failures."""
         counts = self._journal.counts(self.node)
         return RecorderStats(
-            state=self._state,
+            state=self.state,
             pending=counts[EntryState.PENDING],
             landed=counts[EntryState.LANDED],
             failed=counts[EntryState.FAILED],
@@ -241,14 +232,10 @@ class Recorder:
             last_error=self._last_error,
         )
 
-    def _stats_fields(self) -> dict[str, Any]:
-        s = self.statistics()
-        return {"pending": s.pending, "landed": s.landed, "failed": s.failed}
-
-    async def _wait_until(self, done: Any) -> None:
+    async def _wait_until(self, done: Callable[[], bool]) -> None:
         while not done():
-            if self._state in (RecorderState.STOPPED, RecorderState.FAILED):
-                raise ActorStopped("recorder", self._state)
+            if self.state in (ActorState.STOPPED, ActorState.FAILED):
+                raise ActorStopped(self.name, self.state.value)
             progress = self._progress
             # The sender sets `progress` after every settled entry; the short bound also
             # covers entries settled by another recorder sharing the journal.
@@ -256,20 +243,6 @@ class Recorder:
                 await progress.wait()
 
     # ------------------------------------------------------------------ sender
-
-    async def _run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        with anyio.CancelScope() as scope:
-            self._scope = scope
-            self._state = RecorderState.RUNNING
-            pending = len(self._journal.pending(self.node))
-            self._log.info("recorder_started", pending=pending)
-            task_status.started()
-            try:
-                await self._send_loop()
-            except Exception:
-                self._state = RecorderState.FAILED
-                self._log.exception("recorder_failed")
-                raise
 
     async def _send_loop(self) -> None:
         attempt = 0
@@ -288,7 +261,9 @@ class Recorder:
             except LedgerError as exc:
                 self._send_failures += 1
                 self._last_error = f"{type(exc).__name__}: {exc}"
-                self._journal.record_attempt(self.node, entry.round, self._last_error)
+                await self._journal.write(
+                    self._journal.record_attempt, self.node, entry.round, self._last_error
+                )
                 delay = retry_delay(attempt, base_s=self._retry_base_s, max_s=self._retry_max_s)
                 log = (
                     self._log.warning
@@ -324,10 +299,11 @@ class Recorder:
             except CommitmentRejected as exc:
                 stored = await self._ledger.commitment_of(self.node, commitment.round)
                 if stored is None:
-                    self._reject(entry, exc)
+                    await self._reject(entry, exc)
                     return
             else:
-                self._journal.mark_landed(
+                await self._journal.write(
+                    self._journal.mark_landed,
                     self.node,
                     commitment.round,
                     tx_hash=receipt.tx_hash,
@@ -342,23 +318,29 @@ class Recorder:
                 )
                 return
         if stored.matches(payload):
-            self._journal.mark_landed(
-                self.node, commitment.round, tx_hash=None, block_number=stored.block_number
+            await self._journal.write(
+                self._journal.mark_landed,
+                self.node,
+                commitment.round,
+                tx_hash=None,
+                block_number=stored.block_number,
             )
             self._log.info(
                 "commitment_already_landed", round=commitment.round, block=stored.block_number
             )
         else:
             reason = "conflict: the chain holds a different commitment for this round"
-            self._journal.mark_failed(self.node, commitment.round, reason)
+            await self._journal.write(
+                self._journal.mark_failed, self.node, commitment.round, reason
+            )
             self._log.error("commitment_conflicted", round=commitment.round)
 
-    def _reject(self, entry: JournalEntry, exc: CommitmentRejected) -> None:
+    async def _reject(self, entry: JournalEntry, exc: CommitmentRejected) -> None:
         if exc.reason == "InvalidAccountNonce":
             raise exc  # another relay used the node's nonce first: retry with a fresh one
         if exc.reason == "SapoLedgerRoundNotIncreasing":
             reason = "superseded: a later round of this node is already on chain"
         else:
             reason = f"rejected: {exc}"
-        self._journal.mark_failed(self.node, entry.round, reason)
+        await self._journal.write(self._journal.mark_failed, self.node, entry.round, reason)
         self._log.error("commitment_rejected", round=entry.round, reason=reason)

@@ -12,7 +12,7 @@ from web3 import HTTPProvider, Web3
 
 from sapo_async import limits
 from sapo_async.errors import ConfigError
-from sapo_async.ledger.evm import Chain
+from sapo_async.ledger.chain import Chain
 
 __all__ = ["rpc_chain"]
 

@@ -11,17 +11,27 @@ from __future__ import annotations
 from typing import Any
 
 from eth_account import Account
+from eth_account.messages import encode_typed_data
 from eth_account.signers.local import LocalAccount
+from eth_keys.exceptions import BadSignature
 
 from sapo_async.ledger.types import CommitmentPayload
+from sapo_async.wire.rollout import keccak256
 
 __all__ = [
     "COMMITMENT_TYPES",
     "REGISTRATION_TYPES",
+    "TypedData",
     "commitment_typed_data",
+    "recover_signer",
+    "registration_typed_data",
     "sign_commitment",
     "sign_registration",
+    "typed_digest",
 ]
+
+TypedData = tuple[dict[str, Any], dict[str, list[dict[str, str]]], dict[str, Any]]
+"""``(domain, types, message)`` as ``eth_account``'s typed-data functions take them."""
 
 COMMITMENT_TYPES: dict[str, list[dict[str, str]]] = {
     "Commitment": [
@@ -53,7 +63,7 @@ def _domain(chain_id: int, ledger: str) -> dict[str, Any]:
 
 def commitment_typed_data(
     chain_id: int, ledger: str, node: str, payload: CommitmentPayload, nonce: int
-) -> tuple[dict[str, Any], dict[str, list[dict[str, str]]], dict[str, Any]]:
+) -> TypedData:
     """Return ``(domain, types, message)`` of a relayed commitment."""
     message = {
         "node": node,
@@ -74,19 +84,44 @@ def sign_commitment(
     account: LocalAccount, chain_id: int, ledger: str, payload: CommitmentPayload, nonce: int
 ) -> bytes:
     """Sign ``payload`` as ``account`` for relaying; returns the 65-byte ``r || s || v``."""
-    domain, types, message = commitment_typed_data(
-        chain_id, ledger, account.address, payload, nonce
-    )
-    signed = Account.sign_typed_data(account.key, domain, types, message)
-    return bytes(signed.signature)
+    return _sign(account, commitment_typed_data(chain_id, ledger, account.address, payload, nonce))
+
+
+def registration_typed_data(
+    chain_id: int, ledger: str, node: str, metadata: str, nonce: int
+) -> TypedData:
+    """Return ``(domain, types, message)`` of a relayed registration."""
+    message = {"node": node, "metadata": metadata, "nonce": nonce}
+    return _domain(chain_id, ledger), REGISTRATION_TYPES, message
 
 
 def sign_registration(
     account: LocalAccount, chain_id: int, ledger: str, metadata: str, nonce: int
 ) -> bytes:
     """Sign a registration of ``account`` with ``metadata`` for relaying (65 bytes)."""
-    message = {"node": account.address, "metadata": metadata, "nonce": nonce}
-    signed = Account.sign_typed_data(
-        account.key, _domain(chain_id, ledger), REGISTRATION_TYPES, message
+    return _sign(
+        account, registration_typed_data(chain_id, ledger, account.address, metadata, nonce)
     )
-    return bytes(signed.signature)
+
+
+def _sign(account: LocalAccount, data: TypedData) -> bytes:
+    return bytes(Account.sign_typed_data(account.key, *data).signature)
+
+
+def typed_digest(data: TypedData) -> bytes:
+    """The EIP-712 digest of ``data``: what is signed (``_hashTypedDataV4`` on chain)."""
+    signable = encode_typed_data(*data)
+    return keccak256(b"\x19" + signable.version + signable.header + signable.body)
+
+
+def recover_signer(data: TypedData, signature: bytes) -> str | None:
+    """The checksummed address that made ``signature`` over ``data``.
+
+    Returns:
+        The signer, or None when ``signature`` is not a recoverable 65-byte ``r || s || v``
+        signature (where the contract's ``ECDSA.recover`` reverts).
+    """
+    try:
+        return str(Account.recover_message(encode_typed_data(*data), signature=signature))
+    except (BadSignature, ValueError, TypeError):
+        return None

@@ -37,7 +37,7 @@ from sapo_async.limits import DOCTOR_CONNECT_TIMEOUT_S, DOCTOR_MIN_FREE_BYTES
 from sapo_async.ops.config import NodeConfig
 
 if TYPE_CHECKING:
-    from sapo_async.ledger.evm import Chain
+    from sapo_async.ledger.chain import Chain
 
 __all__ = [
     "Check",
@@ -180,7 +180,7 @@ def check_ledger(
                 "" if found else "pip install 'eth-tester[py-evm]'",
             )
         ]
-    from sapo_async.ledger.evm import translate_errors
+    from sapo_async.ledger.chain import translate_errors
     from sapo_async.ledger.rpc import rpc_chain
 
     if chain is None:
@@ -213,8 +213,8 @@ def _check_contract(chain: Chain, address: str, swarm: str, block: int) -> Check
     from web3 import Web3
 
     from sapo_async.ledger.artifacts import load_artifact
+    from sapo_async.ledger.chain import translate_errors
     from sapo_async.ledger.deploy import swarm_id
-    from sapo_async.ledger.evm import translate_errors
     from sapo_async.ledger.types import checksum
 
     try:

@@ -1,8 +1,14 @@
-"""One conformance suite for the ledger port, run against eth-tester and anvil."""
+"""One conformance suite for the ledger port, run against memory, eth-tester and anvil.
+
+Every test runs on every backend. The memory ledger has no chain, so what only a chain has
+(balances and gas, raw contract calls) is checked on the EVM backends and skipped on memory
+with the reason shown (``LedgerBackend.require_chain``); the rules themselves are the same.
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 from eth_account import Account
@@ -10,10 +16,11 @@ from eth_account.signers.local import LocalAccount
 
 from sapo_async import limits
 from sapo_async.errors import CommitmentRejected, LedgerUnavailable
-from sapo_async.ledger import EvmLedger, RoundCommitment, deploy_ledger, fund, rpc_chain
+from sapo_async.ledger import EvmLedger, Ledger, MemoryLedger, RoundCommitment, fund, rpc_chain
 from sapo_async.ledger.merkle import MerkleTree, hash_pair, leaf_hash
-from sapo_async.ledger.signing import commitment_typed_data
-from tests.fixtures.ledger import LedgerEnv, free_port
+from sapo_async.ledger.signing import commitment_typed_data, sign_commitment
+from sapo_async.ledger.types import MAX_PRODUCERS, CommitmentPayload
+from tests.fixtures.ledger import LedgerBackend, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.evm]
 
@@ -27,12 +34,20 @@ def hashes(n: int) -> list[bytes]:
     return [os.urandom(32) for _ in range(n)]
 
 
-async def relayed_ledger(env: LedgerEnv) -> EvmLedger:
-    return await deploy_ledger(env.chain, env.deployer, "conformance", relayer=env.deployer)
+async def relayed_ledger(backend: LedgerBackend) -> EvmLedger | MemoryLedger:
+    return await backend.deploy("conformance")
 
 
-async def test_register_is_idempotent_and_relayed_for_unfunded_nodes(ledger_env: LedgerEnv):
-    ledger = await relayed_ledger(ledger_env)
+def rejection(info: pytest.ExceptionInfo[CommitmentRejected]) -> str | None:
+    return info.value.reason
+
+
+async def test_every_backend_implements_the_port(ledger_backend: LedgerBackend):
+    assert isinstance(await relayed_ledger(ledger_backend), Ledger)
+
+
+async def test_register_is_idempotent_and_relayed_for_unfunded_nodes(ledger_backend: LedgerBackend):
+    ledger = await relayed_ledger(ledger_backend)
     node: LocalAccount = Account.create()  # no funds: only a relayer can send for it
     assert await ledger.register(node, "model:tiny") is True
     assert await ledger.register(node, "model:tiny") is False
@@ -42,9 +57,9 @@ async def test_register_is_idempotent_and_relayed_for_unfunded_nodes(ledger_env:
     assert await ledger.nodes() == [node.address]
 
 
-async def test_direct_commitment_is_stored_with_totals(ledger_env: LedgerEnv):
-    ledger = await deploy_ledger(ledger_env.chain, ledger_env.deployer, "direct")
-    node = ledger_env.deployer  # sends its own transactions
+async def test_direct_commitment_is_stored_with_totals(ledger_backend: LedgerBackend):
+    ledger = await ledger_backend.deploy("direct", relayed=False)
+    node = ledger_backend.deployer  # sends its own transactions
     await ledger.register(node, "")
     commitment = RoundCommitment(node.address, 4, 2, hashes(8))
     receipt = await ledger.submit(node, commitment.payload())
@@ -57,20 +72,20 @@ async def test_direct_commitment_is_stored_with_totals(ledger_env: LedgerEnv):
     assert (stats.rounds_committed, stats.last_round, stats.rollouts_committed) == (1, 4, 8)
 
 
-async def test_repeated_or_back_filled_round_is_rejected_by_name(ledger_env: LedgerEnv):
-    ledger = await relayed_ledger(ledger_env)
+async def test_repeated_or_back_filled_round_is_rejected_by_name(ledger_backend: LedgerBackend):
+    ledger = await relayed_ledger(ledger_backend)
     node = Account.create()
     await ledger.register(node)
     await ledger.submit(node, RoundCommitment(node.address, 5, 1, hashes(2)).payload())
     for round_ in (5, 3):
         with pytest.raises(CommitmentRejected) as info:
             await ledger.submit(node, RoundCommitment(node.address, round_, 1, hashes(2)).payload())
-        assert info.value.reason == "SapoLedgerRoundNotIncreasing"
+        assert rejection(info) == "SapoLedgerRoundNotIncreasing"
     assert await ledger.rounds_of(node.address) == [5]
 
 
-async def test_python_eip712_digest_matches_the_contract(ledger_env: LedgerEnv):
-    ledger = await relayed_ledger(ledger_env)
+async def test_python_eip712_digest_matches_the_contract(ledger_backend: LedgerBackend):
+    ledger = await relayed_ledger(ledger_backend)
     node, producer = Account.create(), Account.create()
     payload = RoundCommitment(
         node.address, 9, 3, hashes(3), {producer.address: hashes(2)}
@@ -79,14 +94,12 @@ async def test_python_eip712_digest_matches_the_contract(ledger_env: LedgerEnv):
         ledger.chain_id, ledger.address, node.address, payload, 7
     )
     signed = Account.sign_typed_data(node.key, domain, types, message)
-    contract = ledger_env.chain.w3.eth.contract(address=ledger.address, abi=ledger._contract.abi)
-    on_chain = contract.functions.commitmentDigest(node.address, payload.as_abi(), 7).call()
-    assert bytes(on_chain) == bytes(signed.message_hash)
+    assert await ledger.commitment_digest(node.address, payload, 7) == bytes(signed.message_hash)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 33])
-async def test_python_built_proofs_verify_on_chain(ledger_env: LedgerEnv, n: int):
-    ledger = await relayed_ledger(ledger_env)
+async def test_python_built_proofs_verify_on_chain(ledger_backend: LedgerBackend, n: int):
+    ledger = await relayed_ledger(ledger_backend)
     node, producer = Account.create(), Account.create()
     own, external = hashes(n), hashes(n + 1)
     commitment = RoundCommitment(node.address, 1, 1, own, {producer.address: external})
@@ -105,8 +118,8 @@ async def test_python_built_proofs_verify_on_chain(ledger_env: LedgerEnv, n: int
         assert not await ledger.is_external_included(node.address, 1, own[0], tree.proof(own[0]))
 
 
-async def test_internal_merkle_node_is_not_accepted_as_a_rollout(ledger_env: LedgerEnv):
-    ledger = await relayed_ledger(ledger_env)
+async def test_internal_merkle_node_is_not_accepted_as_a_rollout(ledger_backend: LedgerBackend):
+    ledger = await relayed_ledger(ledger_backend)
     node = Account.create()
     own = hashes(4)
     tree = MerkleTree.from_hashes(own)
@@ -119,8 +132,8 @@ async def test_internal_merkle_node_is_not_accepted_as_a_rollout(ledger_env: Led
     assert not await ledger.is_rollout_included(node.address, 1, left, [right])
 
 
-async def test_usage_credit_reaches_producers_and_events(ledger_env: LedgerEnv):
-    ledger = await relayed_ledger(ledger_env)
+async def test_usage_credit_reaches_producers_and_events(ledger_backend: LedgerBackend):
+    ledger = await relayed_ledger(ledger_backend)
     a, b, c = Account.create(), Account.create(), Account.create()
     for node in (a, b, c):
         await ledger.register(node)
@@ -146,10 +159,10 @@ async def test_usage_credit_reaches_producers_and_events(ledger_env: LedgerEnv):
 
 
 async def test_rounds_list_in_order_across_view_pages(
-    ledger_env: LedgerEnv, monkeypatch: pytest.MonkeyPatch
+    ledger_backend: LedgerBackend, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setattr(limits, "LEDGER_VIEW_PAGE", 2)
-    ledger = await relayed_ledger(ledger_env)
+    ledger = await relayed_ledger(ledger_backend)
     node = Account.create()
     await ledger.register(node)
     rounds = [0, 1, 4, 9, 10]
@@ -158,14 +171,118 @@ async def test_rounds_list_in_order_across_view_pages(
     assert await ledger.rounds_of(node.address) == rounds
 
 
-async def test_relayed_commitment_with_a_funded_relayer_only(ledger_env: LedgerEnv):
-    ledger = await relayed_ledger(ledger_env)
+async def test_relayer_spends_one_nonce_per_registration_and_commitment(
+    ledger_backend: LedgerBackend,
+):
+    ledger = await relayed_ledger(ledger_backend)
     node = Account.create()
     await ledger.register(node)
     await ledger.submit(node, RoundCommitment(node.address, 1, 1, hashes(1)).payload())
     await ledger.submit(node, RoundCommitment(node.address, 2, 1, hashes(1)).payload())
     assert await ledger.nonce(node.address) == 3  # one registration + two commitments
-    assert ledger_env.chain.w3.eth.get_balance(node.address) == 0
+
+
+async def test_relayed_node_pays_no_gas(ledger_backend: LedgerBackend):
+    chain = ledger_backend.require_chain("balances and gas")
+    ledger = await relayed_ledger(ledger_backend)
+    node = Account.create()
+    await ledger.register(node)
+    receipt = await ledger.submit(node, RoundCommitment(node.address, 1, 1, hashes(1)).payload())
+    assert receipt.gas_used > 0
+    assert chain.w3.eth.get_balance(node.address) == 0
+
+
+async def test_commitment_of_an_unregistered_node_is_rejected(ledger_backend: LedgerBackend):
+    ledger = await relayed_ledger(ledger_backend)
+    node = Account.create()
+    with pytest.raises(CommitmentRejected) as info:
+        await ledger.submit(node, RoundCommitment(node.address, 1, 1, hashes(1)).payload())
+    assert rejection(info) == "SapoLedgerNotRegistered"
+
+
+async def test_relayed_commitment_signed_by_another_key_or_replayed_is_rejected(
+    ledger_backend: LedgerBackend,
+):
+    ledger = await relayed_ledger(ledger_backend)
+    node, forger = Account.create(), Account.create()
+    await ledger.register(node)
+    payload = RoundCommitment(node.address, 1, 1, hashes(2)).payload()
+    nonce = await ledger.nonce(node.address)
+    forged = sign_commitment(forger, ledger.chain_id, ledger.address, payload, nonce)
+    other_ledger = sign_commitment(node, ledger.chain_id, "0x" + "11" * 20, payload, nonce)
+    for signature in (forged, other_ledger):
+        with pytest.raises(CommitmentRejected) as info:
+            await ledger.submit_signed(node.address, payload, nonce, signature)
+        assert rejection(info) == "SapoLedgerInvalidSigner"
+    assert await ledger.rounds_of(node.address) == []
+    assert await ledger.nonce(node.address) == nonce  # a refused relay consumes nothing
+    genuine = sign_commitment(node, ledger.chain_id, ledger.address, payload, nonce)
+    await ledger.submit_signed(node.address, payload, nonce, genuine)
+    with pytest.raises(CommitmentRejected) as info:
+        await ledger.submit_signed(node.address, payload, nonce, genuine)
+    assert rejection(info) == "InvalidAccountNonce"
+    assert await ledger.rounds_of(node.address) == [1]
+
+
+def _malformed(valid: CommitmentPayload, node: str) -> dict[str, tuple[CommitmentPayload, str]]:
+    """Payloads breaking one rule each, with the contract error that must refuse them."""
+    p0, p1 = valid.producers
+    c0, c1 = valid.counts
+    many = sorted(
+        (Account.create().address for _ in range(MAX_PRODUCERS + 1)), key=lambda a: int(a, 16)
+    )
+    return {
+        "zero rollout root": (
+            replace(valid, rollout_root=bytes(32)),
+            "SapoLedgerRootCountMismatch",
+        ),
+        "zero rollout count": (replace(valid, rollout_count=0), "SapoLedgerRootCountMismatch"),
+        "zero external root": (
+            replace(valid, external_root=bytes(32)),
+            "SapoLedgerRootCountMismatch",
+        ),
+        "usage lengths differ": (replace(valid, counts=(c0,)), "SapoLedgerUsageLengthMismatch"),
+        "too many producers": (
+            replace(valid, producers=tuple(many), counts=(1,) * len(many)),
+            "SapoLedgerTooManyProducers",
+        ),
+        "producers unsorted": (
+            replace(valid, producers=(p1, p0), counts=(c1, c0)),
+            "SapoLedgerProducersNotSorted",
+        ),
+        "producer repeated": (
+            replace(valid, producers=(p0, p0), counts=(c0, c1)),
+            "SapoLedgerProducersNotSorted",
+        ),
+        "node credits itself": (
+            replace(valid, producers=(node,), counts=(c0 + c1,)),
+            "SapoLedgerSelfUsage",
+        ),
+        "zero usage": (replace(valid, counts=(0, c0 + c1)), "SapoLedgerZeroUsage"),
+        "usage sum differs": (replace(valid, counts=(c0, c1 + 1)), "SapoLedgerUsageSumMismatch"),
+    }
+
+
+async def test_each_broken_commitment_rule_is_rejected_by_its_name(
+    ledger_backend: LedgerBackend,
+):
+    ledger = await relayed_ledger(ledger_backend)
+    node, a, b = Account.create(), Account.create(), Account.create()
+    await ledger.register(node)
+    valid = RoundCommitment(
+        node.address, 1, 1, hashes(3), {a.address: hashes(2), b.address: hashes(1)}
+    ).payload()
+    refused: dict[str, str | None] = {}
+    expected: dict[str, str] = {}
+    for case, (payload, reason) in _malformed(valid, node.address).items():
+        expected[case] = reason
+        with pytest.raises(CommitmentRejected) as info:
+            await ledger.submit(node, payload)
+        refused[case] = rejection(info)
+    assert refused == expected
+    assert await ledger.rounds_of(node.address) == []  # refusals leave no trace
+    await ledger.submit(node, valid)
+    assert await ledger.rounds_of(node.address) == [1]
 
 
 async def test_unreachable_rpc_raises_ledger_unavailable():

@@ -44,7 +44,7 @@ def test_swarm_table_has_one_row_per_node():
 
 
 def test_revert_data_is_read_whichever_quote_python_used_for_the_bytes():
-    from sapo_async.ledger.evm import _revert_data
+    from sapo_async.ledger.chain import _revert_data
 
     # eth-tester puts repr(bytes) in the message; bytes holding a single quote are shown
     # with double quotes, which depends on the addresses and numbers in the error.

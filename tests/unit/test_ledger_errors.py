@@ -9,7 +9,7 @@ from eth_utils import ValidationError
 from web3.exceptions import ContractCustomError, TimeExhausted
 
 from sapo_async.errors import CommitmentRejected, LedgerError, LedgerUnavailable
-from sapo_async.ledger.evm import decode_revert, translate_errors
+from sapo_async.ledger.chain import decode_revert, translate_errors
 from sapo_async.wire.rollout import keccak256
 
 NODE = "0x" + "ab" * 20

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import anyio
 import pytest
 
 from sapo_async.errors import RejectedInput
 from sapo_async.ledger.journal import EntryState, Journal
 from sapo_async.ledger.types import RoundCommitment
+from tests.fixtures.ledger import SlowFsyncJournal
 
 NODE = "0x" + "aB" * 20
 OTHER = "0x" + "c0" * 20
@@ -87,3 +89,45 @@ def test_rollout_hashes_are_indexed_by_kind(tmp_path: Path):
             (OTHER, 4, "external"),
         ]
         assert j.find_rollout(os.urandom(32)) == []
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_a_write_waiting_on_its_fsync_leaves_the_event_loop_free(tmp_path: Path):
+    with SlowFsyncJournal(tmp_path / "j.sqlite") as j:
+        written = anyio.Event()
+
+        async def append() -> None:
+            assert await j.write(j.append, rc(1))
+            written.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(append)
+            assert await anyio.to_thread.run_sync(j.syncing.wait, 10)
+            # The commit is held in the writer thread, and this task still runs: the loop is
+            # free. Reads use their own connection, so they do not wait for it either.
+            assert not written.is_set()
+            assert j.pending() == []
+            j.release.set()
+            with anyio.fail_after(10):
+                await written.wait()
+        assert [e.round for e in j.pending()] == [1]
+
+
+@pytest.mark.anyio
+async def test_writes_through_the_writer_keep_their_order_and_errors(tmp_path: Path):
+    with Journal(tmp_path / "j.sqlite") as j:
+        assert await j.write(j.append, rc(1))
+        assert await j.write(j.append, rc(2))
+        await j.write(j.mark_landed, NODE, 1, tx_hash="0x1", block_number=3)
+        with pytest.raises(RejectedInput) as info:
+            await j.write(j.append, rc(2, n=3))
+        assert info.value.reason == "conflicting_commitment"
+        assert [(e.round, e.state) for e in j.entries()] == [
+            (1, EntryState.LANDED),
+            (2, EntryState.PENDING),
+        ]

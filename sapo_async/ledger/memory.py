@@ -1,0 +1,425 @@
+"""In-memory backend of the ledger port: ``SapoLedger``'s rules in plain Python, no EVM.
+
+Owns a process-local copy of the contract's state (registrations, per-node rounds and
+totals, commitments, per-producer credit, EIP-712 nonces, the two event logs) and enforces
+the same rules in the same order, refusing with the same
+:class:`~sapo_async.errors.CommitmentRejected` ``reason`` the EVM backend decodes from a
+revert (``SapoLedgerRoundNotIncreasing``, ``InvalidAccountNonce``, ...). It is for unit
+tests, examples and single-process swarms that want the ledger's behaviour without
+eth-tester's start-up and per-call cost. It does not know about journals or retries.
+
+One conformance suite (``tests/integration/test_ledger_conformance.py``) runs against this
+backend, the in-process EVM and anvil.
+
+Invariants (those of the contract):
+- a node commits only once registered; its rounds strictly increase (no overwrite, no
+  back-fill); a root is zero exactly when its count is;
+- usage lists are at most ``MAX_PRODUCERS`` long, address-ascending, without the node
+  itself or zero counts, and add up to the external count; each entry credits its producer;
+- a relayed registration or commitment carries the node's EIP-712 signature over this
+  ledger's domain (chain id, address) and consumes the node's nonce, so it cannot be replayed.
+
+What it cannot mirror (the conformance suite says so where it matters):
+- gas and balances: nobody pays; ``SubmitReceipt.gas_used`` is 0;
+- transactions: ``tx_hash`` is synthetic (keccak-256 of the block number and the call),
+  unique per ledger but not a hash any chain would produce;
+- blocks: each accepted call "mines" one block (like auto-mining dev chains); refused calls
+  mine none; timestamps are the wall clock;
+- arithmetic-overflow panics of the 64-bit totals (they need 2**64 rollouts);
+- ``ECDSAInvalidSignatureS``: a malleable high-s signature is refused as
+  ``ECDSAInvalidSignature`` when eth_keys cannot recover it, instead of by its own name;
+- state lives and dies with the object, and is not shared between processes.
+
+Concurrency: every method finishes its state change without awaiting anything after an
+initial checkpoint, so calls from tasks of one event loop are atomic. Not thread-safe.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import anyio
+from eth_account.signers.local import LocalAccount
+
+from sapo_async.errors import LedgerError
+from sapo_async.ledger.chain import reverted
+from sapo_async.ledger.merkle import verify_proof
+from sapo_async.ledger.signing import (
+    TypedData,
+    commitment_typed_data,
+    recover_signer,
+    registration_typed_data,
+    sign_commitment,
+    sign_registration,
+    typed_digest,
+)
+from sapo_async.ledger.types import (
+    MAX_PRODUCERS,
+    CommitmentPayload,
+    NodeStats,
+    OnChainCommitment,
+    SubmitReceipt,
+    UsageCredit,
+    checksum,
+)
+from sapo_async.logs import get_logger
+from sapo_async.wire.rollout import keccak256
+
+__all__ = ["MEMORY_CHAIN_ID", "MemoryLedger"]
+
+MEMORY_CHAIN_ID = 1337
+"""Chain id of a memory ledger unless given: a dev-chain id (no public chain uses it), so a
+signature made for a memory ledger is worthless on any real network."""
+
+_ZERO_ROOT = bytes(32)
+_SIGNATURE_BYTES = 65
+_UINT = {"uint64": 2**64 - 1, "uint32": 2**32 - 1}
+
+_log = get_logger("ledger")
+
+
+@dataclass(frozen=True, slots=True)
+class _Totals:
+    """``SapoLedger.NodeInfo``: kept for any address, registered or only credited."""
+
+    registered_at: int = 0
+    rounds_committed: int = 0
+    last_round: int = 0
+    rollouts_committed: int = 0
+    external_used: int = 0
+    credit_received: int = 0
+
+
+class MemoryLedger:
+    """``SapoLedger`` for one swarm, held in this process; implements :class:`Ledger`.
+
+    Args:
+        swarm: the swarm's name; with ``chain_id`` it fixes the default ``address``.
+        relayer: account that "sends" for nodes with their EIP-712 signatures (as in
+            :class:`~sapo_async.ledger.evm.EvmLedger`); None: each node sends its own.
+        chain_id: the chain id bound into every signature.
+        address: the ledger's address (the EIP-712 verifying contract); default derived
+            from ``swarm`` and ``chain_id``.
+    """
+
+    def __init__(
+        self,
+        swarm: str = "local",
+        *,
+        relayer: LocalAccount | None = None,
+        chain_id: int = MEMORY_CHAIN_ID,
+        address: str | None = None,
+    ) -> None:
+        default = "0x" + keccak256(f"memory-ledger:{chain_id}:{swarm}".encode())[-20:].hex()
+        self._address = checksum(address or default)
+        self._chain_id = chain_id
+        self.relayer = relayer
+        self._block = 0
+        self._nodes: list[str] = []
+        self._totals: dict[str, _Totals] = {}
+        self._metadata: dict[str, str] = {}
+        self._stored: dict[tuple[str, int], OnChainCommitment] = {}
+        self._rounds: dict[str, list[int]] = {}
+        self._nonces: dict[str, int] = {}
+        self._recorded: list[OnChainCommitment] = []
+        self._credited: list[UsageCredit] = []
+
+    @property
+    def address(self) -> str:
+        """Checksummed address of this ledger (its EIP-712 verifying contract)."""
+        return self._address
+
+    @property
+    def chain_id(self) -> int:
+        """Chain id bound into every signature."""
+        return self._chain_id
+
+    # ------------------------------------------------------------------ writes
+
+    async def register(self, node: LocalAccount, metadata: str = "") -> bool:
+        """Register ``node`` unless it already is (relayed with its signature if this
+        ledger has a relayer other than the node).
+
+        Returns:
+            True if this call registered the node, False if it already was.
+        """
+        await anyio.lowlevel.checkpoint()
+        address = checksum(node.address)
+        if self._totals_of(address).registered_at:
+            return False
+        if self._direct(address):
+            self._register(address, metadata)
+        else:
+            nonce = self._nonces.get(address, 0)
+            signature = sign_registration(node, self._chain_id, self._address, metadata, nonce)
+            data = registration_typed_data(self._chain_id, self._address, address, metadata, nonce)
+            self._check_signer(address, data, signature)
+            self._use_nonce(address, nonce)
+            self._register(address, metadata)
+        _log.info("node_registered", node=address, ledger=self._address)
+        return True
+
+    async def submit(self, node: LocalAccount, payload: CommitmentPayload) -> SubmitReceipt:
+        """Record ``node``'s commitment: directly, or relayed with its EIP-712 signature.
+
+        Raises:
+            CommitmentRejected: a rule of the contract refused it (``reason`` names the
+                contract's custom error, e.g. ``SapoLedgerRoundNotIncreasing``).
+            LedgerError: a value does not fit the contract's integer widths (web3 would
+                refuse to encode it).
+        """
+        await anyio.lowlevel.checkpoint()
+        _check_abi_widths(payload)
+        address = checksum(node.address)
+        if self._direct(address):
+            return self._commit(address, payload, sender=address)
+        nonce = self._nonces.get(address, 0)
+        signature = sign_commitment(node, self._chain_id, self._address, payload, nonce)
+        return self._relay(address, payload, nonce, signature)
+
+    async def submit_signed(
+        self, node: str, payload: CommitmentPayload, nonce: int, signature: bytes
+    ) -> SubmitReceipt:
+        """Relay a commitment ``node`` signed elsewhere (the contract's ``commitBySig``).
+
+        Raises:
+            LedgerError: this ledger has no relayer.
+            CommitmentRejected: ``SapoLedgerInvalidSigner`` (another key signed),
+                ``InvalidAccountNonce`` (not the node's next nonce), an ``ECDSA...`` error
+                (malformed signature) or any commitment rule.
+        """
+        await anyio.lowlevel.checkpoint()
+        _check_abi_widths(payload)
+        return self._relay(checksum(node), payload, nonce, signature)
+
+    # ------------------------------------------------------------------ reads
+
+    async def commitment_of(self, node: str, round_: int) -> OnChainCommitment | None:
+        """The stored commitment of ``node`` for ``round_``, or None if there is none."""
+        await anyio.lowlevel.checkpoint()
+        return self._stored.get((checksum(node), round_))
+
+    async def node_stats(self, node: str) -> NodeStats:
+        """Running totals of ``node`` (zeros for an unknown address)."""
+        await anyio.lowlevel.checkpoint()
+        address = checksum(node)
+        t = self._totals_of(address)
+        return NodeStats(
+            node=address,
+            registered=t.registered_at != 0,
+            metadata=self._metadata.get(address, ""),
+            rounds_committed=t.rounds_committed,
+            last_round=t.last_round if t.rounds_committed else None,
+            rollouts_committed=t.rollouts_committed,
+            external_used=t.external_used,
+            credit_received=t.credit_received,
+        )
+
+    async def nodes(self) -> list[str]:
+        """Every registered node, in registration order."""
+        await anyio.lowlevel.checkpoint()
+        return list(self._nodes)
+
+    async def rounds_of(self, node: str) -> list[int]:
+        """Rounds ``node`` committed, ascending."""
+        await anyio.lowlevel.checkpoint()
+        return list(self._rounds.get(checksum(node), ()))
+
+    async def is_rollout_included(
+        self, node: str, round_: int, rollout_hash: bytes, proof: Sequence[bytes]
+    ) -> bool:
+        """Whether ``proof`` shows ``rollout_hash`` in ``node``'s round (own rollouts)."""
+        await anyio.lowlevel.checkpoint()
+        return self._included(node, round_, rollout_hash, proof, external=False)
+
+    async def is_external_included(
+        self, node: str, round_: int, rollout_hash: bytes, proof: Sequence[bytes]
+    ) -> bool:
+        """Same for the external rollouts ``node`` trained on in ``round_``."""
+        await anyio.lowlevel.checkpoint()
+        return self._included(node, round_, rollout_hash, proof, external=True)
+
+    async def credit_received(self, producer: str) -> int:
+        """Rollouts of ``producer`` that other nodes reported training on."""
+        await anyio.lowlevel.checkpoint()
+        return self._totals_of(checksum(producer)).credit_received
+
+    async def nonce(self, node: str) -> int:
+        """Next EIP-712 nonce of ``node``."""
+        await anyio.lowlevel.checkpoint()
+        return self._nonces.get(checksum(node), 0)
+
+    async def commitment_digest(self, node: str, payload: CommitmentPayload, nonce: int) -> bytes:
+        """The EIP-712 digest ``node`` signs to have ``payload`` relayed with ``nonce``."""
+        await anyio.lowlevel.checkpoint()
+        return typed_digest(
+            commitment_typed_data(self._chain_id, self._address, checksum(node), payload, nonce)
+        )
+
+    async def usage_credits(
+        self, *, producer: str | None = None, consumer: str | None = None
+    ) -> list[UsageCredit]:
+        """``UsageCredited`` events, optionally filtered, oldest first."""
+        await anyio.lowlevel.checkpoint()
+        p = checksum(producer) if producer is not None else None
+        c = checksum(consumer) if consumer is not None else None
+        return [
+            u
+            for u in self._credited
+            if (p is None or u.producer == p) and (c is None or u.consumer == c)
+        ]
+
+    async def commitments(self, node: str | None = None) -> list[OnChainCommitment]:
+        """Every ``CommitmentRecorded`` event (optionally of one node), oldest first."""
+        await anyio.lowlevel.checkpoint()
+        address = checksum(node) if node is not None else None
+        return [e for e in self._recorded if address is None or e.node == address]
+
+    # ------------------------------------------------------------------ the contract
+
+    def _included(
+        self, node: str, round_: int, rollout_hash: bytes, proof: Sequence[bytes], *, external: bool
+    ) -> bool:
+        stored = self._stored.get((checksum(node), round_))
+        if stored is None:
+            return False
+        root, count = (
+            (stored.external_root, stored.external_count)
+            if external
+            else (stored.rollout_root, stored.rollout_count)
+        )
+        return count != 0 and verify_proof(root, rollout_hash, proof)
+
+    def _direct(self, node: str) -> bool:
+        return self.relayer is None or checksum(self.relayer.address) == node
+
+    def _totals_of(self, address: str) -> _Totals:
+        return self._totals.get(address, _Totals())
+
+    def _mine(self, call: str) -> SubmitReceipt:
+        self._block += 1
+        tx = keccak256(f"{self._address}:{self._block}:{call}".encode())
+        return SubmitReceipt(tx_hash="0x" + tx.hex(), block_number=self._block, gas_used=0)
+
+    def _check_signer(self, node: str, data: TypedData, signature: bytes) -> None:
+        if len(signature) != _SIGNATURE_BYTES:
+            raise reverted("ECDSAInvalidSignatureLength", length=len(signature))
+        signer = recover_signer(data, signature)
+        if signer is None:
+            raise reverted("ECDSAInvalidSignature")
+        if signer != node:
+            raise reverted("SapoLedgerInvalidSigner", signer=signer, node=node)
+
+    def _use_nonce(self, node: str, nonce: int) -> None:
+        current = self._nonces.get(node, 0)
+        if nonce != current:
+            raise reverted("InvalidAccountNonce", account=node, currentNonce=current)
+        self._nonces[node] = current + 1
+
+    def _register(self, node: str, metadata: str) -> SubmitReceipt:
+        if self._totals_of(node).registered_at:
+            raise reverted("SapoLedgerAlreadyRegistered", node=node)
+        receipt = self._mine(f"register:{node}")
+        self._totals[node] = replace(self._totals_of(node), registered_at=receipt.block_number)
+        self._metadata[node] = metadata
+        self._nodes.append(node)
+        return receipt
+
+    def _relay(
+        self, node: str, payload: CommitmentPayload, nonce: int, signature: bytes
+    ) -> SubmitReceipt:
+        if self.relayer is None:
+            raise LedgerError("relaying a signed commitment needs a client with a relayer")
+        data = commitment_typed_data(self._chain_id, self._address, node, payload, nonce)
+        self._check_signer(node, data, signature)
+        self._use_nonce(node, nonce)
+        return self._commit(node, payload, sender=checksum(self.relayer.address))
+
+    def _commit(self, node: str, c: CommitmentPayload, *, sender: str) -> SubmitReceipt:
+        t = self._totals_of(node)
+        if not t.registered_at:
+            raise reverted("SapoLedgerNotRegistered", node=node)
+        if t.rounds_committed and c.round <= t.last_round:
+            raise reverted(
+                "SapoLedgerRoundNotIncreasing", node=node, round=c.round, lastRound=t.last_round
+            )
+        for root, count in ((c.rollout_root, c.rollout_count), (c.external_root, c.external_count)):
+            if (root == _ZERO_ROOT) != (count == 0):
+                raise reverted("SapoLedgerRootCountMismatch", root=root, count=count)
+        producers = _check_usage(node, c)
+        receipt = self._mine(f"commit:{node}:{c.round}:{sender}")
+        stored = OnChainCommitment(
+            node=node,
+            round=c.round,
+            policy_version=c.policy_version,
+            rollout_root=bytes(c.rollout_root),
+            rollout_count=c.rollout_count,
+            external_root=bytes(c.external_root),
+            external_count=c.external_count,
+            block_number=receipt.block_number,
+            timestamp=int(time.time()),
+        )
+        # `last_round` only grows, so (node, round) is empty here: never overwritten.
+        self._stored[(node, c.round)] = stored
+        self._rounds.setdefault(node, []).append(c.round)
+        self._totals[node] = replace(
+            t,
+            last_round=c.round,
+            rounds_committed=t.rounds_committed + 1,
+            rollouts_committed=t.rollouts_committed + c.rollout_count,
+            external_used=t.external_used + c.external_count,
+        )
+        self._recorded.append(stored)
+        for producer, count in zip(producers, c.counts, strict=True):
+            credited = self._totals_of(producer)
+            self._totals[producer] = replace(
+                credited, credit_received=credited.credit_received + count
+            )
+            self._credited.append(
+                UsageCredit(producer, node, c.round, count, block_number=receipt.block_number)
+            )
+        return receipt
+
+
+def _check_usage(node: str, c: CommitmentPayload) -> list[str]:
+    """``SapoLedger._checkUsage``; returns the producers checksummed."""
+    n = len(c.producers)
+    if n != len(c.counts):
+        raise reverted("SapoLedgerUsageLengthMismatch", producers=n, counts=len(c.counts))
+    if n > MAX_PRODUCERS:
+        raise reverted("SapoLedgerTooManyProducers", producers=n, max=MAX_PRODUCERS)
+    producers = [checksum(p) for p in c.producers]
+    previous = "0x" + "00" * 20
+    for producer, count in zip(producers, c.counts, strict=True):
+        if int(producer, 16) <= int(previous, 16):
+            raise reverted("SapoLedgerProducersNotSorted", previous=previous, producer=producer)
+        if producer == node:
+            raise reverted("SapoLedgerSelfUsage", node=node)
+        if count == 0:
+            raise reverted("SapoLedgerZeroUsage", producer=producer)
+        previous = producer
+    if sum(c.counts) != c.external_count:
+        raise reverted(
+            "SapoLedgerUsageSumMismatch", sum=sum(c.counts), externalCount=c.external_count
+        )
+    return producers
+
+
+def _check_abi_widths(c: CommitmentPayload) -> None:
+    """Refuse what web3 could not encode into ``CommitmentInput`` (the EVM backend's
+    equivalent is a web3 validation error, translated to :class:`LedgerError`)."""
+    fields = [
+        ("round", c.round, "uint64"),
+        ("policyVersion", c.policy_version, "uint64"),
+        ("rolloutCount", c.rollout_count, "uint32"),
+        ("externalCount", c.external_count, "uint32"),
+        *(("counts", n, "uint32") for n in c.counts),
+    ]
+    for name, value, kind in fields:
+        if not 0 <= value <= _UINT[kind]:
+            raise LedgerError(f"{name}={value} does not fit {kind}")
+    for name, root in (("rolloutRoot", c.rollout_root), ("externalRoot", c.external_root)):
+        if len(root) != len(_ZERO_ROOT):
+            raise LedgerError(f"{name} is {len(root)} bytes, not 32")

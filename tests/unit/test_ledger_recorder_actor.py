@@ -1,0 +1,116 @@
+"""The Recorder as an actor, on the memory ledger: life cycle, drain, failure, off-loop writes.
+
+The chain-facing behaviour (exactly-once, retries, crash and restart against eth-tester and
+anvil) is in tests/integration/test_ledger_recorder.py.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+
+from sapo_async.actors import ActorState
+from sapo_async.errors import ActorFailed, ActorStopped
+from sapo_async.ledger import MemoryLedger, OnChainCommitment, RoundCommitment
+from sapo_async.ledger.journal import EntryState, Journal
+from sapo_async.ledger.recorder import Recorder
+from tests.fixtures.ledger import SlowFsyncJournal
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def round_of(node: LocalAccount, r: int) -> RoundCommitment:
+    return RoundCommitment(node.address, r, r, [os.urandom(32) for _ in range(2)])
+
+
+def relayed() -> MemoryLedger:
+    return MemoryLedger("recorder", relayer=Account.create())
+
+
+async def test_closing_the_recorder_lands_what_is_pending_first(tmp_path: Path):
+    ledger, node = relayed(), Account.create()
+    with Journal(tmp_path / "j.sqlite") as journal:
+        async with Recorder(ledger, journal, node) as rec:
+            for r in (1, 2, 5):
+                assert await rec.record(round_of(node, r))
+        assert rec.state is ActorState.STOPPED
+        assert [e.state for e in journal.entries()] == [EntryState.LANDED] * 3
+    assert await ledger.rounds_of(node.address) == [1, 2, 5]
+
+
+async def test_record_returns_once_durable_and_the_loop_runs_during_the_fsync(tmp_path: Path):
+    ledger, node = relayed(), Account.create()
+    with SlowFsyncJournal(tmp_path / "j.sqlite") as journal:
+        async with Recorder(ledger, journal, node) as rec, anyio.create_task_group() as tg:
+            recorded = anyio.Event()
+
+            async def record() -> None:
+                await rec.record(round_of(node, 1))
+                recorded.set()
+
+            tg.start_soon(record)
+            assert await anyio.to_thread.run_sync(journal.syncing.wait, 10)
+            assert not recorded.is_set()  # held in its fsync, while this task runs
+            assert rec.statistics().pending == 0  # not durable yet, so not counted
+            journal.release.set()
+            with anyio.fail_after(10):
+                await recorded.wait()
+            assert journal.entry(node.address, 1) is not None
+            await rec.wait_idle(10)
+    assert await ledger.rounds_of(node.address) == [1]
+
+
+async def test_a_recorder_resumes_entries_a_previous_one_left_pending(tmp_path: Path):
+    ledger, node = relayed(), Account.create()
+    with Journal(tmp_path / "j.sqlite") as journal:
+        journal.append(round_of(node, 3))  # journaled by a process that died before sending
+        async with Recorder(ledger, journal, node) as rec:
+            assert (await rec.wait_settled(3, 10)).state is EntryState.LANDED
+    assert await ledger.rounds_of(node.address) == [3]
+
+
+class BrokenLedger(MemoryLedger):
+    """A ledger with a bug (not a ledger failure): the recorder must not retry it forever."""
+
+    async def commitment_of(self, node: str, round_: int) -> OnChainCommitment | None:
+        raise ZeroDivisionError("bug in the ledger adapter")
+
+
+async def test_a_bug_in_the_sender_fails_the_recorder_visibly(tmp_path: Path):
+    node = Account.create()
+    with Journal(tmp_path / "j.sqlite") as journal:
+        rec = Recorder(BrokenLedger(), journal, node)
+        with pytest.raises(ExceptionGroup) as caught:  # noqa: PT012 - the failure arrives mid-block
+            async with rec:
+                rec.record_nowait(round_of(node, 1))
+                with anyio.fail_after(10):
+                    await rec.wait_stopped()
+        (failure,) = caught.value.exceptions
+        assert isinstance(failure, ActorFailed)
+        assert isinstance(failure.__cause__, ZeroDivisionError)
+        assert rec.state is ActorState.FAILED
+        with pytest.raises(ActorStopped):
+            await rec.record(round_of(node, 2))
+        assert [e.state for e in journal.entries()] == [EntryState.PENDING]  # kept for later
+
+
+async def test_stopping_twice_or_before_starting_is_harmless(tmp_path: Path):
+    with Journal(tmp_path / "j.sqlite") as journal:
+        never_started = Recorder(relayed(), journal, Account.create())
+        await never_started.aclose()
+        assert never_started.state is ActorState.STOPPED
+        rec = Recorder(relayed(), journal, Account.create())
+        async with rec:
+            await rec.aclose()
+            await rec.aclose()
+        assert rec.state is ActorState.STOPPED
