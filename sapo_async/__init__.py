@@ -8,22 +8,23 @@ The package is laid out by stage, in floors; a module imports only from its own 
 below, never up, and the ports never import each other:
 
 0. foundation: :mod:`.errors` (the one exception tree), :mod:`.limits` (every default
-   timeout and cap, each with its reason), :mod:`.logs`, :mod:`.backoff`, :mod:`.actors`
-   (the actor lifecycle every long-running piece uses).
+   timeout and cap, each with its reason), :mod:`.logs`, :mod:`.backoff` (the one retry
+   schedule), :mod:`.actors` (the life cycle every long-running piece uses),
+   :mod:`.process` (the one child-process base: nats-server, anvil).
 1. :mod:`.wire`: the rollout group, its canonical encoding, hash and signature.
 2. :mod:`.tasks`: reasoning-gym families, task references, prompts, the verifier.
 3. the three ports and what runs on them, side by side:
    :mod:`.fabric` (transport, publisher, collector: rollouts in and out),
    :mod:`.ledger` (chain, journal, recorder, audit: commitments and credit),
    :mod:`.policy` (models, generation, GRPO: the learning itself).
-4. :mod:`.node`: one node's round (learner, sampler, loop, checkpoint) and
+4. :mod:`.node`: one node (spec, learner, sampler, round loop, life cycle, checkpoint) and
    :mod:`.node.swarm`, which assembles a node from a :class:`NodeSpec`.
 5. :mod:`.ops`: what a volunteer's machine needs around a node (config files, identity,
    doctor, devnet, hardware choice, metrics, status).
 6. :mod:`.experiment` and :mod:`.cli`: entry points.
 
 A round flows task -> generate (policy) -> publish (fabric) -> collect (fabric) ->
-sample (node) -> train (policy) -> commit (ledger).
+sample (node) -> train (policy) -> commit (ledger). docs/layout.md draws the map.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     from sapo_async.ledger.recorder import Recorder
     from sapo_async.ledger.types import RoundCommitment
     from sapo_async.node.learner import build_learner
-    from sapo_async.node.loop import Node
+    from sapo_async.node.lifecycle import Node
     from sapo_async.node.report import RoundReport
     from sapo_async.node.spec import NodeSpec
     from sapo_async.node.swarm import Swarm
@@ -78,7 +79,7 @@ _LAZY = {
     "Journal": "sapo_async.ledger.journal",
     "MemoryBroker": "sapo_async.fabric.transport",
     "NatsOptions": "sapo_async.fabric.transport",
-    "Node": "sapo_async.node.loop",
+    "Node": "sapo_async.node.lifecycle",
     "NodeConfig": "sapo_async.ops.config",
     "NodeSpec": "sapo_async.node.spec",
     "Publisher": "sapo_async.fabric.publisher",

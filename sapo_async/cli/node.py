@@ -20,7 +20,7 @@ import typer
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from eth_account.signers.local import LocalAccount
 
-    from sapo_async.node.loop import Node
+    from sapo_async.node.lifecycle import Node
     from sapo_async.ops.config import NodeConfig
     from sapo_async.ops.hardware import HardwareChoice
 

@@ -2,7 +2,7 @@
 ``sapo-async experiment paper-table``.
 
 Owns argument parsing, the live display and the logs; the work is in
-:mod:`sapo_async.node.swarm`, :mod:`sapo_async.node.loop` and :mod:`sapo_async.experiment`.
+:mod:`sapo_async.node.swarm`, :mod:`sapo_async.node.lifecycle` and :mod:`sapo_async.experiment`.
 """
 
 # PLC0415: lazy imports keep `--help` fast; B008/PLR0917: typer's declarative options.
@@ -74,7 +74,7 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
     from rich.table import Table
 
     from sapo_async.node.embedded import embedded_ledger
-    from sapo_async.node.loop import Node
+    from sapo_async.node.lifecycle import Node
     from sapo_async.node.report import RoundReport
     from sapo_async.node.spec import NodeSpec
     from sapo_async.node.swarm import Swarm

@@ -4,7 +4,7 @@
 :mod:`.groups` (generate, wire and score groups: pure pieces), :mod:`.learner` (tasks,
 generator, verifier and trainer for one model), :mod:`.sampler` (the pure I/J selection),
 :mod:`.rounds` (the round: generate, publish, collect, sample, train, commit),
-:mod:`.loop` (the node's life cycle as an actor), :mod:`.checkpoint`, :mod:`.report` (what
+:mod:`.lifecycle` (the node's life cycle as an actor), :mod:`.checkpoint`, :mod:`.report` (what
 a round reports), :mod:`.embedded` (the process's shared NATS server and EVM) and
 :mod:`.swarm` (assembling a node from a spec).
 Imports the fabric, the ledger and the policy; none of them imports it.

@@ -43,6 +43,7 @@ from sapo_async.wire import SCHEMA_VERSION, Completion, RolloutGroup, SamplingPa
 
 __all__ = [
     "GeneratedGroup",
+    "SharedRound",
     "build_prompt",
     "derive_group_task",
     "generate_groups",
@@ -74,6 +75,29 @@ class GeneratedGroup:
     prompt: str
     result: GenerationResult
     sampling: SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class SharedRound:
+    """The first half of a round: generated, published and scored, not yet trained.
+
+    Attributes:
+        round: the round index.
+        generated: the node's own groups.
+        local: the same, scored by the node's verifier.
+        hashes: rollout hashes of the groups that were acknowledged.
+        policy_version: the version the groups were generated with.
+        generate_s / publish_s / score_s: phase times.
+    """
+
+    round: int
+    generated: list[GeneratedGroup]
+    local: list[ScoredGroup]
+    hashes: list[bytes]
+    policy_version: int
+    generate_s: float
+    publish_s: float
+    score_s: float
 
 
 def build_prompt(item: TaskItem, style: PromptStyle, chat_tokenizer: Any = None) -> str:

@@ -31,7 +31,7 @@ If the node stops between the halves, the pre-generated round was shared but is 
 trained on nor committed.
 
 Deliberately does not know how its pieces are built (:mod:`.swarm`) nor how they are
-started and stopped (:class:`~sapo_async.node.loop.Node`); the experiment harness drives
+started and stopped (:class:`~sapo_async.node.lifecycle.Node`); the experiment harness drives
 :meth:`RoundLoop.share_round` and :meth:`RoundLoop.train_round` itself.
 """
 
@@ -59,7 +59,7 @@ from sapo_async.fabric.publisher import Publisher
 from sapo_async.ledger.recorder import Recorder
 from sapo_async.ledger.types import RoundCommitment
 from sapo_async.logs import get_logger
-from sapo_async.node.groups import GeneratedGroup, round_seed, to_rollout_group
+from sapo_async.node.groups import GeneratedGroup, SharedRound, round_seed, to_rollout_group
 from sapo_async.node.learner import Learner
 from sapo_async.node.report import NodeStats, RoundHistory, RoundReport
 from sapo_async.node.sampler import (
@@ -72,30 +72,7 @@ from sapo_async.node.spec import NodeSpec
 from sapo_async.policy.grpo.trainer import ScoredGroup, StepMetrics
 from sapo_async.wire import RolloutGroup
 
-__all__ = ["RoundLoop", "SharedRound"]
-
-
-@dataclass(frozen=True, slots=True)
-class SharedRound:
-    """The first half of a round: generated, published and scored, not yet trained.
-
-    Attributes:
-        round: the round index.
-        generated: the node's own groups.
-        local: the same, scored by the node's verifier.
-        hashes: rollout hashes of the groups that were acknowledged.
-        policy_version: the version the groups were generated with.
-        generate_s / publish_s / score_s: phase times.
-    """
-
-    round: int
-    generated: list[GeneratedGroup]
-    local: list[ScoredGroup]
-    hashes: list[bytes]
-    policy_version: int
-    generate_s: float
-    publish_s: float
-    score_s: float
+__all__ = ["RoundLoop"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,23 +386,27 @@ class RoundLoop:
             await self._sync_generator()
         return step
 
-    def _commit(self, shared: SharedRound, chosen: list[_Candidate]) -> tuple[int, int]:
-        """Journal the round's commitment; returns the recorder's (pending, confirmed)."""
+    async def _commit(self, shared: SharedRound, chosen: list[_Candidate]) -> tuple[int, int]:
+        """Journal the round's commitment; returns the recorder's (pending, confirmed).
+
+        The journal's fsync runs in a worker thread (the event loop serves the collector
+        meanwhile), shielded: a round that trained is journaled whole or not at all.
+        """
         if self.recorder is None:
             return 0, 0
         by_producer: dict[str, list[bytes]] = {}
         for c in chosen:
             by_producer.setdefault(c.producer, []).append(c.buffered.rollout_hash)
+        commitment = RoundCommitment(
+            node=self.address,
+            round=shared.round,
+            policy_version=shared.policy_version,
+            rollout_hashes=shared.hashes,
+            external_hashes=by_producer,
+        )
         try:
-            self.recorder.record_nowait(
-                RoundCommitment(
-                    node=self.address,
-                    round=shared.round,
-                    policy_version=shared.policy_version,
-                    rollout_hashes=shared.hashes,
-                    external_hashes=by_producer,
-                )
-            )
+            with anyio.CancelScope(shield=True):
+                await self.recorder.record(commitment)
         except (RejectedInput, ActorStopped) as exc:
             self._log.error("commitment_not_journaled", round=shared.round, error=str(exc))
         stats = self.recorder.statistics()
@@ -458,7 +439,7 @@ class RoundLoop:
         t2 = time.perf_counter()
         used: Counter[str] = Counter(c.producer for c in chosen)
         self._used.update(used)
-        pending, confirmed = self._commit(shared, chosen)
+        pending, confirmed = await self._commit(shared, chosen)
         self.learner.round = shared.round + 1
         received, rejections = self._collected()
         rewards = [c.reward for g in shared.local for c in g.completions]

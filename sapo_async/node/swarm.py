@@ -1,4 +1,4 @@
-"""Joining a swarm: builds a running :class:`~sapo_async.node.loop.Node` from a
+"""Joining a swarm: builds a running :class:`~sapo_async.node.lifecycle.Node` from a
 :class:`~sapo_async.node.spec.NodeSpec`.
 
 Owns wiring, not behaviour: which model, tasks, transport and ledger a node gets, resuming
@@ -39,7 +39,7 @@ from sapo_async.limits import NATS_JOIN_BACKOFF_BASE_S, NATS_JOIN_BACKOFF_MAX_S
 from sapo_async.logs import get_logger
 from sapo_async.node.embedded import EMBEDDED
 from sapo_async.node.learner import Learner, build_learner
-from sapo_async.node.loop import Node, default_name
+from sapo_async.node.lifecycle import Node, default_name
 from sapo_async.node.spec import MAX_NODE_INDEX, FabricSpec, NodeSpec
 
 __all__ = ["Swarm", "node_index_for"]
@@ -102,7 +102,7 @@ class Swarm:
 
         Returns:
             An awaitable that is also an async context manager, giving a running
-            :class:`~sapo_async.node.loop.Node`.
+            :class:`~sapo_async.node.lifecycle.Node`.
 
         Raises:
             ConfigError: an unknown setting or an invalid value (named), at once.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from sapo_async.node.loop import Node
+from sapo_async.node.lifecycle import Node
 from sapo_async.node.swarm import Swarm
 
 pytestmark = [

@@ -9,7 +9,7 @@ import pytest
 
 from sapo_async.ledger.audit import audit_node
 from sapo_async.node.embedded import embedded_ledger
-from sapo_async.node.loop import Node
+from sapo_async.node.lifecycle import Node
 from sapo_async.node.swarm import Swarm
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.nats, pytest.mark.evm]
