@@ -472,6 +472,7 @@ class RoundLoop:
         self._log.info(
             "round_completed",
             round=report.round,
+            policy_version=report.policy_version,
             reward=round(report.reward_mean, 4),
             external=report.external_total,
             shared=report.groups_shared,

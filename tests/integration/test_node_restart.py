@@ -68,14 +68,22 @@ def node_env() -> dict[str, str]:
 
 
 def wait_for_rounds(
-    log: Path, proc: subprocess.Popen[bytes], count: int, timeout: float
+    log: Path,
+    proc: subprocess.Popen[bytes],
+    count: int,
+    timeout: float,
+    *,
+    stepped_past: int | None = None,
 ) -> list[int]:
-    """Rounds completed so far, once at least ``count`` of them are in the log."""
+    """Rounds completed so far, once at least ``count`` of them are in the log (and, with
+    ``stepped_past``, once a round ended at a policy version beyond it: a round whose groups
+    all have equal rewards takes no optimizer step, so a fixed count of rounds may not)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        rounds = [e["round"] for e in events(log) if e.get("event") == "round_completed"]
-        if len(rounds) >= count:
-            return rounds
+        done = [e for e in events(log) if e.get("event") == "round_completed"]
+        stepped = stepped_past is None or any(e["policy_version"] > stepped_past for e in done)
+        if len(done) >= count and stepped:
+            return [e["round"] for e in done]
         assert proc.poll() is None, log.read_text()[-3000:]
         time.sleep(0.2)  # polling the log for a condition, bounded by the deadline
     raise AssertionError(f"fewer than {count} rounds in {timeout} s:\n{log.read_text()[-3000:]}")
@@ -145,7 +153,7 @@ def test_sigterm_drains_checkpoints_and_a_restart_resumes_without_double_commits
 
     log1 = tmp_path / "run1.log"
     proc = run_node(config, log1)
-    wait_for_rounds(log1, proc, 3, timeout=300)
+    wait_for_rounds(log1, proc, 3, timeout=300, stepped_past=0)
     stop(proc, log1)
     first = manifest(tmp_path / "data")
     # Read now: later checkpoints rotate this one away (the two newest are kept).
@@ -157,7 +165,7 @@ def test_sigterm_drains_checkpoints_and_a_restart_resumes_without_double_commits
 
     log2 = tmp_path / "run2.log"
     proc = run_node(config, log2)
-    wait_for_rounds(log2, proc, 2, timeout=300)
+    wait_for_rounds(log2, proc, 2, timeout=300, stepped_past=first["policy_version"])
     stop(proc, log2)
     rounds2 = [e["round"] for e in events(log2) if e.get("event") == "round_completed"]
     resumed = [e for e in events(log2) if e.get("event") == "node_resumed"]

@@ -140,3 +140,13 @@ def test_the_parts_of_the_policy_import_one_way_even_inside_functions():
 
     for part in sorted(graph):
         visit(part, [part])
+
+
+MAX_MODULE_LINES = 500
+"""Issue #10's bound: past it a module owns more than one noun (STYLE.md: split ~600)."""
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_grows_past_the_size_bound(module):
+    lines = len(MODULES[module].read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{module} has {lines} lines: split it by what it owns"
