@@ -33,6 +33,8 @@ from sapo_async.logs import configure_logging
 
 configure_logging(level="WARNING")
 
+from results_path import results_path  # bench/ is on sys.path
+
 from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.publisher import Publisher
 from sapo_async.fabric.transport.base import StartAt
@@ -61,7 +63,6 @@ from sapo_async.wire.signing import (
 
 NODES = 8
 FAMILY = "basic_arithmetic"
-RESULTS = Path(__file__).resolve().parent / "results" / "fabric.json"
 
 
 def make_groups(account, count: int, target_bytes: int = 2048) -> list[RolloutGroup]:  # type: ignore[no-untyped-def]
@@ -342,7 +343,8 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="a smaller run (< 1 minute)")
     args = parser.parse_args()
     result = anyio.run(main, args.quick)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    out = results_path("fabric", quick=args.quick)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
     print_table(result)
-    print(f"wrote {RESULTS}")
+    print(f"wrote {out}")

@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny model on CPU, seconds")
     parser.add_argument("--minutes", type=float, default=8.0, help="wall-clock budget")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "gpu.json")
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/")
     parser.add_argument("--rounds", type=int, default=None, help="rounds per phase")
     parser.add_argument("--skip-vllm", action="store_true", help="run only the transformers phase")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.25)
@@ -535,6 +535,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             except Exception as exc:  # report what broke; the JSON is the point of the run
                 report["vllm"] = {"error": f"{type(exc).__name__}: {exc}"}
     report["wall_s"] = round(time.monotonic() - started, 2)
+    # A CPU smoke run never writes over a recorded GPU result (bench/results_path.py).
+    results = REPO_ROOT / "bench" / "results"
+    args.out = args.out or (results / "quick" if args.cpu_smoke else results) / "gpu.json"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k != "shape"}, indent=2, default=str))

@@ -44,6 +44,7 @@ from sapo_async.logs import configure_logging
 configure_logging(level="WARNING")
 
 import torch
+from results_path import results_path  # bench/ is on sys.path
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from sapo_async.node.learner import Learner, LearnerSettings, run_rounds
@@ -52,8 +53,6 @@ from sapo_async.policy.grpo import TrainerConfig
 from sapo_async.policy.models import load_tiny_model, read_report, tiny_model_dir, tiny_spec
 from sapo_async.tasks import TaskSource, preset
 from sapo_async.wire import SamplingParams
-
-OUT = Path(__file__).resolve().parent / "results" / "learning.json"
 
 
 def bench_tiny(regime: str, rounds: int, quick: bool, cache: Path | None) -> dict[str, Any]:
@@ -185,7 +184,7 @@ def bench_qwen_shape(quick: bool) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="under a minute")
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=None, help="default: results_path()")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for the tiny model")
     parser.add_argument("--no-qwen", action="store_true", help="skip the 0.5B-shape part")
     args = parser.parse_args()
@@ -231,9 +230,10 @@ def main() -> None:
             flush=True,
         )
     result["wall_s"] = time.perf_counter() - started
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {args.out} in {result['wall_s']:.0f} s")
+    out = args.out or results_path("learning", quick=args.quick)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {out} in {result['wall_s']:.0f} s")
     if tmp is not None:
         tmp.cleanup()
 

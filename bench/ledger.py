@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import anyio  # noqa: E402
 from eth_account import Account  # noqa: E402
+from results_path import results_path  # noqa: E402 - bench/ is on sys.path
 
 from sapo_async.ledger import RoundCommitment, deploy_ledger, rpc_chain  # noqa: E402
 from sapo_async.ledger.anvil import ANVIL_DEV_KEY, AnvilProcess, find_anvil  # noqa: E402
@@ -104,7 +105,7 @@ def _abi(name: str) -> list:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 rounds per series instead of 8")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ledger.json")
+    parser.add_argument("--out", type=Path, default=None, help="default: results_path()")
     args = parser.parse_args()
     rounds = 2 if args.quick else 8
     anvil_bin = find_anvil(ROOT)
@@ -121,9 +122,10 @@ def main() -> None:
         "python": platform.python_version(),
         "gas_by_rollouts_per_round": gas,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    out = args.out or results_path("ledger", quick=args.quick)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

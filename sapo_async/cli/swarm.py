@@ -186,7 +186,11 @@ experiment_app = typer.Typer(
 @experiment_app.command("paper-table")
 def paper_table(
     regime: str = typer.Option("both", help="sparse, dense, or both."),
-    out: Path = typer.Option(Path("docs/results/paper-table"), help="Output directory."),
+    out: Path | None = typer.Option(
+        None,
+        help="Output directory (default docs/results/paper-table; with --quick "
+        "runs/paper-table-quick, so a smoke run never writes over recorded results).",
+    ),
     seeds: int = typer.Option(2, min=1, help="Seeds per configuration."),
     rounds: int | None = typer.Option(None, help="Rounds per run (default: the preset's)."),
     workers: int = typer.Option(2, min=1, help="Runs in parallel (one process each)."),
@@ -199,6 +203,8 @@ def paper_table(
     from sapo_async.logs import configure_logging
 
     configure_logging(level="WARNING")
+    if out is None:
+        out = Path("runs/paper-table-quick" if quick else "docs/results/paper-table")
     regimes = ["sparse", "dense"] if regime == "both" else [regime]
     for name in regimes:
         if name not in pt.PRESETS:
