@@ -41,10 +41,7 @@ from sapo_async.ledger.journal import EntryState, Journal, JournalEntry
 from sapo_async.ledger.types import RoundCommitment
 from sapo_async.logs import get_logger
 
-__all__ = ["Recorder", "RecorderState", "RecorderStats"]
-
-RecorderState = ActorState
-"""Life cycle of a recorder: the actor states (the name is kept for callers)."""
+__all__ = ["Recorder", "RecorderStats"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +54,7 @@ class RecorderStats:
         last_error: the latest send failure, if any.
     """
 
-    state: RecorderState
+    state: ActorState
     pending: int
     landed: int
     failed: int

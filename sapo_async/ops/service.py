@@ -10,31 +10,24 @@ Deliberately does not know what a service runs.
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Self
+
+from sapo_async.process import StopOnExit
 
 __all__ = ["Service"]
 
 
-class Service:
-    """Base of a service with ``start()`` and ``stop()``; use it with ``with``."""
+class Service(StopOnExit):
+    """Base of a service with ``start()`` and ``stop()``; use it with ``with``.
+
+    The stopping half is :class:`~sapo_async.process.StopOnExit`'s, shared with what owns
+    child processes; a service adds starting on enter.
+    """
 
     def start(self) -> object:
         """Start the service (subclasses override)."""
         raise NotImplementedError
 
-    def stop(self) -> None:
-        """Stop the service; safe to call twice (subclasses override)."""
-        raise NotImplementedError
-
     def __enter__(self) -> Self:
         self.start()
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

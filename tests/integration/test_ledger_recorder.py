@@ -13,6 +13,7 @@ import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
+from sapo_async.actors import ActorState
 from sapo_async.errors import ActorStopped, LedgerUnavailable, RejectedInput
 from sapo_async.ledger import (
     CommitmentPayload,
@@ -26,7 +27,7 @@ from sapo_async.ledger import (
     rpc_chain,
 )
 from sapo_async.ledger.journal import EntryState, Journal
-from sapo_async.ledger.recorder import Recorder, RecorderState
+from sapo_async.ledger.recorder import Recorder
 from tests.fixtures.ledger import ANVIL_KEY_0, REPO, Anvil
 
 pytestmark = [pytest.mark.anyio, pytest.mark.evm]
@@ -54,13 +55,13 @@ async def test_recorder_lands_every_round_in_order(embedded: EvmLedger, tmp_path
     commitments = [round_of(node, r) for r in (0, 1, 3, 8)]
     with Journal(tmp_path / "j.sqlite") as journal:
         async with Recorder(embedded, journal, node, metadata="model:x") as rec:
-            assert rec.state is RecorderState.RUNNING
+            assert rec.state is ActorState.RUNNING
             for c in commitments:
                 assert rec.record_nowait(c)
             await rec.wait_idle(60)
             stats = rec.statistics()
             assert (stats.pending, stats.landed, stats.failed) == (0, 4, 0)
-        assert rec.state is RecorderState.STOPPED
+        assert rec.state is ActorState.STOPPED
         for c in commitments:
             entry = journal.entry(node.address, c.round)
             assert entry is not None

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from sapo_async.errors import ConfigError
+from sapo_async.policy.digest import tokenizer_id
 from sapo_async.policy.models import build_tiny_model, load_model, tiny_spec
-from sapo_async.policy.models.tokenizer import tokenizer_id
 
 QUICK = {
     "tasks": "cpu_easy",

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from sapo_async.errors import ConfigError
-from sapo_async.policy.generation.sampling import check_sampling, filter_logits
+from sapo_async.policy.generation.base import check_sampling
+from sapo_async.policy.generation.sampling import filter_logits
 from sapo_async.wire import SamplingParams
 
 LOGITS = torch.tensor([[0.0, 1.0, 2.0, 3.0]])

@@ -34,7 +34,7 @@ from sapo_async.errors import ConfigError
 from sapo_async.policy.generation.base import check_sampling
 from sapo_async.wire import SamplingParams
 
-__all__ = ["SampledBatch", "check_sampling", "filter_logits", "sample_batch"]
+__all__ = ["SampledBatch", "filter_logits", "sample_batch"]
 
 
 @dataclass(frozen=True, slots=True)

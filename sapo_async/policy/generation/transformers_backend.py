@@ -30,8 +30,8 @@ import torch
 
 from sapo_async.errors import ConfigError, GenerationError
 from sapo_async.policy.digest import tokenizer_id as _tokenizer_id
-from sapo_async.policy.generation.base import GenerationResult
-from sapo_async.policy.generation.sampling import check_sampling, sample_batch
+from sapo_async.policy.generation.base import GenerationResult, check_sampling
+from sapo_async.policy.generation.sampling import sample_batch
 from sapo_async.wire import Completion, SamplingParams
 
 __all__ = ["TransformersGenerator", "stop_token_ids"]

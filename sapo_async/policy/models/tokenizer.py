@@ -2,9 +2,9 @@
 
 Owns the character-level tokenizer trained on generated task text: a BPE model with no
 merges (so every character is one token) plus ``<pad>``, ``<eos>``, ``<unk>`` and the two
-answer tags as single added tokens. :func:`tokenizer_id` is re-exported from
-:mod:`sapo_async.policy.digest`, where it lives. Deliberately does not know about models
-or tasks beyond the text it is given.
+answer tags as single added tokens (a tokenizer's digest is
+:func:`sapo_async.policy.digest.tokenizer_id`). Deliberately does not know about models or
+tasks beyond the text it is given.
 
 Why the tags are single tokens: emitting ``<answer>`` is then one decision of the policy,
 which is exactly the behaviour the sparse regime asks RL to discover.
@@ -18,10 +18,9 @@ from typing import Any
 from tokenizers import AddedToken, Tokenizer, decoders, models, trainers
 from transformers import PreTrainedTokenizerFast
 
-from sapo_async.policy.digest import tokenizer_id
 from sapo_async.tasks.prompt import ANSWER_CLOSE, ANSWER_OPEN
 
-__all__ = ["EOS", "PAD", "UNK", "tokenizer_id", "train_char_tokenizer"]
+__all__ = ["EOS", "PAD", "UNK", "train_char_tokenizer"]
 
 PAD = "<pad>"
 EOS = "<eos>"
