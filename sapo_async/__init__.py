@@ -21,7 +21,8 @@ below, never up, and the ports never import each other:
    :mod:`.node.swarm`, which assembles a node from a :class:`NodeSpec`.
 5. :mod:`.ops`: what a volunteer's machine needs around a node (config files, identity,
    doctor, devnet, hardware choice, metrics, status).
-6. :mod:`.experiment` and :mod:`.cli`: entry points.
+6. :mod:`.experiment`, :mod:`.explorer` and :mod:`.cli`: entry points (the explorer is
+   a web app over the ledger and the logs).
 
 A round flows task -> generate (policy) -> publish (fabric) -> collect (fabric) ->
 sample (node) -> train (policy) -> commit (ledger). docs/layout.md draws the map.

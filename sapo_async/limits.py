@@ -194,3 +194,20 @@ state take ~6 GB; even the tiny model needs room for a few."""
 
 METRICS_STOP_TIMEOUT_S = 5.0
 """The metrics HTTP server's shutdown waits at most 5 s for in-flight scrapes."""
+
+
+# --- explorer -----------------------------------------------------------------------
+
+EXPLORER_REFRESH_S = 1.0
+"""The explorer reuses a swarm snapshot for 1 s: rounds take seconds, so a page is never
+more than a round behind, and any number of open pages cost the chain one read a second."""
+
+EXPLORER_POLL_S = 0.5
+"""The live stream looks for a new snapshot twice a second (each look is a cache hit
+unless :data:`EXPLORER_REFRESH_S` passed), so a change reaches the page within ~1.5 s."""
+
+EXPLORER_START_TIMEOUT_S = 15.0
+"""uvicorn answers within milliseconds of binding; 15 s covers a loaded CI machine."""
+
+EXPLORER_SHUTDOWN_S = 2.0
+"""Open live streams get 2 s to end when the explorer stops (they end within one poll)."""
