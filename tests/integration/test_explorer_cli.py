@@ -35,12 +35,12 @@ def fetch(url: str) -> tuple[int, str, str]:
         return exc.code, exc.headers.get("content-type", ""), exc.read().decode()
 
 
-def wait_for(what: str, check: Callable[[], Any], proc: subprocess.Popen[str]) -> Any:
+def wait_for(what: str, check: Callable[[], Any], proc: subprocess.Popen[str], log: Path) -> Any:
     """Poll ``check`` (an HTTP look) until it returns something truthy."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"the command exited ({proc.returncode}) before {what}")
+            pytest.fail(f"exited ({proc.returncode}) before {what}:\n{log.read_text()}")
         try:
             found = check()
         except (OSError, ValueError):
@@ -48,7 +48,7 @@ def wait_for(what: str, check: Callable[[], Any], proc: subprocess.Popen[str]) -
         if found:
             return found
         time.sleep(0.2)  # between looks over HTTP; the condition is what we wait on
-    pytest.fail(f"no {what} within {START_TIMEOUT_S} s")
+    pytest.fail(f"no {what} within {START_TIMEOUT_S} s:\n{log.read_text()}")
 
 
 def children(pid: int) -> list[int]:
@@ -65,19 +65,23 @@ def gone(pid: int) -> bool:
 
 
 @contextmanager
-def command(*args: str) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sapo_async", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=30)
+def command(log: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """Run ``sapo-async ARGS`` with its output in ``log`` (a pipe nobody reads could fill
+    and stall it); stop it politely at the end so its nats-server goes with it."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sapo_async", *args], stdout=out, stderr=subprocess.STDOUT
+        )
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=30)
 
 
 @pytest.mark.slow
@@ -88,17 +92,10 @@ def test_explorer_demo_serves_the_page_and_the_swarms_totals_then_stops_on_sigte
 ):
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    args = (
-        "explorer",
-        "--demo",
-        "--port",
-        str(port),
-        "--demo-rounds",
-        "2",
-        "--logs",
-        str(tmp_path),
-    )
-    with command(*args) as proc:
+    args = ["explorer", "--demo", "--port", str(port), "--logs", str(tmp_path / "logs")]
+    args += ["--demo-nodes", "2", "--demo-rounds", "2"]
+    log = tmp_path / "explorer.out"
+    with command(log, *args) as proc:
 
         def settled() -> dict[str, Any] | None:
             status, _, body = fetch(f"{base}/api/swarm")
@@ -107,7 +104,7 @@ def test_explorer_demo_serves_the_page_and_the_swarms_totals_then_stops_on_sigte
             done = len(nodes) == 2 and all(n["rounds_committed"] == 2 for n in nodes)
             return swarm if done else None
 
-        swarm = wait_for("two nodes with two commitments each", settled, proc)
+        swarm = wait_for("two nodes with two commitments each", settled, proc, log)
         status, kind, page = fetch(base + "/")
         assert (status, kind.split(";")[0]) == (200, "text/html")
         assert '<script src="/static/explorer.js"' in page
@@ -131,7 +128,8 @@ def test_explorer_demo_serves_the_page_and_the_swarms_totals_then_stops_on_sigte
         kids = children(proc.pid)
         assert kids, "the demo runs an embedded nats-server"
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+    out = log.read_text()
     assert proc.returncode == 0, out
     assert "explorer stopped" in out
     assert "Traceback" not in out
@@ -145,14 +143,16 @@ def test_swarm_with_explorer_serves_the_swarm_while_it_runs(tmp_path: Path):
     port = free_port()
     args = ("swarm", "--nodes", "2", "--rounds", "4", "--local", "2", "--external", "2")
     args += ("--regime", "dense", "--log-dir", str(tmp_path), "--explorer")
-    with command(*args, "--explorer-port", str(port)) as proc:
+    log = tmp_path / "swarm.out"
+    with command(log, *args, "--explorer-port", str(port)) as proc:
 
         def listed() -> bool:
             status, _, body = fetch(f"http://127.0.0.1:{port}/api/swarm")
             return status == 200 and len(json.loads(body)["nodes"]) == 2
 
-        wait_for("the explorer listing the swarm's two nodes", listed, proc)
-        out, _ = proc.communicate(timeout=START_TIMEOUT_S)
+        wait_for("the explorer listing the swarm's two nodes", listed, proc, log)
+        proc.wait(timeout=START_TIMEOUT_S)
+    out = log.read_text()
     assert proc.returncode == 0, out
     assert f"explorer: http://127.0.0.1:{port}" in out
 

@@ -213,7 +213,9 @@ function renderSwarm(data, previous) {
       el("p", { class: "muted" }, "shared: rollouts committed · used: external rollouts trained on · credit: own rollouts others trained on",
         data.has_score ? " · score: contribution score from the audit" : " · score: none (this ledger's audit has no contribution score)")),
     el("div", { class: "card" }, el("h3", {}, "Who trained on whose rollouts"),
-      data.usage.length ? usageGraph(data) : el("p", { class: "muted", id: "usage-empty" }, "no usage credited yet")),
+      data.usage.length ? usageGraph(data) : el("p", { class: "muted", id: "usage-empty" }, "no usage credited yet"),
+      el("p", { class: "muted" }, "An arrow runs from a producer to a node that trained on its rollouts, labelled with how many (UsageCredited events); a circle shows the node's committed rounds. ",
+        el("span", { class: "tag" }, "chain"))),
   );
 }
 
