@@ -54,6 +54,18 @@ def journal_paths(places: Sequence[Path]) -> list[Path]:
     return found
 
 
+def _logs_signature(directory: Path) -> tuple[tuple[str, int, int], ...]:
+    """(name, size, mtime) of every log: what changes when a node appends a round."""
+    found = []
+    for path in sorted(directory.glob("*.jsonl")):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        found.append((path.name, st.st_size, st.st_mtime_ns))
+    return tuple(found)
+
+
 class Explorer:
     """Reads one swarm for the pages.
 
@@ -84,6 +96,8 @@ class Explorer:
         self._snapshot: dict[str, Any] | None = None
         self._snapshot_text = ""
         self._read_at = float("-inf")
+        self._logs_key: tuple[tuple[str, int, int], ...] | None = None
+        self._logs_cache: dict[str, NodeLog] = {}
         self.revision = 0
         """Grows by one each time the swarm snapshot changes (the live stream's clock)."""
 
@@ -92,8 +106,17 @@ class Explorer:
         places = self._journals() if callable(self._journals) else self._journals
         return journal_paths(list(places))
 
-    def _logs(self) -> dict[str, NodeLog]:
-        return read_logs(self.logs) if self.logs is not None else {}
+    async def _logs(self) -> dict[str, NodeLog]:
+        """The round logs, re-read (in a worker thread) only when a file changed: a long
+        run's logs are megabytes, and the snapshot is taken every second."""
+        if self.logs is None:
+            return {}
+        directory = self.logs
+        key = await anyio.to_thread.run_sync(_logs_signature, directory)
+        if key != self._logs_key:
+            self._logs_cache = await anyio.to_thread.run_sync(read_logs, directory)
+            self._logs_key = key
+        return self._logs_cache
 
     async def swarm(self) -> dict[str, Any]:
         """``/api/swarm``, at most :attr:`refresh_s` old.
@@ -131,7 +154,7 @@ class Explorer:
             audits=audits,
             credits=credits,
             last_seen=last_seen,
-            logs=self._logs(),
+            logs=await self._logs(),
         )
 
     async def node(self, address: str) -> dict[str, Any]:
@@ -144,7 +167,7 @@ class Explorer:
         """
         node = checksum(address)
         audit = await audit_node(self.ledger, node)
-        log = self._logs().get(node)
+        log = (await self._logs()).get(node)
         if not audit.registered and audit.participation.rounds_committed == 0 and log is None:
             raise RejectedInput(
                 "unknown_node", f"{node} is not a node of the ledger at {self.ledger.address}"
