@@ -194,3 +194,9 @@ state take ~6 GB; even the tiny model needs room for a few."""
 
 METRICS_STOP_TIMEOUT_S = 5.0
 """The metrics HTTP server's shutdown waits at most 5 s for in-flight scrapes."""
+
+MAX_SWARM_SEED = 4095
+"""Largest swarm seed: a question's reasoning-gym seed is ``swarm_seed << 52`` plus an index
+below 2**52 (sapo_async/tasks/source.py), and it travels in ``TaskRef.seed``, a msgpack
+integer of at most 64 bits; seed 4096 would need 65 bits and the node could not encode its
+first group."""

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
+from sapo_async.limits import MAX_SWARM_SEED
+
 if TYPE_CHECKING:
     from sapo_async.fabric.transport.embedded import NatsOptions
 
@@ -70,7 +72,13 @@ class NodeSection(_Section):
         Path("~/.sapo"),
         description="Directory for this node's keystore, checkpoints, ledger journal and logs.",
     )
-    seed: int = Field(0, ge=0, description="Seed for task sampling and generation RNGs.")
+    seed: int = Field(
+        0,
+        ge=0,
+        le=MAX_SWARM_SEED,
+        description="Seed for task sampling and generation RNGs (0..4095: it fills the top "
+        "12 bits of a 64-bit wire field).",
+    )
     rounds: int | None = Field(
         None, ge=1, description="Rounds to run, then stop; unset runs until stopped."
     )
