@@ -189,10 +189,10 @@ def test_the_largest_swarm_seed_fits_the_wire_and_the_next_one_is_refused_by_nam
     )
     account = make_account(0)
     encode_group(msgspec.structs.replace(make_group(account), task=item.ref))  # no overflow
-    with pytest.raises(ConfigError, match="0..4095"):
+    with pytest.raises(ConfigError, match=r"0\.\.4095"):
         TaskSource(CPU_PRESET, swarm_seed=4096)
     with pytest.raises(ConfigError) as err:
         NodeSpec.build(seed=4096)
     assert err.value.field == "training.seed"
-    with pytest.raises(ConfigError, match="node.seed"):
+    with pytest.raises(ConfigError, match=r"node\.seed"):
         load_config(node={"seed": 4096})
