@@ -62,6 +62,7 @@ def audit(
 
     from sapo_async.errors import SapoError
     from sapo_async.ledger.audit import NodeAudit, audit_node, audit_swarm, swarm_table
+    from sapo_async.ops.status import print_unclipped
 
     if (node is None) == (not swarm):
         raise _fail("give a NODE address or --swarm (not both)")
@@ -80,7 +81,7 @@ def audit(
         typer.echo(json.dumps([_audit_json(a) for a in audits], indent=1))
         return
     console = Console()
-    console.print(swarm_table(audits))
+    print_unclipped(console, swarm_table(audits))
     if not swarm:
         a = audits[0]
         for title, rows in (
@@ -92,7 +93,7 @@ def audit(
             table.add_column("rollouts", justify="right")
             for other, count in sorted(rows.items()):
                 table.add_row(other, str(count))
-            console.print(table)
+            print_unclipped(console, table)
 
 
 def _audit_json(a: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rich.table import Table
+from rich.text import Text
 
 from sapo_async.ledger.base import Ledger
 from sapo_async.ledger.journal import Journal
@@ -206,7 +207,7 @@ def swarm_table(audits: Sequence[NodeAudit], *, title: str = "swarm ledger audit
         p = a.participation
         table.add_row(
             a.node,
-            a.metadata,
+            Text(a.metadata),  # any node registers any metadata: plain text, never markup
             str(p.rounds_committed),
             "-" if a.last_round is None else str(a.last_round),
             str(p.rollouts_committed),
