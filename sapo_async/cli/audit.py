@@ -112,14 +112,42 @@ def _audit_json(a: Any) -> dict[str, Any]:
     }
 
 
-def verify(
+def verify(  # noqa: PLR0917 - typer maps parameters to options
     rollout_hash: Annotated[str, typer.Argument(help="0x-prefixed 32-byte rollout hash.")],
     journal: Annotated[
         list[Path] | None,
-        typer.Option("--journal", help="Journal(s) to look the hash up in (repeatable)."),
+        typer.Option(
+            "--journal",
+            help="Journal(s) to look the hash up in (repeatable; default: $SAPO_JOURNAL, else "
+            "the journal the node of --config writes, <data_dir>/journal/journal.sqlite).",
+        ),
     ] = None,
-    rpc: _Rpc = "http://127.0.0.1:8545",
-    ledger: _LedgerAddress = "",
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="node.toml whose journal, RPC and contract to use (default: ./node.toml if "
+            "any, else defaults and SAPO_* environment).",
+        ),
+    ] = None,
+    rpc: Annotated[
+        str | None,
+        typer.Option(
+            "--rpc",
+            envvar="SAPO_LEDGER_RPC",
+            help="JSON-RPC URL of the chain (default: the config's ledger.rpc_url, else "
+            "http://127.0.0.1:8545).",
+        ),
+    ] = None,
+    ledger: Annotated[
+        str | None,
+        typer.Option(
+            "--ledger",
+            envvar="SAPO_LEDGER_ADDRESS",
+            help="Address of the SapoLedger (default: the config's ledger.contract_address).",
+        ),
+    ] = None,
     as_json: _Json = False,
 ) -> None:
     """Find the commitment(s) naming ROLLOUT_HASH and check the inclusion proof on chain."""
@@ -127,7 +155,8 @@ def verify(
 
     from sapo_async.errors import SapoError
     from sapo_async.ledger.audit import verify_rollout
-    from sapo_async.ledger.journal import DEFAULT_JOURNAL_PATH, Journal
+    from sapo_async.ledger.journal import Journal
+    from sapo_async.ops.config import load_config
 
     text = rollout_hash.removeprefix("0x")
     try:
@@ -136,12 +165,24 @@ def verify(
         digest = b""
     if len(digest) != 32:
         raise _fail(f"ROLLOUT_HASH must be 32 bytes of hex, got {rollout_hash!r}")
+    if config is None and Path("node.toml").is_file():
+        config = Path("node.toml")
+    try:
+        # The node writes its journal where its config says; read the same one.
+        cfg = load_config(config)
+    except SapoError as exc:
+        raise _fail(f"verify: {exc}") from exc
+    ledger = ledger or cfg.ledger.contract_address
+    rpc = rpc or cfg.ledger.rpc_url or "http://127.0.0.1:8545"
     if not ledger:
-        raise _fail("no ledger address: pass --ledger or set SAPO_LEDGER_ADDRESS")
-    paths = journal or [Path(os.environ.get("SAPO_JOURNAL", str(DEFAULT_JOURNAL_PATH)))]
+        raise _fail(
+            "no ledger address: pass --ledger, set SAPO_LEDGER_ADDRESS or ledger.contract_address"
+        )
+    from_env = os.environ.get("SAPO_JOURNAL")
+    paths = journal or [Path(from_env) if from_env else cfg.journal_path]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
-        raise _fail(f"journal not found: {', '.join(missing)}")
+        raise _fail(f"journal not found: {', '.join(missing)} (pass --journal or --config)")
     journals = [Journal(p) for p in paths]
     try:
         results = anyio.run(verify_rollout, _ledger(rpc, ledger), journals, digest)

@@ -41,10 +41,7 @@ import anyio
 from sapo_async.errors import RejectedInput
 from sapo_async.ledger.types import RoundCommitment, checksum
 
-__all__ = ["DEFAULT_JOURNAL_PATH", "EntryState", "Journal", "JournalEntry", "RolloutLocation"]
-
-DEFAULT_JOURNAL_PATH = Path(".sapo") / "ledger-journal.sqlite"
-"""Where a node keeps its journal unless configured otherwise (``.sapo/`` is git-ignored)."""
+__all__ = ["EntryState", "Journal", "JournalEntry", "RolloutLocation"]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
