@@ -149,19 +149,23 @@ def _read_keystore(path: Path) -> dict[str, Any]:
             f"keystore {path} is damaged (not JSON: {exc}); {_DAMAGED_ADVICE}",
             field="identity.keystore",
         ) from exc
-    crypto = keystore.get("crypto", keystore.get("Crypto")) if isinstance(keystore, dict) else None
-    missing = [f for f in _KEYSTORE_FIELDS if not isinstance(crypto, dict) or f not in crypto]
-    version = keystore.get("version") if isinstance(keystore, dict) else None
-    if version != 3 or missing or not isinstance(crypto, dict):
-        problem = (
-            f"version {version!r}, not 3" if version != 3 else f"no {', '.join(missing)}"
-        )
+    if not isinstance(keystore, dict):
         raise IdentityError(
-            f"keystore {path} is not an encrypted Ethereum key file ({problem}); "
-            f"{_DAMAGED_ADVICE}",
+            f"keystore {path} is not an encrypted Ethereum key file (a JSON "
+            f"{type(keystore).__name__}, not an object); {_DAMAGED_ADVICE}",
             field="identity.keystore",
         )
-    return keystore
+    checked: dict[str, Any] = keystore
+    crypto = checked.get("crypto", checked.get("Crypto"))
+    missing = [f for f in _KEYSTORE_FIELDS if not isinstance(crypto, dict) or f not in crypto]
+    version = checked.get("version")
+    if version != 3 or missing:
+        problem = f"version {version!r}, not 3" if version != 3 else f"no {', '.join(missing)}"
+        raise IdentityError(
+            f"keystore {path} is not an encrypted Ethereum key file ({problem}); {_DAMAGED_ADVICE}",
+            field="identity.keystore",
+        )
+    return checked
 
 
 def load_or_create_identity(
