@@ -183,12 +183,23 @@ async def _prepare_learner(spec: NodeSpec, learner: Learner, address: str) -> No
         learner.generator = engine
     directory = spec.checkpoint.dir
     if directory is not None and (Path(directory) / "LATEST").is_file():
-        await anyio.to_thread.run_sync(learner.restore, Path(directory))
+        state = await anyio.to_thread.run_sync(learner.restore, Path(directory))
+        for damaged in state.damaged:
+            _log.warning(
+                "checkpoint_damaged",
+                node=address,
+                path=str(damaged.path),
+                reason=damaged.reason,
+                kept_as=str(damaged.kept_as),
+                resumed_from=str(state.path),
+                advice="nothing was deleted: inspect or delete the damaged copy",
+            )
         _log.info(
             "node_resumed",
             node=address,
             round=learner.round,
             policy_version=learner.policy_version,
+            checkpoint=str(state.path),
         )
 
 
