@@ -439,8 +439,14 @@ class RoundLoop:
         t2 = time.perf_counter()
         used: Counter[str] = Counter(c.producer for c in chosen)
         self._used.update(used)
-        pending, confirmed = await self._commit(shared, chosen)
         self.learner.round = shared.round + 1
+        if self.recorder is not None:
+            # Checkpoint before the commitment: a node killed at any point then resumes at
+            # or after every round it committed, with the weights it trained, so it never
+            # commits a policy version lower than one already on chain and never skips
+            # rounds it trained (a restart from an older checkpoint did both).
+            await self.save_checkpoint()
+        pending, confirmed = await self._commit(shared, chosen)
         received, rejections = self._collected()
         rewards = [c.reward for g in shared.local for c in g.completions]
         staleness = [choice.newest[c.producer] - c.buffered.group.producer_round for c in chosen]

@@ -247,7 +247,7 @@ class LedgerSpec:
     enabled: bool = True
     rpc_url: str | None = None
     contract_address: str | None = None
-    relayer_key: str | None = None
+    relayer_key: str | None = field(default=None, repr=False)  # a secret: never in logs
     journal_path: Path | None = None
 
     def __post_init__(self) -> None:
@@ -278,7 +278,8 @@ class CheckpointSpec:
     Attributes:
         dir: checkpoints go here, and the node resumes from the latest one (model,
             optimizer, round, RNG states); None: no checkpoints.
-        every: rounds between checkpoints (one is also saved on leave).
+        every: rounds between checkpoints (one is also saved on leave); a node with a
+            ledger recorder checkpoints every round, before its commitment.
     """
 
     dir: Path | None = None

@@ -308,5 +308,16 @@ async def _make_recorder(
 
     cleanups.append(close_journal)
     journaled = [e.round for e in journal.entries(account.address)]
-    learner.round = max(learner.round, max(journaled, default=-1) + 1)
+    after_journal = max(journaled, default=-1) + 1
+    if after_journal > learner.round:
+        # Only when the checkpoint is older than the journal (a node that checkpoints
+        # before each commitment, as the round loop does, is never here after a crash).
+        _log.warning(
+            "resumed_behind_journal",
+            node=account.address,
+            checkpoint_round=learner.round,
+            journal_round=after_journal,
+            skipped_rounds=after_journal - learner.round,
+        )
+        learner.round = after_journal
     return Recorder(ledger, journal, account, metadata=learner.model_id)

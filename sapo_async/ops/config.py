@@ -206,6 +206,7 @@ class NodeConfig(BaseSettings):
                 enabled=ledger.enabled,
                 rpc_url=ledger.rpc_url,
                 contract_address=ledger.contract_address,
+                relayer_key=ledger.read_relayer_key() if ledger.enabled else None,
                 journal_path=self.journal_path,
             ),
             checkpoint=CheckpointSpec(dir=self.checkpoint_dir, every=self.node.checkpoint_every),
