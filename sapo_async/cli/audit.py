@@ -183,8 +183,9 @@ def verify(  # noqa: PLR0917 - typer maps parameters to options
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise _fail(f"journal not found: {', '.join(missing)} (pass --journal or --config)")
-    journals = [Journal(p) for p in paths]
+    journals: list[Journal] = []
     try:
+        journals.extend(Journal(p) for p in paths)  # JournalError names a damaged one
         results = anyio.run(verify_rollout, _ledger(rpc, ledger), journals, digest)
     except SapoError as exc:
         raise _fail(f"verify failed: {exc}") from exc

@@ -174,3 +174,20 @@ def test_a_damaged_journal_is_named_with_what_to_do_and_left_as_it_was(
 def test_a_journal_path_that_cannot_be_opened_is_a_journal_error(tmp_path: Path) -> None:
     with pytest.raises(JournalError, match="cannot open the ledger journal"):
         Journal(tmp_path)  # a directory
+
+
+def test_verify_names_a_damaged_journal_in_one_line_and_exits_2(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from sapo_async.cli.main import build_app
+
+    path = tmp_path / "journal.sqlite"
+    path.write_bytes(random.Random(3).randbytes(8192))
+    out = CliRunner().invoke(
+        build_app(),
+        ["verify", "0x" + "ab" * 32, "--journal", str(path), "--ledger", "0x" + "1" * 40],
+    )
+    assert out.exit_code == 2, out.output
+    assert out.exception is None or isinstance(out.exception, SystemExit)
+    assert "cannot open the ledger journal" in out.output
+    assert str(path) in out.output
