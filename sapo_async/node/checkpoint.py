@@ -48,6 +48,7 @@ __all__ = [
     "FORMAT_VERSION",
     "CheckpointState",
     "DamagedCheckpoint",
+    "has_checkpoint",
     "load_checkpoint",
     "save_checkpoint",
 ]
@@ -258,6 +259,13 @@ def _move_aside(path: Path) -> Path:
     return target
 
 
+def has_checkpoint(directory: Path) -> bool:
+    """Whether ``directory`` holds a checkpoint to resume from (a LATEST pointer, or a
+    checkpoint directory when the pointer itself was lost)."""
+    directory = Path(directory)
+    return (directory / _LATEST).is_file() or any(p.is_dir() for p in directory.glob("round-*"))
+
+
 def load_checkpoint(
     directory: Path, *, model: Any, optimizer: torch.optim.Optimizer | None = None
 ) -> CheckpointState:
@@ -274,7 +282,12 @@ def load_checkpoint(
     """
     directory = Path(directory)
     latest = directory / _LATEST
-    named = latest.read_text().strip() if latest.is_file() else ""
+    try:
+        named = latest.read_text().strip() if latest.is_file() else ""
+    except (OSError, UnicodeDecodeError):
+        named = ""  # a damaged pointer: the round-* directories themselves still tell
+    if named and (os.sep in named or not named.startswith("round-")):
+        named = ""
     others = sorted(
         (p for p in directory.glob("round-*") if p.is_dir() and p.name != named), reverse=True
     )

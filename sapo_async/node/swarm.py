@@ -37,6 +37,7 @@ from sapo_async.ledger.journal import Journal
 from sapo_async.ledger.recorder import Recorder
 from sapo_async.limits import NATS_JOIN_BACKOFF_BASE_S, NATS_JOIN_BACKOFF_MAX_S
 from sapo_async.logs import get_logger
+from sapo_async.node.checkpoint import has_checkpoint
 from sapo_async.node.embedded import EMBEDDED
 from sapo_async.node.learner import Learner, build_learner
 from sapo_async.node.lifecycle import Node, default_name
@@ -182,7 +183,7 @@ async def _prepare_learner(spec: NodeSpec, learner: Learner, address: str) -> No
         await engine.probe()  # engine and trainer must start from the same weights
         learner.generator = engine
     directory = spec.checkpoint.dir
-    if directory is not None and (Path(directory) / "LATEST").is_file():
+    if directory is not None and await anyio.to_thread.run_sync(has_checkpoint, Path(directory)):
         state = await anyio.to_thread.run_sync(learner.restore, Path(directory))
         for damaged in state.damaged:
             _log.warning(

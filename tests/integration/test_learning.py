@@ -312,6 +312,18 @@ def test_a_flipped_byte_falls_back_to_the_previous_checkpoint_and_keeps_the_dama
     assert (damaged.kept_as / "model.safetensors").read_bytes() == flipped
 
 
+def test_a_damaged_latest_pointer_still_finds_the_newest_checkpoint(
+    tiny_lm: Any, tmp_path: Path
+) -> None:
+    node = _node(tiny_lm)
+    node.round = 3
+    node.save(tmp_path / "ck")
+    (tmp_path / "ck" / "LATEST").write_bytes(b"\xff\xfe round-0000")
+    state = _node(tiny_lm).restore(tmp_path / "ck")
+    assert state.round == 3
+    assert state.damaged == ()
+
+
 def test_with_no_good_checkpoint_left_the_error_names_each_and_changes_nothing(
     tiny_lm: Any, tmp_path: Path
 ) -> None:
