@@ -167,9 +167,11 @@ def verify(  # noqa: PLR0917 - typer maps parameters to options
         raise _fail(f"ROLLOUT_HASH must be 32 bytes of hex, got {rollout_hash!r}")
     if config is None and Path("node.toml").is_file():
         config = Path("node.toml")
+    given = {"contract_address": ledger, "rpc_url": rpc}
     try:
-        # The node writes its journal where its config says; read the same one.
-        cfg = load_config(config)
+        # The node writes its journal where its config says; read the same one. What the
+        # command line gives wins over the file (and completes it).
+        cfg = load_config(config, ledger={k: v for k, v in given.items() if v})
     except SapoError as exc:
         raise _fail(f"verify: {exc}") from exc
     ledger = ledger or cfg.ledger.contract_address

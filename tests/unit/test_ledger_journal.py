@@ -176,11 +176,18 @@ def test_a_journal_path_that_cannot_be_opened_is_a_journal_error(tmp_path: Path)
         Journal(tmp_path)  # a directory
 
 
-def test_verify_names_a_damaged_journal_in_one_line_and_exits_2(tmp_path: Path) -> None:
+def test_verify_names_a_damaged_journal_in_one_line_and_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
     from sapo_async.cli.main import build_app
 
+    # A ./node.toml without contract_address: --ledger completes it rather than failing.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "node.toml").write_text('[ledger]\nrpc_url = "http://127.0.0.1:9"\n')
+    for name in ("SAPO_JOURNAL", "SAPO_LEDGER_RPC", "SAPO_LEDGER_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
     path = tmp_path / "journal.sqlite"
     path.write_bytes(random.Random(3).randbytes(8192))
     out = CliRunner().invoke(
