@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -48,14 +49,23 @@ def _ledger(rpc: str, address: str) -> EvmLedger:
     return EvmLedger(rpc_chain(rpc), address)
 
 
-def audit(
+def audit(  # noqa: PLR0917 - typer maps each parameter to an option
     node: Annotated[str | None, typer.Argument(help="Node address to audit.")] = None,
     swarm: Annotated[bool, typer.Option("--swarm", help="Audit every registered node.")] = False,
     rpc: _Rpc = "http://127.0.0.1:8545",
     ledger: _LedgerAddress = "",
+    trust: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trust",
+            help="A consumer whose credit weighs fully in the score (repeatable; "
+            "default: every consumer). See docs/ledger.md.",
+        ),
+    ] = None,
     as_json: _Json = False,
 ) -> None:
-    """Show what a node (or every node) committed on the ledger and the credit it received."""
+    """Show what a node (or every node) committed on the ledger, the credit it received and
+    its contribution score."""
     import anyio
     from rich.console import Console
     from rich.table import Table
@@ -72,9 +82,9 @@ def audit(
         client = _ledger(rpc, ledger)
         audits: list[NodeAudit]
         if node is None:
-            audits = anyio.run(audit_swarm, client)
+            audits = anyio.run(partial(audit_swarm, client, trusted=trust))
         else:
-            audits = [anyio.run(audit_node, client, node)]
+            audits = [anyio.run(partial(audit_node, client, node, trusted=trust))]
     except SapoError as exc:
         raise _fail(f"audit failed: {exc}") from exc
     if as_json:
@@ -109,6 +119,9 @@ def _audit_json(a: Any) -> dict[str, Any]:
         "credit_received": p.credit_received,
         "credit_by_consumer": a.credit_by_consumer,
         "usage_by_producer": a.usage_by_producer,
+        "score": None if a.score is None else a.score.score,
+        "score_from_trusted": None if a.score is None else a.score.from_trusted,
+        "standing": None if a.score is None else a.score.standing,
     }
 
 

@@ -287,7 +287,7 @@ class Journal:
             ]
             rows += [
                 (h, commitment.node, commitment.round, "external", producer)
-                for producer, hashes in commitment.external_hashes.items()
+                for producer, _, hashes in commitment.usage()
                 for h in hashes
             ]
             db.executemany(

@@ -394,9 +394,12 @@ class RoundLoop:
         """
         if self.recorder is None:
             return 0, 0
-        by_producer: dict[str, list[bytes]] = {}
+        # Keyed by the producer's own round: the ledger credits a producer only for a round
+        # it committed, and never for more rollouts than it committed in that round.
+        by_producer: dict[str, dict[int, list[bytes]]] = {}
         for c in chosen:
-            by_producer.setdefault(c.producer, []).append(c.buffered.rollout_hash)
+            by_round = by_producer.setdefault(c.producer, {})
+            by_round.setdefault(c.buffered.group.producer_round, []).append(c.buffered.rollout_hash)
         commitment = RoundCommitment(
             node=self.address,
             round=shared.round,

@@ -81,9 +81,9 @@ def test_states_only_leave_pending_once(tmp_path: Path):
 def test_rollout_hashes_are_indexed_by_kind(tmp_path: Path):
     with Journal(tmp_path / "j.sqlite") as j:
         shared = os.urandom(32)
-        c = RoundCommitment(NODE, 1, 1, [shared], {OTHER: [os.urandom(32)]})
+        c = RoundCommitment(NODE, 1, 1, [shared], {OTHER: {1: [os.urandom(32)]}})
         j.append(c)
-        j.append(RoundCommitment(OTHER, 4, 1, [], {NODE: [shared]}))
+        j.append(RoundCommitment(OTHER, 4, 1, [], {NODE: {1: [shared]}}))
         found = j.find_rollout(shared)
         assert [(f.node.lower(), f.round, f.kind) for f in found] == [
             (NODE.lower(), 1, "own"),
