@@ -78,7 +78,6 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
     import anyio
     import torch
     from rich.console import Console
-    from rich.live import Live
     from rich.table import Table
 
     from sapo_async.node.embedded import embedded_ledger
@@ -86,6 +85,7 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
     from sapo_async.node.report import RoundReport
     from sapo_async.node.spec import NodeSpec
     from sapo_async.node.swarm import Swarm
+    from sapo_async.ops.status import live_table, print_unclipped
 
     torch.set_num_threads(1)
     import sys
@@ -157,7 +157,7 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
                     sink()
 
         async with _explorer(opts, console):
-            with Live(table(), console=console, refresh_per_second=2) as live:
+            with live_table(table(), console=console) as live:
                 async with anyio.create_task_group() as tg:
                     for n in nodes:
                         tg.start_soon(follow, n, lambda: live.update(table()))
@@ -171,7 +171,9 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
             if handle is not None:
                 from sapo_async.ledger.audit import audit_swarm, swarm_table
 
-                console.print(swarm_table(await audit_swarm(handle.ledger, breakdown=False)))
+                print_unclipped(
+                    console, swarm_table(await audit_swarm(handle.ledger, breakdown=False))
+                )
     finally:
         for n in reversed(nodes):
             await n.leave()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from sapo_async.explorer.views import (
 from sapo_async.ledger.audit import RolloutVerification, audit_node, audit_swarm, verify_rollout
 from sapo_async.ledger.base import Ledger
 from sapo_async.ledger.journal import Journal
+from sapo_async.ledger.score import contribution_scores
 from sapo_async.ledger.types import checksum
 
 __all__ = ["Explorer", "journal_paths"]
@@ -140,6 +142,11 @@ class Explorer:
         # the whole swarm rather than two per node (audit_swarm's breakdown).
         audits = await audit_swarm(self.ledger, breakdown=False)
         credits = await self.ledger.usage_credits()
+        # The contribution score from the same events (pure), not ledger_scores' re-read.
+        scores = contribution_scores(
+            credits, {a.node: a.participation.rounds_committed for a in audits}
+        )
+        audits = [replace(a, score=scores.get(a.node)) for a in audits]
         last_seen: dict[str, int | None] = {}
         for a in audits:
             stored = (

@@ -30,14 +30,11 @@ __all__ = [
     "parse_proof",
     "parse_rollout_hash",
     "read_logs",
+    "score_detail",
     "score_of",
     "swarm_view",
     "verification_view",
 ]
-
-SCORE_FIELDS = ("contribution_score", "score")
-"""Where an audit may carry a contribution score (ledger/audit.py grows one); the first
-field found on the audit, then on its participation, is shown. None of them: no score."""
 
 
 def parse_rollout_hash(text: str) -> bytes:
@@ -77,14 +74,25 @@ def parse_proof(text: str) -> list[bytes]:
 
 
 def score_of(audit: NodeAudit) -> float | None:
-    """The audit's contribution score, or None where the audit has none (see
-    :data:`SCORE_FIELDS`)."""
-    for holder in (audit, audit.participation):
-        for name in SCORE_FIELDS:
-            value = getattr(holder, name, None)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                return float(value)
+    """The audit's contribution score (:mod:`sapo_async.ledger.score`), or None where the
+    audit carries none (a totals-only audit, or a ledger audit without scores)."""
+    score = getattr(audit, "score", None)
+    value = getattr(score, "score", score)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
     return None
+
+
+def score_detail(audit: NodeAudit) -> dict[str, Any] | None:
+    """What the score is made of (trusted part, standing as a consumer, consumers), if any."""
+    score = getattr(audit, "score", None)
+    if score is None or score_of(audit) is None:
+        return None
+    return {
+        name: getattr(score, name)
+        for name in ("from_trusted", "standing", "consumers")
+        if hasattr(score, name)
+    }
 
 
 @dataclass
@@ -234,6 +242,7 @@ def node_view(
         by_round.setdefault(entry["round"], {"round": entry["round"]})["log"] = entry
     return {
         **_node_row(audit, last_seen, log),
+        "score_detail": score_detail(audit),
         "credit_by_consumer": dict(sorted(audit.credit_by_consumer.items())),
         "usage_by_producer": dict(sorted(audit.usage_by_producer.items())),
         "timeline": [

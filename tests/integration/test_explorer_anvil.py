@@ -59,7 +59,7 @@ async def test_explorer_over_rpc_shows_the_contracts_numbers_and_verifies(
     with Journal(journal_path) as journal:
         for node, c in (
             (a, RoundCommitment(a.address, 0, 0, [shared, os.urandom(32)])),
-            (b, RoundCommitment(b.address, 0, 0, [os.urandom(32)], {a.address: [shared]})),
+            (b, RoundCommitment(b.address, 0, 0, [os.urandom(32)], {a.address: {0: [shared]}})),
         ):
             async with Recorder(ledger, journal, node) as rec:
                 rec.record_nowait(c)

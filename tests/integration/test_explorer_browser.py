@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from sapo_async.ledger.audit import ledger_scores
 from sapo_async.ledger.journal import Journal
 from sapo_async.process import free_port
 
@@ -127,6 +128,10 @@ def test_swarm_page_shows_the_contracts_numbers_and_usage_graph(demo: Demo, page
         assert cell(page, a, "rollouts_committed") == str(s.rollouts_committed)
         assert cell(page, a, "external_used") == str(s.external_used)
         assert cell(page, a, "credit_received") == str(s.credit_received)
+    # The contribution score is the ledger audit's own (sapo_async.ledger.score).
+    scores = demo.chain(ledger_scores, ledger)
+    for a in stats:
+        assert cell(page, a, "score") == f"{scores[a].score:.3f}"
     total = page.locator('[data-total="rounds_committed"]').inner_text()
     assert total == str(sum(s.rounds_committed for s in stats.values()))
 

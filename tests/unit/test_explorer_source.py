@@ -11,6 +11,7 @@ from eth_account import Account
 
 from sapo_async.errors import RejectedInput
 from sapo_async.explorer.source import Explorer
+from sapo_async.ledger.audit import ledger_scores
 from sapo_async.ledger.journal import Journal
 from sapo_async.ledger.memory import MemoryLedger
 from sapo_async.ledger.recorder import Recorder
@@ -49,12 +50,18 @@ async def test_the_swarm_snapshot_moves_its_revision_only_when_the_ledger_change
     with Journal(tmp_path / "j.sqlite") as journal:
         await commit(ledger, journal, a, RoundCommitment(a.address, 0, 0, [shared]))
         await commit(
-            ledger, journal, b, RoundCommitment(b.address, 0, 0, [], {a.address: [shared]})
+            ledger, journal, b, RoundCommitment(b.address, 0, 0, [], {a.address: {0: [shared]}})
         )
     swarm = await explorer.swarm()
     assert swarm["revision"] == 2
     assert {n["node"]: n["credit_received"] for n in swarm["nodes"]} == {a.address: 1, b.address: 0}
     assert swarm["usage"] == [{"producer": a.address, "consumer": b.address, "count": 1}]
+    # The score is the ledger's own (sapo_async.ledger.score), from the same events.
+    expected = await ledger_scores(ledger)
+    assert {n["node"]: n["score"] for n in swarm["nodes"]} == {
+        n: s.score for n, s in expected.items()
+    }
+    assert {n["node"]: n["score"] for n in swarm["nodes"]}[a.address] == 1.0
 
     # A node appending a round to its log changes the snapshot too (its name appears).
     (tmp_path / "a.jsonl").write_text(log_line(a.address, 0))

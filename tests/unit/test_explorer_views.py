@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,11 +14,13 @@ from sapo_async.explorer.views import (
     parse_proof,
     parse_rollout_hash,
     read_logs,
+    score_detail,
     score_of,
     swarm_view,
     verification_view,
 )
 from sapo_async.ledger.audit import NodeAudit, Participation, RolloutVerification
+from sapo_async.ledger.score import ContributionScore
 from sapo_async.ledger.types import OnChainCommitment, UsageCredit
 
 A = "0x" + "aa" * 20
@@ -52,16 +54,14 @@ def test_a_proof_is_siblings_separated_by_commas_or_spaces():
 
 def test_an_audit_without_a_score_shows_none_and_a_scored_one_shows_its_score():
     assert score_of(audit(A)) is None
-
-    @dataclass(frozen=True)
-    class Scored(Participation):
-        contribution_score: float = 0.0
-
-    scored = NodeAudit(A, True, "", 0, Scored(1, 8, 0, 3, contribution_score=0.75))
+    assert score_detail(audit(A)) is None
+    scored = replace(audit(A), score=ContributionScore(A, 0.75, 0.5, 1.0, 2))
     assert score_of(scored) == 0.75
+    assert score_detail(scored) == {"from_trusted": 0.5, "standing": 1.0, "consumers": 2}
     view = swarm_view(ledger=B, chain="x", audits=[scored], credits=[], last_seen={}, logs={})
     assert view["nodes"][0]["score"] == 0.75
     assert view["has_score"] is True
+    assert node_view(scored, [], None)["score_detail"]["consumers"] == 2
 
 
 def _report(node: str, rnd: int, reward: float, rejections: dict[str, int]) -> str:
@@ -101,9 +101,9 @@ def test_round_logs_are_read_by_node_and_a_partial_last_line_is_skipped(tmp_path
 
 def test_the_swarm_view_copies_the_audit_and_sums_usage_edges():
     credits = [
-        UsageCredit(A, B, 1, 2, 10),
-        UsageCredit(A, B, 2, 3, 11),
-        UsageCredit(B, A, 2, 1, 11),
+        UsageCredit(A, B, 1, 2, 10, 0),
+        UsageCredit(A, B, 2, 3, 11, 1),
+        UsageCredit(B, A, 2, 1, 11, 1),
     ]
     view = swarm_view(
         ledger=B,
