@@ -184,15 +184,15 @@ class TrainingSpec:
             self.rounds is None or self.rounds >= 0, "training.rounds", "None or >= 0", self.rounds
         )
         _check(self.seed >= 0, "training.seed", ">= 0", self.seed)
-        cap = self.tis_cap
-        _check(cap is None or cap > 0, "training.tis_cap", "None or > 0", cap)
+        tis = self.tis_cap
+        _check(tis is None or tis > 0, "training.tis_cap", "None or > 0", tis)
         _one_of(self.tis_level, ("token", "sequence"), "training.tis_level")
-        if self.trainer is not None and cap is not None:
+        if self.trainer is not None and tis is not None:
             given = (self.trainer.tis_cap, self.trainer.tis_level)
             _check(
-                given[0] is None or given == (cap, self.tis_level),
+                given[0] is None or given == (tis, self.tis_level),
                 "training.trainer.tis_cap",
-                f"unset or equal to training.tis_cap ({cap}, {self.tis_level})",
+                f"unset or equal to training.tis_cap ({tis}, {self.tis_level})",
                 given,
             )
 
