@@ -15,10 +15,11 @@ truncated IS on, as a node does.
   :func:`full_vocab_logprobs`): a full-vocabulary ``log_softmax`` at every position of the
   whole batch at once, no micro-batches. At 64 sequences that is 64 x 640 x 151,936 float32
   logits, 25 GB per copy and several copies, which does not fit this 24 GiB machine (shared
-  with other jobs). So "before" is measured at ``--before-sequences`` (1 and 2 by default),
-  with "after" beside it at the same sizes, and its peak at 64 sequences is extrapolated
-  linearly from those points (memory in that path grows linearly with the sequence count;
-  the two measured points give the slope). The JSON says which numbers are measured and
+  with other jobs). So "before" is measured at ``--before-sequences`` (2 and 3: one
+  question, which needs two completions to be informative), with "after" beside it at the
+  same sizes, and its peak at 64 sequences is extrapolated linearly from those points
+  (memory in that path grows linearly with the sequence count; the two measured points
+  give the slope). The JSON says which numbers are measured and
   which extrapolated.
 
 Each measurement runs in a fresh child process (peak RSS from ``getrusage``); the parent
@@ -247,7 +248,7 @@ def main() -> None:
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument(
         "--before-sequences",
-        default="1,2",
+        default="2,3",
         help="sizes (one question, this many completions) where before and after both run",
     )
     parser.add_argument("--rss-limit-gb", type=float, default=14.0)

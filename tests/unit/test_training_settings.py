@@ -87,3 +87,17 @@ def test_node_toml_refuses_bad_training_values_naming_the_key(
 ) -> None:
     with pytest.raises(ConfigError, match=f"training.{key}"):
         load_config(node={"data_dir": str(tmp_path)}, training=training)
+
+
+def test_the_gpu_example_trains_every_completion_token_with_truncated_is(tmp_path: Path) -> None:
+    from eth_account import Account
+
+    from sapo_async.ops.hardware import HardwareChoice
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "gpu_node.toml"
+    cfg = load_config(example, node={"data_dir": str(tmp_path)})
+    hardware = HardwareChoice("transformers", "cpu", "tiny", None, "test", None, None)
+    trainer = cfg.to_spec(account=Account.create(), hardware=hardware).training.trainer_config()
+    assert trainer.max_completion_tokens == 512
+    assert trainer.tis_cap == 2.0
+    assert trainer.micro_batch_tokens == 8192
