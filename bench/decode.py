@@ -93,9 +93,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a 2-layer model, one repeat")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--layers", type=int, default=24, help="decoder layers (Qwen2.5-0.5B: 24)")
     parser.add_argument("--out", type=Path, default=None, help="default: results_path()")
     args = parser.parse_args()
-    layers = 2 if args.quick else 24
+    layers = 2 if args.quick else args.layers
     repeats = 1 if args.quick else args.repeats
     prompts, n, plen, new = (2, 4, 128, 16)
     model = _model(layers)

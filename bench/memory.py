@@ -125,6 +125,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
             lr=1e-6,
             micro_batch_tokens=None if before else args.micro_batch_tokens,
             gradient_checkpointing=args.gradient_checkpointing and not before,
+            bf16=args.bf16 and not before,
         ),
     ).training.trainer_config()
     trainer = Trainer(model, tok, trainer_config, add_special_tokens=False)
@@ -164,6 +165,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         "loss": m.loss,
         "grad_norm": m.grad_norm,
         "micro_batch_tokens": trainer_config.micro_batch_tokens,
+        "bf16": trainer_config.bf16,
         "logprob_chunk_tokens": trainer_config.logprob_chunk_tokens,
     }
 
@@ -205,6 +207,7 @@ def measure(
         *("--max-new-tokens", str(args.max_new_tokens), "--threads", str(args.threads)),
         *("--micro-batch-tokens", str(args.micro_batch_tokens)),
         *(["--gradient-checkpointing"] if args.gradient_checkpointing else []),
+        *(["--bf16"] if args.bf16 and variant == "after" and questions > 1 else []),
         *("--progress", str(args.progress_dir / f"{variant}-{questions * completions}.jsonl")),
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -246,6 +249,11 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: --length")
     parser.add_argument("--micro-batch-tokens", type=int, default=2560)
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument(
+        "--bf16",
+        action="store_true",
+        help="the full-size after run under bf16 autocast (side-by-side runs stay float32)",
+    )
     parser.add_argument(
         "--before-sequences",
         default="2,3",
@@ -304,6 +312,8 @@ def main() -> None:
         how = f"linear through the measured before points at {n0} and {n1} sequences"
     else:
         slope, before_full, how = float("nan"), float("nan"), "needs two measured points"
+    # one float32 copy of one sequence's logits, [prompt + completion, V]
+    copy_gb = (args.prompt_tokens + args.length) * VOCAB * 4 / 2**30
     result = {
         "machine": {
             "platform": platform.platform(),
@@ -332,7 +342,12 @@ def main() -> None:
         "peak_rss_gb_before": before_full,
         "peak_rss_gb_before_how": f"extrapolated, {how} ({slope:.2f} GB per sequence); "
         f"the full-size before run needs about that much and was not run on this machine",
+        "before_logit_copies_at_peak": slope / copy_gb,
         "reduction": before_full / full["peak_rss_gb"] if "peak_rss_gb" in full else None,
+        "runs": "each measurement in a fresh child process; with --reuse the report is "
+        "written from runs made earlier with --only (full and small side by side)"
+        if args.reuse
+        else "each measurement in a fresh child process",
         "after": full,
         "side_by_side": side_by_side,
         "wall_s": time.perf_counter() - started,

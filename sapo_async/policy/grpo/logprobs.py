@@ -14,13 +14,15 @@ that is about 25 GB before the backward pass. Here instead::
 
 Each chunk runs under activation checkpointing, so autograd keeps only ``h_chunk`` and the
 chunk's ``[chunk, V]`` logits exist once in the forward and once again in the backward:
-peak logit memory is ``chunk_tokens x V x 4`` bytes whatever the batch. The values are
+at any moment a few ``chunk_tokens x V`` float32 tensors (logits, the entropy's softmax,
+their gradient), whatever the batch. The entropy metric comes from the same logits. The values are
 those of the naive path (a row's logsumexp does not depend on which rows share its
 chunk); ``tests/unit/test_grpo_reference.py`` holds them to a record of it.
 
 A model without a separable head (no ``get_output_embeddings`` or ``base_model``, or a
-head that is not a plain linear map, e.g. logit soft-capping) falls back to full logits,
-still restricted to completion positions before the softmax.
+head that is not a plain linear map, e.g. logit soft-capping) falls back to its own
+forward, whose full logits exist for the micro-batch; only the softmax is restricted to
+completion positions and chunked. Micro-batches bound that case.
 
 Deliberately does not know the loss, the optimizer or how rows were chosen.
 """
