@@ -118,6 +118,12 @@ def _identity(x: torch.Tensor) -> torch.Tensor:
 
 def _linear_head(model: Any) -> Any:
     """The model's output projection when logits are exactly ``head(last_hidden_state)``."""
+    from transformers import PreTrainedModel
+
+    # Only a transformers model's ``base_model`` is known to return ``last_hidden_state``
+    # (a PEFT wrapper's ``base_model`` is another causal LM).
+    if not isinstance(model, PreTrainedModel):
+        return None
     get_head = getattr(model, "get_output_embeddings", None)
     base = getattr(model, "base_model", None)
     if get_head is None or base is None or base is model:
