@@ -74,6 +74,23 @@ def check_cache(model: Any) -> dict[str, Any]:
     }
 
 
+@torch.inference_mode()
+def time_prefill(model: Any, plen: int, repeats: int) -> dict[str, float]:
+    """Best-of-``repeats`` seconds of one prefill (2 prompts of ``plen`` tokens), with every
+    position projected onto the vocabulary (before) and only the last (after), alternating."""
+    ids = torch.randint(0, 1000, (2, plen))
+    mask = torch.ones_like(ids)
+    pos = torch.arange(plen)[None].expand(2, -1)
+    name, keep_last = sampling._forward_kwargs(model)
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        for label, extra in (("before", {}), ("after", keep_last)):
+            t = time.perf_counter()
+            sampling._forward(model, ids=ids, mask=mask, pos=pos, past=None, kw=(name, extra))
+            best[label] = min(best.get(label, float("inf")), time.perf_counter() - t)
+    return best
+
+
 def _run(model: Any, prompts: int, n: int, plen: int, new: int) -> tuple[float, int]:
     prompt_ids = [list(range(100 + i, 100 + plen + i)) for i in range(prompts)]
     t = time.perf_counter()
@@ -94,6 +111,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a 2-layer model, one repeat")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--layers", type=int, default=24, help="decoder layers (Qwen2.5-0.5B: 24)")
+    parser.add_argument(
+        "--prefill-only",
+        action="store_true",
+        help="time only the prefill, where the change acts (the least noisy comparison)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="default: results_path()")
     args = parser.parse_args()
     layers = 2 if args.quick else args.layers
@@ -113,6 +135,14 @@ def main() -> None:
         "batch": {"prompts": prompts, "n": n, "prompt_tokens": plen, "new_tokens": new},
         "cache": check_cache(model),
     }
+    result["prefill_s"] = time_prefill(model, plen, max(repeats, 2))
+    print(f"prefill: {result['prefill_s']}", flush=True)
+    if args.prefill_only:
+        out = args.out or results_path("decode", quick=args.quick)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        print(f"wrote {out}")
+        return
     keep_last = sampling._forward_kwargs
 
     def project_all(m: Any) -> tuple[str, dict[str, Any]]:

@@ -192,6 +192,19 @@ def measure(
     if args.reuse and saved.exists():
         reused: dict[str, Any] = json.loads(saved.read_text())
         return reused
+    progress = saved.with_suffix(".jsonl")
+    if args.reuse and args.partial and progress.exists():
+        # a run cut short: its peak so far, said as such
+        lines = [json.loads(x) for x in progress.read_text().splitlines()]
+        return {
+            "variant": variant,
+            "sequences": questions * completions,
+            "complete": False,
+            "micro_batches_done": lines[-1]["micro_batch"],
+            "peak_rss_gb": lines[-1]["peak_rss_gb"],
+            "elapsed_s": lines[-1]["elapsed_s"],
+            "completion_tokens_trained": None,
+        }
     if args.reuse:
         raise SystemExit(f"--reuse: no saved result {saved}")
     cmd = [
@@ -271,6 +284,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--reuse", action="store_true", help="write the report from runs saved by --only"
+    )
+    parser.add_argument(
+        "--partial",
+        action="store_true",
+        help="with --reuse, report a run still going (or cut short) from its progress lines",
     )
     parser.add_argument(
         "--progress-dir",
