@@ -9,18 +9,23 @@ byte-level tokenizer built here with ``tokenizers`` (every byte is a token; the 
 Phases:
     1. transformers on CUDA: a few rounds of 8 questions x 8 completions, each followed by
        one policy-gradient step (group-normalised advantages, clip 0.2 / 0.28, no KL).
+    1b. the project's GRPO trainer (``sapo_async.policy.grpo.Trainer``), one step on 8 x 8
+       completions of 512 tokens with the settings a node gets from its ``NodeSpec``:
+       chunked completion-token log-probs, micro-batches, bf16, activation checkpointing.
+       Reports peak memory and ``completion_tokens_trained`` (it must equal 512).
     2. vLLM (only if ``vllm`` is importable): the project's own ``VllmGenerator``,
        colocated with the trainer; per round generate, sleep (level 1), train, wake with
        the new weights synced in memory through CUDA IPC, probe. Then a deliberately
        corrupted sync, which the probe must reject.
 
 Prints and writes ``bench/results/gpu.json``: generated tokens/s, step and sync times,
-probe mismatches, peak GPU memory.
+probe mismatches, peak GPU memory, the trainer step's memory and completion tokens.
 
 Wheels: phase 1 needs only torch (CUDA build), transformers and tokenizers (safetensors
-comes with transformers). Phase 2 also needs ``vllm==0.33.0`` and this repository's light
-runtime deps (anyio, msgspec, eth-hash[pycryptodome], structlog); ``pip install -e .[gpu]``
-covers all of it. Run from the repository root::
+comes with transformers). Phase 1b imports this repository's trainer, and phase 2 also
+needs ``vllm==0.33.0``, with this repository's light runtime deps (anyio, msgspec,
+eth-hash[pycryptodome], structlog); ``pip install -e .[gpu]`` covers all of it.
+Run from the repository root::
 
     python bench/gpu_check.py                   # on a GPU machine
     python bench/gpu_check.py --cpu-smoke --out /tmp/gpu.json   # CPU, tiny model, seconds
@@ -321,6 +326,82 @@ def run_transformers_phase(
     return {"rounds": per_round, **_summary(per_round), **_memory_gib(device)}
 
 
+def run_trainer_phase(
+    model: Qwen2ForCausalLM,
+    *,
+    device: torch.device,
+    questions_per_round: int,
+    completions: int,
+    max_new_tokens: int,
+    prompt_tokens: int,
+) -> dict[str, Any]:
+    """Phase 1b: one step of the project's own GRPO trainer at full completion length.
+
+    Every completion runs to ``max_new_tokens`` (random ids, behaviour log-probs, TIS on),
+    and the trainer's settings come from a ``NodeSpec`` as a node's do: completion-token
+    log-probs in vocabulary chunks, micro-batches, and on CUDA bf16 autocast and activation
+    checkpointing. Reports peak memory, step time and the completion tokens trained.
+    """
+    from sapo_async.node.spec import NodeSpec
+    from sapo_async.policy.grpo import ScoredCompletion, ScoredGroup, Trainer, TrainerConfig
+    from sapo_async.policy.models import tokenizer_id, train_char_tokenizer
+
+    cuda = device.type == "cuda"
+    config = NodeSpec.build(
+        max_new_tokens=max_new_tokens,
+        tis_cap=2.0,
+        trainer=TrainerConfig(
+            lr=1e-6,
+            micro_batch_tokens=16384 if cuda else 512,
+            gradient_checkpointing=cuda,
+            bf16=cuda,
+        ),
+    ).training.trainer_config()
+    tok = train_char_tokenizer(["0123456789 abcdefghijklmnopqrstuvwxyz"])
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(0)
+    groups = [
+        ScoredGroup(
+            prompt=f"q{q}",
+            prompt_token_ids=tuple(
+                torch.randint(0, vocab, (prompt_tokens,), generator=gen).tolist()
+            ),
+            tokenizer_id=tokenizer_id(tok),
+            completions=tuple(
+                ScoredCompletion(
+                    f"c{c}",
+                    float(c % 2),
+                    "length",
+                    tuple(torch.randint(0, vocab, (max_new_tokens,), generator=gen).tolist()),
+                    tuple([-11.0] * max_new_tokens),
+                )
+                for c in range(completions)
+            ),
+        )
+        for q in range(questions_per_round)
+    ]
+    trainer = Trainer(model, tok, config, add_special_tokens=False)
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t = time.perf_counter()
+    m = trainer.step(groups)
+    if cuda:
+        torch.cuda.synchronize()
+    return {
+        "step_s": round(time.perf_counter() - t, 3),
+        "sequences": m.sequences,
+        "completion_tokens_trained": m.tokens // max(m.sequences, 1),
+        "max_new_tokens": max_new_tokens,
+        "loss": m.loss,
+        "grad_norm": m.grad_norm,
+        "micro_batch_tokens": config.micro_batch_tokens,
+        "bf16": config.bf16,
+        "gradient_checkpointing": config.gradient_checkpointing,
+        **_memory_gib(device),
+    }
+
+
 def _summary(per_round: list[dict[str, Any]]) -> dict[str, Any]:
     if not per_round:
         return {"skipped": "time budget spent before the first round"}
@@ -507,6 +588,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             max_new_tokens=max_new_tokens,
             deadline=deadline,
         )
+        if time.monotonic() < deadline:
+            report["trainer"] = run_trainer_phase(
+                model,
+                device=device,
+                questions_per_round=questions_per_round,
+                completions=completions,
+                max_new_tokens=16 if smoke else 512,
+                prompt_tokens=8 if smoke else 128,
+            )
+            print(f"[trainer] {report['trainer']}", flush=True)
+        else:
+            report["trainer"] = {"skipped": "time budget spent"}
         has_vllm = importlib.util.find_spec("vllm") is not None
         if smoke or args.skip_vllm or not has_vllm:
             why = (

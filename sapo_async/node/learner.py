@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,9 @@ class LearnerSettings:
         prompt_style: ``compact`` (tiny model) or ``instruct`` (real models).
         chat_template: wrap prompts in the tokenizer's chat template.
         format_reward: optional bonus for using the answer tags (0 = off).
-        trainer: GRPO settings.
+        trainer: GRPO settings; its ``max_completion_tokens`` is always
+            ``sampling.max_new_tokens`` (one completion length, generated, rewarded and
+            trained on in full).
     """
 
     swarm_seed: int = 0
@@ -132,10 +134,13 @@ class Learner:
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
+        # One completion length: every token generated is trained on, and dr_grpo's
+        # normaliser is the length generation was allowed.
+        length = self.settings.sampling.max_new_tokens
         self.trainer = Trainer(
             model,
             tokenizer,
-            self.settings.trainer,
+            replace(self.settings.trainer, max_completion_tokens=length),
             add_special_tokens=not self.settings.chat_template,
         )
         self.generator: Generator = generator or TransformersGenerator(
@@ -375,7 +380,7 @@ def build_learner(
         prompt_style=style,
         chat_template=style == "instruct"
         and getattr(loaded.tokenizer, "chat_template", None) is not None,
-        trainer=training.trainer or TrainerConfig(),
+        trainer=training.trainer_config(),
     )
     generator = TransformersGenerator(
         copy.deepcopy(loaded.model) if training.overlap else loaded.model,

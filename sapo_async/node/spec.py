@@ -122,8 +122,13 @@ class TrainingSpec:
             (None: no cap).
         max_staleness_rounds: external groups more than this many rounds behind the newest
             held from their producer are not drawn (and are dropped).
-        max_new_tokens / temperature / top_p: sampling.
+        max_new_tokens / temperature / top_p: sampling. ``max_new_tokens`` is the one
+            completion length: generated, rewarded and trained on in full (it sets the
+            trainer's ``max_completion_tokens``).
         trainer: GRPO and optimizer settings (None: the defaults).
+        tis_cap: cap of truncated importance weights from behaviour log-probs (None: the
+            trainer's, off by default; 2.0 is the usual choice, docs/learning.md).
+        tis_level: ``"token"`` (one weight per token) or ``"sequence"`` (one per sequence).
         overlap: generate round r+1 while round r trains, one policy version behind (the
             generator gets its own copy of the weights, synced after both halves).
         rounds: stop after this many rounds (None: until the node leaves).
@@ -141,6 +146,8 @@ class TrainingSpec:
     temperature: float = 1.0
     top_p: float = 1.0
     trainer: TrainerConfig | None = None
+    tis_cap: float | None = None
+    tis_level: Literal["token", "sequence"] = "token"
     overlap: bool = False
     rounds: int | None = None
     seed: int = 0
@@ -182,6 +189,28 @@ class TrainingSpec:
             f"in 0..{MAX_SWARM_SEED} (it fills the top 12 bits of the 64-bit TaskRef.seed)",
             self.seed,
         )
+        tis = self.tis_cap
+        _check(tis is None or tis > 0, "training.tis_cap", "None or > 0", tis)
+        _one_of(self.tis_level, ("token", "sequence"), "training.tis_level")
+        if self.trainer is not None and tis is not None:
+            given = (self.trainer.tis_cap, self.trainer.tis_level)
+            _check(
+                given[0] is None or given == (tis, self.tis_level),
+                "training.trainer.tis_cap",
+                f"unset or equal to training.tis_cap ({tis}, {self.tis_level})",
+                given,
+            )
+
+    def trainer_config(self) -> TrainerConfig:
+        """The trainer's settings: ``trainer`` (or the defaults) with this round's
+        completion length and, when set, its truncated IS."""
+        from sapo_async.policy.grpo.trainer import TrainerConfig
+
+        base = self.trainer or TrainerConfig()
+        config = dataclasses.replace(base, max_completion_tokens=self.max_new_tokens)
+        if self.tis_cap is None:
+            return config
+        return dataclasses.replace(config, tis_cap=self.tis_cap, tis_level=self.tis_level)
 
 
 @dataclass(frozen=True, slots=True)

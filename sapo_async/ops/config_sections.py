@@ -356,7 +356,11 @@ class TrainingSection(_Section):
     kl_beta: float = Field(0.0, ge=0, description="KL penalty to the initial model; 0 disables.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    max_new_tokens: int = Field(32, ge=1, description="Longest completion, in tokens.")
+    max_new_tokens: int = Field(
+        32,
+        ge=1,
+        description="Longest completion, in tokens: generated, rewarded and trained on in full.",
+    )
     max_staleness_rounds: int = Field(
         8, ge=0, description="Drop external groups more than this many rounds behind."
     )
@@ -367,6 +371,29 @@ class TrainingSection(_Section):
         False,
         description="Generate round r+1 while round r trains, one policy version behind "
         "(costs a copy of the weights; see docs/swarm.md).",
+    )
+    tis_cap: float | None = Field(
+        None,
+        gt=0,
+        description="Cap of truncated importance weights from the generator's log-probs "
+        "(off when unset; 2.0 is the usual choice, see docs/learning.md).",
+    )
+    tis_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="Truncated IS per 'token' or one weight per 'sequence' (the product of "
+        "its tokens' ratios).",
+    )
+    micro_batch_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Padded tokens per forward/backward pass; gradients accumulate into one "
+        "step (unset: the whole batch at once). 8192 suits a 24 GB GPU and a 0.5B model.",
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute layer activations in the backward pass (less memory)."
+    )
+    bf16: bool = Field(
+        False, description="Train under bfloat16 autocast where the device supports it."
     )
 
     @model_validator(mode="after")

@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(180)
 def test_gpu_check_cpu_smoke_writes_a_report(tmp_path: Path) -> None:
     out = tmp_path / "gpu.json"
-    # A subprocess, as a user runs it: also proves the script needs no project imports
-    # for its transformers phase.
+    # A subprocess, as a user runs it (the project's trainer phase imports sapo_async
+    # inside its function only).
     proc = subprocess.run(
         [sys.executable, "bench/gpu_check.py", "--cpu-smoke", "--rounds", "2", "--out", str(out)],
         cwd=REPO,
@@ -38,6 +38,10 @@ def test_gpu_check_cpu_smoke_writes_a_report(tmp_path: Path) -> None:
         assert r["train_step_s"] > 0
         assert r["loss"] == r["loss"]  # not NaN
     assert report["vllm"] == {"skipped": "cpu smoke"}
+    trainer = report["trainer"]
+    assert trainer["completion_tokens_trained"] == trainer["max_new_tokens"] == 16
+    assert trainer["sequences"] == 8
+    assert trainer["loss"] == trainer["loss"]
 
 
 def test_gpu_check_imports_only_torch_transformers_tokenizers_at_top() -> None:

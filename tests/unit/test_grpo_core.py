@@ -163,6 +163,49 @@ def test_truncated_importance_weights_cap_and_default_to_one() -> None:
     assert w.flatten().tolist() == pytest.approx([2.0, 1.0, 1.0, 1.0])
 
 
+def test_sequence_level_importance_weight_is_the_capped_product_over_completion_tokens() -> None:
+    old = torch.log(torch.tensor([[0.6, 0.3, 0.9], [0.5, 0.5, 0.9], [0.4, 0.4, 0.4]]))
+    behaviour = torch.log(torch.tensor([[0.4, 0.2, 0.1], [0.1, 0.5, 0.9], [0.8, 0.4, 0.4]]))
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    w = truncated_is_weights(
+        old, behaviour, torch.tensor([True, True, True]), cap=2.0, level="sequence", mask=mask
+    )
+    # row 1: 1.5 x 1.5 = 2.25 (the padded third token does not count) -> capped at 2;
+    # row 2: 5 x 1 x 1 -> 2; row 3: 0.5 x 1 x 1, the same weight on every token
+    assert w.flatten().tolist() == pytest.approx([2.0] * 6 + [0.5] * 3)
+    token = truncated_is_weights(old, behaviour, torch.tensor([True] * 3), cap=2.0)
+    assert token[0].tolist() == pytest.approx([1.5, 1.5, 2.0])
+    with pytest.raises(ConfigError, match="tis_level"):
+        truncated_is_weights(old, behaviour, torch.tensor([True] * 3), cap=2.0, level="batch")  # type: ignore[arg-type]
+
+
+def test_micro_batch_losses_with_the_batch_counts_add_up_to_the_batch_loss() -> None:
+    gen = torch.Generator().manual_seed(0)
+    logp = torch.randn(5, 4, generator=gen) * 0.1 - 1.0
+    old = logp + torch.randn(5, 4, generator=gen) * 0.2
+    adv = torch.randn(5, generator=gen)
+    mask = (torch.rand(5, 4, generator=gen) > 0.3).float()
+    mask[:, 0] = 1.0
+    for agg in ("grpo", "dapo", "dr_grpo"):
+        whole = policy_loss(logp, old, adv, mask, aggregation=agg, max_tokens=6)
+        parts = [
+            policy_loss(
+                logp[s],
+                old[s],
+                adv[s],
+                mask[s],
+                aggregation=agg,
+                max_tokens=6,
+                n_sequences=5,
+                n_tokens=float(mask.sum()),
+            )
+            for s in (slice(0, 2), slice(2, 3), slice(3, 5))
+        ]
+        assert float(sum(p.loss for p in parts)) == pytest.approx(float(whole.loss), abs=1e-7)
+        assert sum(p.clip_fraction for p in parts) == pytest.approx(whole.clip_fraction)
+        assert sum(p.ratio_mean for p in parts) == pytest.approx(whole.ratio_mean)
+
+
 def test_importance_weights_scale_the_policy_term() -> None:
     old = torch.zeros(1, 1)
     terms = policy_loss(

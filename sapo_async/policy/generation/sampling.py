@@ -3,7 +3,8 @@
 Owns token selection: temperature, top-k and top-p applied explicitly (never the
 transformers ``generate`` defaults, whose implicit top-k 50 distorts sampling on tiny
 vocabularies), seeded with a ``torch.Generator``. It calls the model's own ``forward``
-(prefill once, then one token per step with ``past_key_values``), so it is the real model;
+(prefill once, then one token per step with its KV cache, projecting only the last
+position onto the vocabulary), so it is the real model;
 it only skips ``generate``'s per-step machinery, which dominates the cost for a ~1 M
 parameter model (docs/learning.md, "Generation speed").
 
@@ -71,20 +72,42 @@ def filter_logits(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tenso
     return out
 
 
-def _cache_kwarg(model: Any) -> str:
-    # transformers >= 5.2x renamed ``past_key_values`` to ``cache`` (the old name warns).
+def _forward_kwargs(model: Any) -> tuple[str, dict[str, Any]]:
+    """The cache keyword ``model.forward`` takes, and extras every call passes.
+
+    transformers >= 5.2x renamed ``past_key_values`` to ``cache`` (the old name warns).
+    ``logits_to_keep=1`` projects only the last position onto the vocabulary: sampling
+    needs no other, and at a 152k vocabulary the prefill's logits for every prompt token
+    cost more than the layers (a 0.5B model spends ~136 M multiply-adds per position in
+    the head alone).
+    """
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in params else "past_key_values"
+        return "past_key_values", {}
+    extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+    return ("cache" if "cache" in params else "past_key_values"), extra
 
 
 def _forward(
-    model: Any, *, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, past: Any, kw: str
+    model: Any,
+    *,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    pos: torch.Tensor,
+    past: Any,
+    kw: tuple[str, dict[str, Any]],
 ) -> tuple[torch.Tensor, Any]:
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{kw: past})
-    cache = out.cache if kw == "cache" else out.past_key_values
+    name, extra = kw
+    out = model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=pos,
+        use_cache=True,
+        **{name: past},
+        **extra,
+    )
+    cache = out.cache if name == "cache" else out.past_key_values
     return out.logits[:, -1, :], cache
 
 
@@ -139,7 +162,7 @@ def sample_batch(
     gen.manual_seed(seed)
     stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
 
-    kw = _cache_kwarg(model)
+    kw = _forward_kwargs(model)
     logits, past = _forward(model, ids=ids, mask=mask, pos=pos, past=None, kw=kw)
     if n > 1:
         expand = torch.arange(len(prompts), device=device).repeat_interleave(n)

@@ -31,7 +31,15 @@ import torch
 from sapo_async.policy.grpo.core import AdvantageMode, group_advantages
 from sapo_async.wire import TaskRef
 
-__all__ = ["INFORMATIVE_EPS", "Batch", "Batcher", "Row", "ScoredCompletion", "ScoredGroup"]
+__all__ = [
+    "INFORMATIVE_EPS",
+    "Batch",
+    "Batcher",
+    "MiniBatch",
+    "Row",
+    "ScoredCompletion",
+    "ScoredGroup",
+]
 
 INFORMATIVE_EPS = 1e-9
 """Rewards closer than this count as equal (the group carries no gradient)."""
@@ -255,8 +263,58 @@ class Batcher:
             has_behaviour=has.to(device),
         )
 
-    def minibatches(self, rows: Sequence[Row], k: int, device: torch.device) -> list[Batch]:
-        """Split ``rows`` in order into at most ``k`` near-equal batches on ``device``."""
+    def minibatches(
+        self,
+        rows: Sequence[Row],
+        k: int,
+        device: torch.device,
+        *,
+        micro_batch_tokens: int | None = None,
+    ) -> list[MiniBatch]:
+        """Split ``rows`` in order into at most ``k`` near-equal minibatches (one optimizer
+        step each), and each into micro-batches of at most ``micro_batch_tokens`` padded
+        tokens (``None``: one micro-batch; a row longer than the budget goes alone)."""
         k = min(k, len(rows))
         size = math.ceil(len(rows) / k)
-        return [self.collate(rows[i : i + size], device) for i in range(0, len(rows), size)]
+        out = []
+        for i in range(0, len(rows), size):
+            part = rows[i : i + size]
+            out.append(
+                MiniBatch(
+                    micro=[self.collate(m, device) for m in _by_budget(part, micro_batch_tokens)],
+                    sequences=len(part),
+                    tokens=sum(len(r.completion) for r in part),
+                )
+            )
+        return out
+
+
+@dataclass(slots=True)
+class MiniBatch:
+    """The rows of one optimizer step, as micro-batches whose gradients accumulate.
+
+    Attributes:
+        micro: the micro-batches, in row order.
+        sequences: rows in all of them (the loss's sequence count).
+        tokens: completion tokens in all of them (the loss's token count).
+    """
+
+    micro: list[Batch]
+    sequences: int
+    tokens: int
+
+
+def _by_budget(rows: Sequence[Row], budget: int | None) -> list[Sequence[Row]]:
+    """Consecutive runs of ``rows`` whose padded size (rows x longest) fits ``budget``."""
+    if budget is None:
+        return [rows]
+    runs: list[Sequence[Row]] = []
+    start, width = 0, 0
+    for i, r in enumerate(rows):
+        w = max(width, len(r.prompt) + len(r.completion))
+        if i > start and w * (i - start + 1) > budget:
+            runs.append(rows[start:i])
+            start, w = i, len(r.prompt) + len(r.completion)
+        width = w
+    runs.append(rows[start:])
+    return runs

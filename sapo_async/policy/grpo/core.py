@@ -7,7 +7,8 @@ For sequence ``i`` with advantage ``A_i`` and completion token ``t`` (mask ``m_i
 
     r_it   = exp(logp_it - old_logp_it)                         (policy ratio)
     surr   = min(r_it * A_i, clip(r_it, 1 - eps_low, 1 + eps_high) * A_i)
-    w_it   = min(exp(old_logp_it - behaviour_logp_it), cap)     (truncated IS, optional)
+    w_it   = min(exp(old_logp_it - behaviour_logp_it), cap)     (truncated IS, optional;
+             or one weight per sequence, min(exp(sum_t (old - behaviour)), cap))
     kl_it  = exp(ref_it - logp_it) - (ref_it - logp_it) - 1     (k3, optional, beta 0)
     l_it   = -w_it * surr + beta * kl_it
 
@@ -34,9 +35,11 @@ from sapo_async.errors import ConfigError
 __all__ = [
     "ADVANTAGE_MODES",
     "AGGREGATIONS",
+    "TIS_LEVELS",
     "AdvantageMode",
     "Aggregation",
     "LossTerms",
+    "TisLevel",
     "aggregate",
     "group_advantages",
     "k3_kl",
@@ -46,6 +49,8 @@ __all__ = [
 
 Aggregation = Literal["grpo", "dapo", "dr_grpo"]
 AdvantageMode = Literal["std", "mean"]
+TisLevel = Literal["token", "sequence"]
+TIS_LEVELS: tuple[str, ...] = ("token", "sequence")
 AGGREGATIONS: tuple[str, ...] = ("grpo", "dapo", "dr_grpo")
 ADVANTAGE_MODES: tuple[str, ...] = ("std", "mean")
 
@@ -85,9 +90,19 @@ def group_advantages(
 
 
 def truncated_is_weights(
-    old_logp: torch.Tensor, behaviour_logp: torch.Tensor, available: torch.Tensor, cap: float
+    old_logp: torch.Tensor,
+    behaviour_logp: torch.Tensor,
+    available: torch.Tensor,
+    cap: float,
+    *,
+    level: TisLevel = "token",
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-token truncated importance weights ``min(exp(old - behaviour), cap)``.
+    """Truncated importance weights of the update policy over the behaviour policy.
+
+    ``token``: ``min(exp(old_t - behaviour_t), cap)`` per token (TRL's ``token_truncate``).
+    ``sequence``: one weight per sequence, ``min(exp(sum_t m_t (old_t - behaviour_t)), cap)``,
+    the product of its tokens' ratios, given to every token (TRL's ``sequence_truncate``).
 
     Args:
         old_logp: ``[B, T]`` log-probs of the sampled tokens under the policy being updated
@@ -95,16 +110,29 @@ def truncated_is_weights(
         behaviour_logp: ``[B, T]`` log-probs under the policy that generated them.
         available: ``[B]`` bool, rows whose behaviour log-probs are known; other rows get 1.
         cap: truncation (e.g. 2.0).
+        level: ``"token"`` or ``"sequence"``.
+        mask: ``[B, T]`` 1 on completion tokens (needed for ``"sequence"``).
 
     Returns:
         ``[B, T]`` weights, detached.
 
     Raises:
-        ConfigError: ``cap <= 0``.
+        ConfigError: ``cap <= 0``, an unknown level, or ``"sequence"`` without a mask.
     """
     if cap <= 0:
         raise ConfigError(f"importance-weight cap must be > 0, got {cap}", field="tis_cap")
-    w = torch.exp((old_logp - behaviour_logp).detach()).clamp(max=cap)
+    if level not in TIS_LEVELS:
+        raise ConfigError(
+            f"tis_level must be one of {TIS_LEVELS}, got {level!r}", field="tis_level"
+        )
+    log_ratio = (old_logp - behaviour_logp).detach()
+    if level == "sequence":
+        if mask is None:
+            raise ConfigError("sequence-level importance weights need the mask", field="tis_level")
+        seq = (log_ratio * mask.to(log_ratio.dtype)).sum(-1, keepdim=True)
+        w = torch.exp(seq).clamp(max=cap).expand_as(log_ratio)
+    else:
+        w = torch.exp(log_ratio).clamp(max=cap)
     return torch.where(available[:, None], w, torch.ones_like(w))
 
 
@@ -120,8 +148,13 @@ def aggregate(
     mode: Aggregation,
     *,
     max_tokens: int | None = None,
+    n_sequences: int | None = None,
+    n_tokens: float | None = None,
 ) -> torch.Tensor:
     """Reduce a ``[B, T]`` per-token quantity to a scalar.
+
+    When the rows are one micro-batch of a larger batch, ``n_sequences`` and ``n_tokens``
+    are the whole batch's counts, and the micro-batches' results sum to the batch's.
 
     Args:
         per_token: the values.
@@ -130,21 +163,27 @@ def aggregate(
             tokens counts as 0), ``dapo`` (token mean over the batch), ``dr_grpo``
             (sum / (B x max_tokens)).
         max_tokens: the constant of ``dr_grpo`` (default ``T``).
+        n_sequences: sequences in the whole batch (default ``B``).
+        n_tokens: completion tokens in the whole batch (default ``mask.sum()``).
 
     Raises:
         ConfigError: unknown mode or ``max_tokens < 1``.
     """
     mask = mask.to(per_token.dtype)
     masked = per_token * mask
+    rows = per_token.shape[0] if n_sequences is None else n_sequences
     if mode == "grpo":
-        return (masked.sum(-1) / mask.sum(-1).clamp_min(1.0)).mean()
+        per_seq = masked.sum(-1) / mask.sum(-1).clamp_min(1.0)
+        return per_seq.mean() if n_sequences is None else per_seq.sum() / rows
     if mode == "dapo":
-        return masked.sum() / mask.sum().clamp_min(1.0)
+        if n_tokens is None:
+            return masked.sum() / mask.sum().clamp_min(1.0)
+        return masked.sum() / max(n_tokens, 1.0)
     if mode == "dr_grpo":
         length = per_token.shape[-1] if max_tokens is None else max_tokens
         if length < 1:
             raise ConfigError(f"max_tokens must be >= 1, got {length}", field="max_tokens")
-        return masked.sum() / (per_token.shape[0] * length)
+        return masked.sum() / (rows * length)
     raise ConfigError(f"aggregation must be one of {AGGREGATIONS}, got {mode!r}")
 
 
@@ -178,6 +217,8 @@ def policy_loss(
     ref_logp: torch.Tensor | None = None,
     is_weights: torch.Tensor | None = None,
     max_tokens: int | None = None,
+    n_sequences: int | None = None,
+    n_tokens: float | None = None,
 ) -> LossTerms:
     """The clipped GRPO surrogate (see the module docstring).
 
@@ -195,6 +236,9 @@ def policy_loss(
         is_weights: ``[B, T]`` truncated importance weights (see
             :func:`truncated_is_weights`), or ``None`` for 1.
         max_tokens: ``dr_grpo``'s constant.
+        n_sequences / n_tokens: the whole batch's counts when these rows are one
+            micro-batch of it (see :func:`aggregate`); the diagnostics are then this
+            micro-batch's share of the batch's means, so micro-batches' terms add up.
 
     Returns:
         The loss and diagnostics.
@@ -223,13 +267,20 @@ def policy_loss(
     per_token = -surr if is_weights is None else -surr * is_weights.detach()
     kl_value = 0.0
     fmask = mask.to(logp.dtype)
-    n_tok = fmask.sum().clamp_min(1.0)
+    n_tok = fmask.sum().clamp_min(1.0) if n_tokens is None else max(n_tokens, 1.0)
     if ref_logp is not None:
         kl = k3_kl(logp, ref_logp.detach())
         kl_value = float(((kl * fmask).sum() / n_tok).detach())
         if beta > 0:
             per_token = per_token + beta * kl
-    loss = aggregate(per_token, mask, aggregation, max_tokens=max_tokens)
+    loss = aggregate(
+        per_token,
+        mask,
+        aggregation,
+        max_tokens=max_tokens,
+        n_sequences=n_sequences,
+        n_tokens=n_tokens,
+    )
     with torch.no_grad():
         took_clip = ((ratio < 1.0 - eps_low) & (adv < 0)) | ((ratio > 1.0 + eps_high) & (adv > 0))
         clip_fraction = float((took_clip.to(logp.dtype) * fmask).sum() / n_tok)

@@ -6,8 +6,9 @@ Owns the model's optimizer and the update loop. One :meth:`Trainer.step` reads a
     rows     = informative groups -> (prompt, completion, behaviour, A_i)   (batch.Batcher)
     old, ref = log pi_old, log pi_ref of each minibatch     (_frozen_logprobs)
     for epoch, minibatch:                                   (_update)
-        logp = log pi_theta(sampled tokens)                 (token_logprobs)
-        loss = clipped surrogate x truncated IS + beta k3   (_loss -> core.policy_loss)
+        for micro-batch (gradients accumulate):
+            logp = log pi_theta(completion tokens)          (logprobs.token_logprobs)
+            loss = clipped surrogate x truncated IS + beta k3   (_loss -> core.policy_loss)
         theta <- AdamW(theta, clip(grad loss, max_grad_norm))
 
 Which tokens a completion is trained on (our sampled ids, or a peer's text re-tokenised)
@@ -46,17 +47,27 @@ from sapo_async.policy.grpo.batch import (
     INFORMATIVE_EPS,
     Batch,
     Batcher,
+    MiniBatch,
     ScoredCompletion,
     ScoredGroup,
 )
 from sapo_async.policy.grpo.core import (
     ADVANTAGE_MODES,
     AGGREGATIONS,
+    TIS_LEVELS,
     AdvantageMode,
     Aggregation,
     LossTerms,
+    TisLevel,
     policy_loss,
     truncated_is_weights,
+)
+from sapo_async.policy.grpo.logprobs import (
+    DEFAULT_CHUNK_TOKENS,
+    bf16_autocast,
+    bf16_supported,
+    enable_activation_checkpointing,
+    token_logprobs,
 )
 
 __all__ = [
@@ -88,13 +99,24 @@ class TrainerConfig:
         eps_high: upper clip epsilon.
         beta: k3 KL coefficient to a frozen copy of the initial model (0: no reference
             kept).
-        tis_cap: cap of truncated importance weights from behaviour log-probs (None: off).
+        tis_cap: cap of truncated importance weights from behaviour log-probs (None: off;
+            2.0 is the usual choice, docs/learning.md).
+        tis_level: ``"token"`` (one weight per token) or ``"sequence"`` (one per sequence,
+            the product of its tokens' ratios).
         ppo_epochs: passes over the batch per step.
         minibatches: optimizer steps per epoch (the batch is split by sequences).
         max_completion_tokens: ``dr_grpo``'s constant normaliser, and the most completion
             tokens trained on per sequence (longer completions are truncated).
         drop_uninformative: drop all-equal-reward groups before the step.
         skip_empty: skip the optimizer step when no group is informative.
+        micro_batch_tokens: padded tokens (rows x longest row) per forward/backward pass;
+            a minibatch's micro-batches accumulate into one optimizer step with the same
+            loss and gradient (None: the whole minibatch at once).
+        logprob_chunk_tokens: completion positions whose vocabulary logits exist at once.
+        gradient_checkpointing: recompute each layer's activations in the backward pass
+            (transformers models), trading compute for memory.
+        bf16: run forward and backward under bfloat16 autocast (CUDA devices that support
+            it, and CPU); log-probs and the loss stay float32.
     """
 
     lr: float = 3e-5
@@ -107,11 +129,16 @@ class TrainerConfig:
     eps_high: float = 0.28
     beta: float = 0.0
     tis_cap: float | None = None
+    tis_level: TisLevel = "token"
     ppo_epochs: int = 1
     minibatches: int = 1
     max_completion_tokens: int = 64
     drop_uninformative: bool = True
     skip_empty: bool = True
+    micro_batch_tokens: int | None = None
+    logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    gradient_checkpointing: bool = False
+    bf16: bool = False
 
     def validate(self) -> None:
         """Check every field.
@@ -130,6 +157,13 @@ class TrainerConfig:
             (self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}"),
             (self.minibatches >= 1, "minibatches", f"must be >= 1, got {self.minibatches}"),
             (self.max_completion_tokens >= 1, "max_completion_tokens", "must be >= 1"),
+            (self.tis_level in TIS_LEVELS, "tis_level", f"must be in {TIS_LEVELS}"),
+            (
+                self.micro_batch_tokens is None or self.micro_batch_tokens >= 1,
+                "micro_batch_tokens",
+                f"must be >= 1 or None, got {self.micro_batch_tokens}",
+            ),
+            (self.logprob_chunk_tokens >= 1, "logprob_chunk_tokens", "must be >= 1"),
         ]
         for ok, name, msg in checks:
             if not ok:
@@ -218,6 +252,12 @@ class Trainer:
             betas=self.config.betas,
             weight_decay=self.config.weight_decay,
         )
+        if self.config.gradient_checkpointing:
+            enable_activation_checkpointing(model)
+        if self.config.bf16 and not bf16_supported(self.device):
+            raise ConfigError(
+                f"trainer.bf16 is not supported on {self.device}", field="trainer.bf16"
+            )
         self.policy_version = 0
         self._ref: Any = None
         if self.config.beta > 0:
@@ -267,7 +307,9 @@ class Trainer:
                 seconds=time.perf_counter() - t0,
             )
         self.model.train()
-        batches = self._batcher.minibatches(rows, cfg.minibatches, self.device)
+        batches = self._batcher.minibatches(
+            rows, cfg.minibatches, self.device, micro_batch_tokens=cfg.micro_batch_tokens
+        )
         olds, refs = self._frozen_logprobs(batches)
         updates = [
             self._update(batch, old, ref)
@@ -288,49 +330,81 @@ class Trainer:
         _log_stepped(metrics)
         return metrics
 
-    def _frozen_logprobs(
-        self, batches: Sequence[Batch]
-    ) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
-        """``old_logp`` and ``ref_logp`` of each batch, before any update of this step.
+    def _frozen_logprobs(self, batches: Sequence[MiniBatch]) -> tuple[list[_Frozen], list[_Frozen]]:
+        """``old_logp`` and ``ref_logp`` of each micro-batch, before any update of this step.
 
         ``old`` is ``None`` when there is a single update (one epoch, one minibatch): the
         policy then has not moved yet, so the update's own detached log-probs serve and a
         forward pass is saved. ``ref`` is ``None`` without a KL reference.
         """
         reuse = self.config.ppo_epochs == 1 and self.config.minibatches == 1
-        olds: list[torch.Tensor | None] = []
-        refs: list[torch.Tensor | None] = []
-        with torch.no_grad():
-            for b in batches:
-                olds.append(None if reuse else token_logprobs(self.model, b)[0])
-                refs.append(token_logprobs(self._ref, b)[0] if self._ref else None)
+        olds: list[_Frozen] = []
+        refs: list[_Frozen] = []
+        with torch.no_grad(), self._autocast():
+            for mb in batches:
+                olds.append([None if reuse else self._logprobs(self.model, b)[0] for b in mb.micro])
+                refs.append(
+                    [self._logprobs(self._ref, b)[0] if self._ref else None for b in mb.micro]
+                )
         return olds, refs
 
-    def _update(self, batch: Batch, old: torch.Tensor | None, ref: torch.Tensor | None) -> _Update:
-        """One optimizer step on ``batch``: the clipped surrogate, backward, clip, AdamW."""
-        logp, entropy = token_logprobs(self.model, batch, entropy=True)
-        terms = self._loss(batch, logp, logp.detach() if old is None else old, ref)
-        if not torch.isfinite(terms.loss):
-            raise TrainingError(f"non-finite loss {float(terms.loss)}")
+    def _update(self, mb: MiniBatch, olds: _Frozen, refs: _Frozen) -> _Update:
+        """One optimizer step on ``mb``: the clipped surrogate of each micro-batch,
+        backward (gradients accumulate), clip, AdamW."""
         self.optimizer.zero_grad(set_to_none=True)
-        terms.loss.backward()  # type: ignore[no-untyped-call]
+        loss = clip = entropy = kl = 0.0
+        for batch, old, ref in zip(mb.micro, olds, refs, strict=True):
+            with self._autocast():
+                logp, ent = self._logprobs(self.model, batch, entropy=True)
+            terms = self._loss(batch, mb, logp, logp.detach() if old is None else old, ref)
+            if not torch.isfinite(terms.loss):
+                self.optimizer.zero_grad(set_to_none=True)
+                raise TrainingError(f"non-finite loss {float(terms.loss)}")
+            terms.loss.backward()  # type: ignore[no-untyped-call]
+            loss += float(terms.loss.detach())
+            clip += terms.clip_fraction
+            kl += terms.kl
+            entropy += ent / max(mb.tokens, 1)
         norm = self._clip()
         if not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             raise TrainingError(f"non-finite gradient norm {norm}")
         self.optimizer.step()
         self.policy_version += 1
-        return _Update(float(terms.loss.detach()), terms.clip_fraction, entropy, terms.kl, norm)
+        return _Update(loss, clip, entropy, kl, norm)
+
+    def _logprobs(
+        self, model: Any, batch: Batch, *, entropy: bool = False
+    ) -> tuple[torch.Tensor, float]:
+        return token_logprobs(
+            model, batch, entropy=entropy, chunk_tokens=self.config.logprob_chunk_tokens
+        )
+
+    def _autocast(self) -> Any:
+        return bf16_autocast(self.device, enabled=self.config.bf16)
 
     def _loss(
-        self, batch: Batch, logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None
+        self,
+        batch: Batch,
+        mb: MiniBatch,
+        logp: torch.Tensor,
+        old: torch.Tensor,
+        ref: torch.Tensor | None,
     ) -> LossTerms:
-        """The GRPO loss of ``batch`` (:func:`~.core.policy_loss`), with truncated IS
-        weights ``min(exp(old - behaviour), tis_cap)`` where behaviour log-probs are known."""
+        """The GRPO loss of micro-batch ``batch`` as its share of minibatch ``mb``'s
+        (:func:`~.core.policy_loss`), with truncated IS weights where behaviour log-probs
+        are known."""
         cfg = self.config
         weights = None
         if cfg.tis_cap is not None and bool(batch.has_behaviour.any()):
-            weights = truncated_is_weights(old, batch.behaviour, batch.has_behaviour, cfg.tis_cap)
+            weights = truncated_is_weights(
+                old,
+                batch.behaviour,
+                batch.has_behaviour,
+                cfg.tis_cap,
+                level=cfg.tis_level,
+                mask=batch.comp_mask,
+            )
         return policy_loss(
             logp,
             old,
@@ -343,6 +417,8 @@ class Trainer:
             ref_logp=ref,
             is_weights=weights,
             max_tokens=cfg.max_completion_tokens,
+            n_sequences=mb.sequences,
+            n_tokens=float(mb.tokens),
         )
 
     def _clip(self) -> float:
@@ -352,32 +428,6 @@ class Trainer:
             return 0.0
         max_norm = self.config.max_grad_norm if self.config.max_grad_norm > 0 else float("inf")
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-
-
-def token_logprobs(
-    model: Any, batch: Batch, *, entropy: bool = False
-) -> tuple[torch.Tensor, float]:
-    """Log-probs of the batch's own next tokens, and optionally the policy's entropy.
-
-    Args:
-        model: a causal LM (called with ``input_ids`` and ``attention_mask``).
-        batch: the padded batch.
-        entropy: also compute the mean per-token entropy over completion tokens.
-
-    Returns:
-        ``[B, W-1]`` float32 ``log p(ids[:, j + 1] | ids[:, :j + 1])`` (carrying gradient
-        when the model does), and the mean entropy ``-sum_v p_v log p_v`` over completion
-        positions (0.0 when not asked; never carries gradient).
-    """
-    logits = model(input_ids=batch.ids, attention_mask=batch.attn).logits[:, :-1].float()
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, batch.ids[:, 1:, None]).squeeze(-1)
-    ent = 0.0
-    if entropy:
-        with torch.no_grad():
-            h = -(logp_all.exp() * logp_all).sum(-1)
-            ent = float((h * batch.comp_mask).sum() / batch.comp_mask.sum().clamp_min(1.0))
-    return logp, ent
 
 
 def _log_stepped(metrics: StepMetrics) -> None:
@@ -393,6 +443,10 @@ def _log_stepped(metrics: StepMetrics) -> None:
         kl=metrics.kl,
         grad_norm=metrics.grad_norm,
     )
+
+
+_Frozen = list[torch.Tensor | None]
+"""Frozen log-probs of one minibatch, one entry per micro-batch."""
 
 
 class _Update(NamedTuple):
