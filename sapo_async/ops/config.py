@@ -195,6 +195,9 @@ class NodeConfig(BaseSettings):
                 nats_url=urls,
                 nats_options=n.options(urls),
                 start="new" if n.start == "new" else float(n.lookback_minutes) * 60.0,
+                shards=n.shards,
+                shards_read=n.shards_read,
+                shard_rotate_s=n.shard_rotate_minutes * 60.0,
             ),
             ledger=LedgerSpec(
                 enabled=ledger.enabled,

@@ -31,8 +31,10 @@ from sapo_async.fabric.transport.jetstream_admin import (
     consumer_subjects,
     ensure_stream,
     stream_name,
+    widen_consumer,
 )
 from sapo_async.fabric.transport.jetstream_pull import JetStreamDelivery, JetStreamSubscription
+from sapo_async.fabric.transport.shards import ShardSet, publish_subject
 from sapo_async.limits import PUBLISH_ACK_TIMEOUT_S
 from sapo_async.wire.rollout import SignedGroup
 from sapo_async.wire.signing import encode_signed, rollout_hash
@@ -125,7 +127,7 @@ class JetStreamTransport:
             PublishError: no ack in time (safe to retry: the message id de-duplicates).
             TransportUnavailable: this transport was closed.
         """
-        subject = rollouts_subject(self._swarm, family)
+        subject = publish_subject(rollouts_subject(self._swarm, family), family, signed.body)
         if self._closed:
             raise TransportUnavailable("transport is closed")
         data = encode_signed(signed)
@@ -159,11 +161,15 @@ class JetStreamTransport:
         families: Sequence[str] | None = None,
         start: StartAt | None = None,
         durable: str | None = None,
+        shards: ShardSet | None = None,
     ) -> JetStreamSubscription:
         """See ``base.Transport.subscribe``.
 
         A durable consumer is named ``durable`` and kept by the server; otherwise the name
-        is random and the server removes it after ``CONSUMER_INACTIVE_THRESHOLD_S`` unused.
+        is random and the server deletes it when the subscription closes (or after
+        ``CONSUMER_INACTIVE_THRESHOLD_S`` unused, if the node died). A durable consumer
+        made before sharding (filter ``rollouts.<family>``) is widened in place to the
+        sharded filters, keeping its position.
         """
         if self._closed:
             raise TransportUnavailable("transport is closed")
@@ -173,6 +179,7 @@ class JetStreamTransport:
             start=start or StartAt.new(),
             durable=durable,
             replicas=self.settings.replicas,
+            shards=shards,
         )
         name = config.name
         sub = JetStreamSubscription(self.js, self.stream, config)
@@ -186,7 +193,9 @@ class JetStreamTransport:
                     pass
                 else:
                     have, want = consumer_subjects(info.config), consumer_subjects(config)
-                    if have != want:
+                    if have != want and set(have) < set(want):
+                        await widen_consumer(self.js, self.stream, info.config, want)
+                    elif have != want:
                         raise TransportError(
                             f"durable consumer {durable!r} exists for {have}, not {want}"
                         )
