@@ -144,6 +144,14 @@ class NatsSection(_Section):
     lookback_minutes: float = Field(
         10.0, gt=0, description="With start = 'last_minutes', how far back to start reading."
     )
+    stream_replicas: int = Field(
+        1,
+        ge=1,
+        le=5,
+        description="Replicas of the swarm's stream: 3 on a three-server cluster, so losing "
+        "a server loses no acknowledged group (every node that connects sets it: use the "
+        "swarm's value).",
+    )
     shards: int = Field(
         1,
         description="How many shards this node divides the swarm's rollouts into (by "

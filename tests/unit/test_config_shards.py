@@ -83,3 +83,9 @@ def test_fabric_spec_refuses_an_impossible_plan() -> None:
         FabricSpec(shards_read=5)
     with pytest.raises(ConfigError, match=r"fabric\.shards 3 must be one of"):
         FabricSpec(shards=3)
+
+
+def test_stream_replicas_reach_the_node(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text("[nats]\nstream_replicas = 3\n")
+    assert _spec_fabric(load_config(path)).stream_replicas == 3

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sapo_async.errors import ConfigError
@@ -47,6 +47,7 @@ def test_body_producer_reads_the_field_or_says_none() -> None:
     assert body_producer(b"") is None
 
 
+@settings(deadline=None, max_examples=25)  # S = 4096 builds 4096 filters per example
 @given(st.sampled_from(SHARD_COUNTS[1:]), st.data())
 def test_each_leaf_matches_exactly_one_shard_filter(count: int, data: st.DataObject) -> None:
     address = data.draw(st.sampled_from(ADDRESSES))
@@ -104,6 +105,7 @@ def test_a_bad_plan_is_refused_naming_the_setting(
     assert field in str(info.value)
 
 
+@settings(deadline=None)
 @given(st.sampled_from(SHARD_COUNTS[1:3]), st.integers(1, 256), st.sampled_from(ADDRESSES))
 def test_rotation_reads_every_shard_once_in_s_over_k_epochs(
     count: int, read: int, key: str
@@ -147,3 +149,47 @@ def test_describe_says_what_is_read() -> None:
     text = ShardPlan(256, 10, 300).describe()
     assert "10 of 256" in text
     assert "26 epochs" in text
+
+
+@pytest.mark.anyio
+async def test_a_rotation_the_servers_refuse_is_retried_at_the_next_fetch() -> None:
+    from sapo_async.errors import TransportUnavailable
+    from sapo_async.fabric.transport.memory import MemoryBroker
+    from sapo_async.fabric.transport.rotating import RotatingSubscription, subscribe_planned
+
+    class Flaky:
+        """The memory transport, whose next subscribe fails (a server restarting)."""
+
+        def __init__(self) -> None:
+            self.inner = MemoryBroker().connect(SW)
+            self.swarm = SW
+            self.fail_next = False
+
+        async def subscribe(self, **kwargs):  # type: ignore[no-untyped-def]
+            if self.fail_next:
+                self.fail_next = False
+                raise TransportUnavailable("no meta leader")
+            return await self.inner.subscribe(**kwargs)
+
+    transport = Flaky()
+    now = [0.0]
+    plan = ShardPlan(16, 4, rotate_s=10)
+    sub = await subscribe_planned(
+        transport,  # type: ignore[arg-type]
+        families=None,
+        plan=plan,
+        key=ADDRESSES[0],
+        clock=lambda: now[0],
+    )
+    assert isinstance(sub, RotatingSubscription)
+    first = sub.shards
+    now[0] += 10
+    transport.fail_next = True
+    assert await sub.fetch(4, 0.01) == []  # refused: nothing, no error
+    assert (sub.rotations, sub.shards) == (0, first)
+    assert await sub.fetch(4, 0.01) == []  # retried: on the next shard set now
+    assert sub.rotations == 1
+    assert sub.shards == plan.shards_at(ADDRESSES[0], sub.epoch) != first
+    await sub.aclose()
+    with pytest.raises(TransportUnavailable):
+        await sub.fetch(4, 0.01)

@@ -117,21 +117,25 @@ async def ensure_stream(js: JetStreamContext, swarm: str, settings: StreamSettin
     """
     stream = stream_name(swarm)
     config = _stream_config(swarm, settings)
+    refused: nats.js.errors.APIError | None = None
     try:
         try:
             await js.stream_info(stream)
         except nats.js.errors.NotFoundError:
             try:
                 await js.add_stream(config)
-            except nats.js.errors.BadRequestError:
-                pass  # another node created it meanwhile, with other settings: update
+            except nats.js.errors.BadRequestError as exc:
+                # Another node created it meanwhile, with other settings: update. (Or the
+                # server refused it, e.g. no room for max_bytes: said below if so.)
+                refused = exc
             else:
                 _log.info("stream_created", stream=stream)
                 return
         await js.update_stream(config)
         _log.debug("stream_updated", stream=stream)
     except nats.js.errors.APIError as exc:
-        raise TransportError(f"cannot create or update stream {stream}: {exc}") from exc
+        why = f"{refused} (then: {exc})" if refused is not None else str(exc)
+        raise TransportError(f"cannot create or update stream {stream}: {why}") from exc
     except TRANSIENT as exc:
         raise TransportUnavailable(f"cannot reach JetStream: {exc!r}") from exc
 

@@ -2,8 +2,10 @@
 
 Owns the reader side of sharding over any transport: it holds one consumer on this
 epoch's shard set (``ShardPlan.shards_at``) and, at the first fetch of a new epoch,
-closes it and subscribes to the next set. Rotation happens between fetches, when the
-caller has acked what it fetched (the collector acks each delivery before fetching again;
+closes it and subscribes to the next set. A new consumer the servers cannot make
+now (a server restarting) is retried at the next fetch, the reader meanwhile getting
+nothing rather than failing. Rotation happens between fetches, when the caller has acked
+what it fetched (the collector acks each delivery before fetching again;
 anything left unacked is handed back by the closing consumer), so nothing in flight is
 lost. A new epoch's consumer starts at new messages: a node reads k/S of what is published
 at any time, which is what bounds its ingress.
@@ -18,9 +20,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+import anyio
 import structlog
 
-from sapo_async.errors import ConfigError
+from sapo_async.errors import ConfigError, TransportError, TransportUnavailable
 from sapo_async.fabric.transport.base import Delivery, StartAt, Subscription, Transport
 from sapo_async.fabric.transport.shards import ShardPlan, ShardSet
 
@@ -58,18 +61,28 @@ class RotatingSubscription:
         self.epoch = plan.epoch(key, clock())
         self.shards = plan.shards_at(key, self.epoch)
         self.rotations = 0
+        self._closed = False
 
-    async def _open(self, start: StartAt) -> None:
+    async def _open_on(self, shards: ShardSet, start: StartAt) -> None:
         self._sub = await self._transport.subscribe(
-            families=self._families, start=start, shards=self.shards
+            families=self._families, start=start, shards=shards
         )
 
     async def fetch(self, max_messages: int, max_wait: float) -> Sequence[Delivery]:
         """See ``base.Subscription.fetch``; moves to the next shard set first when the
         epoch turned."""
+        if self._closed:
+            raise TransportUnavailable("subscription is closed")
         epoch = self.plan.epoch(self._key, self._clock())
-        if epoch != self.epoch:
-            await self._rotate(epoch)
+        if epoch != self.epoch or self._sub is None:
+            try:
+                await self._rotate(epoch)
+            except (TransportUnavailable, TransportError) as exc:
+                # The servers cannot make the new consumer now (one restarting, no meta
+                # leader): try again at the next fetch rather than fail the reader.
+                _log.warning("shards_rotate_failed", epoch=epoch, error=str(exc))
+                await anyio.sleep(min(max_wait, 0.5))
+                return []
         assert self._sub is not None
         return await self._sub.fetch(max_messages, max_wait)
 
@@ -77,14 +90,15 @@ class RotatingSubscription:
         old, self._sub = self._sub, None
         if old is not None:
             await old.aclose()
-        self.epoch = epoch
-        self.shards = self.plan.shards_at(self._key, epoch)
-        await self._open(StartAt.new())
+        shards = self.plan.shards_at(self._key, epoch)
+        await self._open_on(shards, StartAt.new())
+        self.epoch, self.shards = epoch, shards
         self.rotations += 1
-        _log.info("shards_rotated", epoch=epoch, shards=list(self.shards.indices))
+        _log.info("shards_rotated", epoch=epoch, shards=list(shards.indices))
 
     async def aclose(self) -> None:
         """Close the current consumer (idempotent)."""
+        self._closed = True
         sub, self._sub = self._sub, None
         if sub is not None:
             await sub.aclose()
@@ -122,5 +136,5 @@ async def subscribe_planned(
             field="fabric.shards_read",
         )
     sub = RotatingSubscription(transport, families=families, plan=plan, key=key, clock=clock)
-    await sub._open(start or StartAt.new())
+    await sub._open_on(sub.shards, start or StartAt.new())
     return sub
