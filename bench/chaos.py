@@ -190,6 +190,7 @@ class Chaos:
         self.duration = duration
         self.rng = random.Random(seed)
         self.seed = seed
+        self.scale = 1.0 if duration >= 300 else 0.4  # short runs: shorter outages
         ports = [free_port() for _ in range(12)]
         self.cluster = NatsCluster(
             work_dir=work / "nats",
@@ -301,7 +302,7 @@ class Chaos:
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
             server.stop()  # reaps it
-            down = self.rng.uniform(5, 15)
+            down = self.rng.uniform(5, 15) * self.scale
             self.note(kind, server=i, down_s=round(down, 1))
             self.sleep(down)
             self.cluster.start(i)
@@ -309,7 +310,7 @@ class Chaos:
             pid = self.anvil.process.pid if self.anvil.process else None
             assert pid is not None
             os.kill(pid, signal.SIGSTOP)
-            down = self.rng.uniform(5, 20)
+            down = self.rng.uniform(5, 20) * self.scale
             self.note(kind, down_s=round(down, 1))
             try:
                 self.sleep(down)
@@ -329,7 +330,7 @@ class Chaos:
         # seeded draw; gaps of 10-30 s (scaled down for short runs) between faults.
         kinds = list(KINDS)
         self.rng.shuffle(kinds)
-        gap = (10.0, 30.0) if self.duration >= 300 else (3.0, 8.0)
+        gap = (10.0, 30.0) if self.duration >= 300 else (1.0, 3.0)
         while kinds or time.monotonic() - start < self.duration:
             kind = kinds.pop(0) if kinds else self.rng.choice(KINDS)
             self.fault(kind)
@@ -385,6 +386,7 @@ class Chaos:
         not_resumed: list[int] = []
         committed = 0
         repeated = 0
+        killed_early = 0
         own_seen: dict[bytes, tuple[str, int]] = {}
         for node in self.nodes:
             on_chain = await ledger.rounds_of(node.address)
@@ -417,11 +419,14 @@ class Chaos:
                 evs = events(log)
                 if any(e.get("event") == "node_failed" for e in evs):
                     self.crashes.append(f"node {node.index} run {k} logged node_failed")
-                if k and not (
-                    any(e.get("event") == "node_resumed" for e in evs)
-                    and any(e.get("event") == "round_completed" for e in evs)
-                ):
-                    not_resumed.append(node.index)
+                resumed = any(e.get("event") == "node_resumed" for e in evs) and any(
+                    e.get("event") == "round_completed" for e in evs
+                )
+                if k and not resumed:
+                    if k == len(node.logs) - 1:
+                        not_resumed.append(node.index)  # the incarnation that should run on
+                    else:
+                        killed_early += 1  # a later fault stopped it while it was starting
         return {
             "faults_injected": dict(self.faults),
             "rounds_committed": committed,
@@ -433,6 +438,7 @@ class Chaos:
             "restarts": sum(len(n.logs) - 1 for n in self.nodes),
             "acked_groups": len(stream),
             "rounds_repeated_after_resume": repeated,
+            "incarnations_stopped_before_resuming": killed_early,
             "details": {
                 "lost": lost[:20],
                 "duplicates": duplicates[:20],
