@@ -6,9 +6,10 @@ Usage: ``just chaos [--quick] [--nodes 8] [--duration 600] [--seed 7]``. Writes
 Each node is its own ``sapo-async node`` process with the tiny model, its own keystore,
 journal and checkpoints, reading 8 of 16 shards (rotating every minute) of a stream
 replicated three ways. A seeded, bounded schedule injects one fault at a time, each
-undone before the next: SIGKILL a node (restarted 2-5 s later), SIGTERM a node (restarted
-once it exited), SIGKILL a NATS server (restarted 5-15 s later on its store), and pause
-the RPC (SIGSTOP anvil for 5-20 s, then SIGCONT). A node that exits on its own is a crash
+undone before the next: SIGKILL a node (restarted 2-5 s later; any node, even one still
+starting), SIGTERM a node that is running (restarted once it exited), SIGKILL a NATS
+server (restarted 5-15 s later on its store), and pause the RPC (SIGSTOP anvil for
+5-20 s, then SIGCONT); short runs shorten the outages to 0.4x. A node that exits on its own is a crash
 (and is restarted, so the run goes on). After the schedule every node must complete a
 round in its latest incarnation, then all stop with SIGTERM and the audit runs:
 
@@ -271,6 +272,14 @@ class Chaos:
         slow = [n.index for n in nodes if n.rounds_now() < count]
         raise TimeoutError(f"nodes {slow} did not complete {count} round(s) in {timeout} s")
 
+    def wait_rounds_any(self, count: int, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(n.rounds_now() >= count for n in self.nodes):
+            self.check_crashes()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no node completed {count} round(s) in {timeout} s")
+            time.sleep(0.5)  # polling logs, bounded by the deadline
+
     def sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
@@ -288,7 +297,11 @@ class Chaos:
             self.sleep(down)
             node.start()
         elif kind == "node_sigterm":
-            node = self.rng.choice(self.nodes)
+            # A node is asked to stop once it runs: before its signal handlers are in
+            # place (still importing torch) SIGTERM kills the interpreter outright (-15),
+            # which is a SIGKILL by another name and tested as such.
+            self.wait_rounds_any(1)
+            node = self.rng.choice([n for n in self.nodes if n.rounds_now() >= 1])
             node.signal(signal.SIGTERM)
             code = node.proc.wait(timeout=180)  # type: ignore[union-attr]
             self.note(kind, node=node.index, exit=code)
