@@ -9,8 +9,8 @@ replicated three ways. A seeded, bounded schedule injects one fault at a time, e
 undone before the next: SIGKILL a node (restarted 2-5 s later; any node, even one still
 starting), SIGTERM a node that is running (restarted once it exited), SIGKILL a NATS
 server (restarted 5-15 s later on its store), and pause the RPC (SIGSTOP anvil for
-5-20 s, then SIGCONT); short runs shorten the outages to 0.4x. A node that exits on its own is a crash
-(and is restarted, so the run goes on). After the schedule every node must complete a
+5-20 s, then SIGCONT); short runs shorten the outages to 0.4x. A node that exits on its
+own is a crash (and is restarted, so the run goes on). After the schedule every node must complete a
 round in its latest incarnation, then all stop with SIGTERM and the audit runs:
 
 * rounds committed: commitments on chain, all nodes;
