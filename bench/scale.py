@@ -43,7 +43,7 @@ configure_logging(level="WARNING")
 from fabric import make_groups, msgspec_replace, process_caches_off  # bench/ is on sys.path
 from results_path import results_path
 
-from sapo_async.errors import PublishError
+from sapo_async.errors import ActorFailed, PublishError
 from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.transport.base import StartAt
 from sapo_async.fabric.transport.embedded import NatsOptions
@@ -137,9 +137,23 @@ async def run_size(cluster: NatsCluster, n: int, rounds: int, replicas: int) -> 
         tg = await stack.enter_async_context(anyio.create_task_group())
         collectors: list[MeteredCollector] = []
         setup_t = time.perf_counter()
-        limiter = anyio.CapacityLimiter(8)  # consumers made 8 at a time (server-bound)
+        limiter = anyio.CapacityLimiter(4)  # consumers made 4 at a time (server-bound)
+        create_retries: list[int] = []
 
         async def start_one(i: int, account) -> None:  # type: ignore[no-untyped-def]
+            for attempt in range(8):
+                try:
+                    await start_collector(i, account)
+                except ActorFailed:
+                    # The servers took longer than the JetStream API timeout to place the
+                    # consumer (R3, under load): try again, as a restarted node would.
+                    create_retries.append(attempt)
+                    await anyio.sleep(1.0)
+                else:
+                    return
+            raise RuntimeError(f"sim-{i}: no consumer after 8 attempts")
+
+        async def start_collector(i: int, account) -> None:  # type: ignore[no-untyped-def]
             collector = MeteredCollector(
                 conns[i % len(conns)],
                 own_address=account.address,
@@ -278,6 +292,7 @@ async def run_size(cluster: NatsCluster, n: int, rounds: int, replicas: int) -> 
         "publish_wall_s": [round(r["publish_s"], 2) for r in rows],
         "setup_s": round(setup_s, 1),
         "publish_retries": len(retries),
+        "consumer_create_retries": len(create_retries),
         "redeliveries_refused": rejected.get("duplicate", 0),
     }
 
