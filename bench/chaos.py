@@ -339,13 +339,18 @@ class Chaos:
         self.wait_rounds(self.nodes, 1, timeout=900)
         self.note("all_nodes_running")
         start = time.monotonic()
-        # One fault of each kind first (so even a short run covers them all), then a
-        # seeded draw; gaps of 10-30 s (scaled down for short runs) between faults.
-        kinds = list(KINDS)
-        self.rng.shuffle(kinds)
+        # Faults in seeded blocks holding each kind once (so every kind is hit about
+        # equally often, and even a short run covers them all); gaps of 10-30 s (1-3 s
+        # for short runs) between faults.
+        kinds: list[str] = []
         gap = (10.0, 30.0) if self.duration >= 300 else (1.0, 3.0)
-        while kinds or time.monotonic() - start < self.duration:
-            kind = kinds.pop(0) if kinds else self.rng.choice(KINDS)
+        done = 0
+        while done < len(KINDS) or time.monotonic() - start < self.duration:
+            if not kinds:
+                kinds = list(KINDS)
+                self.rng.shuffle(kinds)
+            kind = kinds.pop(0)
+            done += 1
             self.fault(kind)
             self.sleep(self.rng.uniform(*gap))
         self.note("schedule_done", faults=dict(self.faults))
