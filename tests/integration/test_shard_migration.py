@@ -10,6 +10,7 @@ import anyio
 import pytest
 from nats.js import api
 
+from sapo_async.fabric.transport.base import StartAt
 from sapo_async.fabric.transport.embedded import NatsOptions, connect_nats
 from sapo_async.fabric.transport.jetstream import JetStreamTransport, stream_name
 from sapo_async.fabric.transport.shards import ShardSet
@@ -86,3 +87,27 @@ async def test_closing_an_ephemeral_shard_consumer_deletes_it(nats_server) -> No
         assert names == []
     finally:
         await transport.aclose()
+
+
+async def test_a_legacy_stream_nobody_widens_still_takes_every_group(nats_server) -> None:  # type: ignore[no-untyped-def]
+    # An operator's stream on rollouts.* that volunteers may not update: publishing on
+    # leaves would be refused, so the transport publishes on the family subject instead.
+    nc = await connect_nats(NatsOptions(url=nats_server.url))
+    js = nc.jetstream()
+    await js.add_stream(
+        api.StreamConfig(name=stream_name(SWARM), subjects=[f"sapo.{SWARM}.rollouts.*"])
+    )
+    transport = JetStreamTransport(nc, SWARM)
+    try:
+        await transport._learn_subjects()  # what connect does after ensure_stream
+        sub = await transport.subscribe(families=[FAMILY], start=StartAt.everything())
+        producer = make_account(3)
+        ack = await transport.publish(sign_group(producer, make_group(producer)), family=FAMILY)
+        assert not ack.duplicate
+        (delivery,) = await sub.fetch(4, 5.0)
+        assert delivery.subject == f"sapo.{SWARM}.rollouts.{FAMILY}"
+        await delivery.ack()
+        await sub.aclose()
+    finally:
+        await transport.aclose()
+        await nc.close()

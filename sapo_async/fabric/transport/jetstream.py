@@ -34,7 +34,7 @@ from sapo_async.fabric.transport.jetstream_admin import (
     widen_consumer,
 )
 from sapo_async.fabric.transport.jetstream_pull import JetStreamDelivery, JetStreamSubscription
-from sapo_async.fabric.transport.shards import ShardSet, publish_subject
+from sapo_async.fabric.transport.shards import ShardSet, publish_subject, subject_matches
 from sapo_async.limits import PUBLISH_ACK_TIMEOUT_S
 from sapo_async.wire.rollout import SignedGroup
 from sapo_async.wire.signing import encode_signed, rollout_hash
@@ -79,6 +79,7 @@ class JetStreamTransport:
         self.js = nc.jetstream(timeout=PUBLISH_ACK_TIMEOUT_S)
         self._owns = owns_connection
         self._subs: list[JetStreamSubscription] = []
+        self._leaves = True  # publish on producer leaves (see _learn_subjects)
         self._closed = False
 
     @classmethod
@@ -118,6 +119,30 @@ class JetStreamTransport:
             TransportUnavailable: JetStream cannot be reached.
         """
         await ensure_stream(self.js, self._swarm, self.settings)
+        await self._learn_subjects()
+
+    async def _learn_subjects(self) -> None:
+        """Publish on leaves only if the stream takes them.
+
+        A stream made before sharding, on ``rollouts.*``, that this credential may not
+        widen (an operator's stream) would refuse every leaf subject: publishing on the
+        legacy family subject keeps the swarm working (whole-swarm readers read it) until
+        the operator widens the stream to ``rollouts.>``.
+        """
+        try:
+            info = await self.js.stream_info(self.stream)
+        except (nats.js.errors.APIError, *TRANSIENT) as exc:
+            _log.debug("stream_subjects_unknown", stream=self.stream, error=repr(exc))
+            return
+        probe = f"sapo.{self._swarm}.rollouts.x.0.0.0"
+        self._leaves = any(subject_matches(s, probe) for s in info.config.subjects or [])
+        if not self._leaves:
+            _log.warning(
+                "stream_not_sharded",
+                stream=self.stream,
+                subjects=info.config.subjects,
+                fix=f"nats stream edit {self.stream} --subjects 'sapo.{self._swarm}.rollouts.>'",
+            )
 
     async def publish(self, signed: SignedGroup, *, family: str) -> PublishAck:
         """See ``base.Transport.publish``.
@@ -127,7 +152,9 @@ class JetStreamTransport:
             PublishError: no ack in time (safe to retry: the message id de-duplicates).
             TransportUnavailable: this transport was closed.
         """
-        subject = publish_subject(rollouts_subject(self._swarm, family), family, signed.body)
+        subject = rollouts_subject(self._swarm, family)
+        if self._leaves:
+            subject = publish_subject(subject, family, signed.body)
         if self._closed:
             raise TransportUnavailable("transport is closed")
         data = encode_signed(signed)
