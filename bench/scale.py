@@ -370,7 +370,7 @@ def main() -> None:
                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
                 "wall_s": round(time.time() - started, 1),
             },
-            "command": "nice -n 10 just bench scale" + (" --quick" if args.quick else ""),
+            "command": "nice -n 10 just bench scale " + " ".join(sys.argv[1:]),
         }
     )
     path = results_path("scale", quick=args.quick)
