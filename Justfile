@@ -36,9 +36,14 @@ fmt:
 contracts:
     bash contracts/build.sh
 
-# run a benchmark: just bench fabric|learning|ledger|memory|decode [--quick] (quick runs write bench/results/quick/)
+# run a benchmark: just bench fabric|learning|ledger|memory|decode|scale [--quick] (quick runs write bench/results/quick/)
 bench name *args:
     {{py}} bench/{{name}}.py {{args}}
+
+# real nodes on a 3-server NATS cluster with anvil under seeded faults, then the audit:
+# just chaos [--quick] [--nodes 8] [--duration 600] [--seed 7] (bench/results/chaos.json)
+chaos *args:
+    {{py}} bench/chaos.py {{args}}
 
 # a local swarm on embedded defaults (the README's main job)
 swarm *args:

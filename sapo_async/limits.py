@@ -49,6 +49,20 @@ FETCH_TIMEOUT_S = 1.0
 CONSUMER_INACTIVE_THRESHOLD_S = 300.0
 """A non-durable consumer unused for 5 minutes is removed by the server (a node died)."""
 
+EPHEMERAL_DELETE_TIMEOUT_S = 1.0
+"""Deleting a closed ephemeral consumer is a courtesy (the server drops it after
+CONSUMER_INACTIVE_THRESHOLD_S anyway): it must not hold up a shutdown while NATS is down."""
+
+SHARD_ROTATE_S = 300.0
+"""A node reading k of S shards moves to the next k every 5 minutes: long next to a round
+(~10-60 s, so a buffer fills from one shard set), short enough that a node cycles through
+all S/k sets within hours (every producer stays reachable); one consumer re-created per
+node per 5 min is nothing for the servers."""
+
+SHARD_INGRESS_FACTOR = 4
+"""c: a node wants about c x J external groups per round to choose J from (room for groups
+it drops for zero advantage or rejects); shard plans aim ingress at that."""
+
 CONSUMER_REPLACE_AFTER_FAILURES = 3
 """A consumer whose server cannot answer for it three stall checks in a row (its server
 died) is replaced by a new one that resumes after the last sequence seen."""

@@ -40,6 +40,8 @@ import anyio
 from sapo_async.actors import Actor, ActorState, ActorStatistics
 from sapo_async.errors import ActorStopped, RejectedInput
 from sapo_async.fabric.transport.base import StartAt, Subscription, Transport, validate_token
+from sapo_async.fabric.transport.rotating import subscribe_planned
+from sapo_async.fabric.transport.shards import ShardPlan, parse_rollouts_subject, producer_leaf
 from sapo_async.limits import (
     BUFFER_MAX_AGE_S,
     BUFFER_MAX_GROUPS,
@@ -136,6 +138,7 @@ class Collector(Actor[None]):
         families: task families to subscribe to (``None``: all).
         start: where a new consumer starts (default: new messages only).
         durable: durable consumer name, to resume across restarts of this node.
+        shards: read k of S shards, rotating (``None``: everything).
         extra_check: receiver-side check run last on each otherwise valid group.
         max_group_bytes: cap on a group's encoded size.
         buffer_max_groups: buffer bound by count (oldest admitted evicted first).
@@ -157,6 +160,7 @@ class Collector(Actor[None]):
         families: Sequence[str] | None = None,
         start: StartAt | None = None,
         durable: str | None = None,
+        shards: ShardPlan | None = None,
         extra_check: ExtraCheck | None = None,
         max_group_bytes: int = MAX_GROUP_BYTES,
         buffer_max_groups: int = BUFFER_MAX_GROUPS,
@@ -178,6 +182,7 @@ class Collector(Actor[None]):
         self._families = families
         self._start = start
         self._durable = durable
+        self.shards = shards
         self.extra_check = extra_check
         self._max_group_bytes = max_group_bytes
         self._max_groups = buffer_max_groups
@@ -198,9 +203,19 @@ class Collector(Actor[None]):
     # --- actor hooks -----------------------------------------------------------------
 
     async def _setup(self) -> None:
-        self._sub = await self._transport.subscribe(
-            families=self._families, start=self._start, durable=self._durable
-        )
+        if self.shards is None:
+            self._sub = await self._transport.subscribe(
+                families=self._families, start=self._start, durable=self._durable
+            )
+        else:
+            self._sub = await subscribe_planned(
+                self._transport,
+                families=self._families,
+                plan=self.shards,
+                key=self.own_address or self.name,
+                start=self._start,
+                durable=self._durable,
+            )
 
     async def _serve(self) -> None:
         assert self._sub is not None
@@ -263,8 +278,14 @@ class Collector(Actor[None]):
         if group.swarm != self.swarm:
             raise reject("wrong_swarm", f"{group.swarm!r} is not {self.swarm!r}")
         _check_shape(group, reject)
-        if subject is not None and subject.rsplit(".", 1)[-1] != group.task.family:
-            raise reject("wrong_subject", f"{group.task.family!r} arrived on {subject!r}")
+        if subject is not None:
+            where = parse_rollouts_subject(self.swarm, subject)
+            if where is None or where[0] != group.task.family:
+                raise reject("wrong_subject", f"{group.task.family!r} arrived on {subject!r}")
+            # The leaf is a function of (family, producer): a group on another leaf is a
+            # producer spraying shards it does not belong to.
+            if where[1] is not None and where[1] != producer_leaf(where[0], group.producer):
+                raise reject("wrong_shard", f"{group.producer} is not on leaf {where[1]}")
         if msg_id is not None and msg_id != hex_hash:
             raise reject("hash_mismatch", f"message id {msg_id[:80]!r} is not the rollout hash")
         if digest in self._seen:

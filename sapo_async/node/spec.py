@@ -31,7 +31,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from sapo_async.errors import ConfigError
-from sapo_async.limits import ACTOR_DRAIN_TIMEOUT_S, MAX_SWARM_SEED, NATS_JOIN_TIMEOUT_S
+from sapo_async.limits import (
+    ACTOR_DRAIN_TIMEOUT_S,
+    MAX_SWARM_SEED,
+    NATS_JOIN_TIMEOUT_S,
+    SHARD_ROTATE_S,
+)
 
 if TYPE_CHECKING:
     import anyio
@@ -39,6 +44,7 @@ if TYPE_CHECKING:
 
     from sapo_async.fabric.transport.base import Transport
     from sapo_async.fabric.transport.embedded import NatsOptions
+    from sapo_async.fabric.transport.shards import ShardPlan
     from sapo_async.node.sampler import SamplerPolicy
     from sapo_async.policy.grpo.trainer import TrainerConfig
     from sapo_async.tasks.spec import FamilySpec
@@ -232,6 +238,10 @@ class FabricSpec:
         include_tokens: share token ids and log-probs (receivers with the same tokenizer
             use them for importance weights).
         extra_check: a receiver-side check added to the collector's.
+        shards: S, how many shards this node divides the swarm into (1, 16, 256 or
+            4096; see ``fabric/transport/shards.py``); 1 reads everything.
+        shards_read: k, how many of them it reads at a time (``None``: all S).
+        shard_rotate_s: seconds before it moves on to the next k shards.
     """
 
     nats_url: str | None = None
@@ -242,8 +252,23 @@ class FabricSpec:
     start: Literal["new", "all"] | float = "all"
     include_tokens: bool = True
     extra_check: Any = None
+    shards: int = 1
+    shards_read: int | None = None
+    shard_rotate_s: float = SHARD_ROTATE_S
+
+    def shard_plan(self) -> ShardPlan | None:
+        """The shard plan these settings ask for; ``None`` reads everything.
+
+        Raises:
+            ConfigError: S not in 1/16/256/4096, k outside 1..S, or a rotation <= 0 s.
+        """
+        from sapo_async.fabric.transport.shards import ShardPlan
+
+        plan = ShardPlan(self.shards, self.shards_read, self.shard_rotate_s)
+        return None if plan.count == 1 else plan
 
     def __post_init__(self) -> None:
+        self.shard_plan()  # validates the three shard fields
         _check(self.stream_replicas >= 1, "fabric.stream_replicas", ">= 1", self.stream_replicas)
         _check(
             self.connect_timeout_s > 0, "fabric.connect_timeout_s", "> 0", self.connect_timeout_s

@@ -140,6 +140,7 @@ class Swarm:
                 families=sorted({f.family for f in learner.tasks.families}) or None,
                 start=_start_at(spec.fabric),
                 extra_check=spec.fabric.extra_check,
+                shards=spec.fabric.shard_plan(),
                 name=f"collector-{spec.name}",
             )
             recorder = await _make_recorder(spec, account, learner, cleanups)

@@ -204,6 +204,10 @@ class NodeConfig(BaseSettings):
                 nats_url=urls,
                 nats_options=n.options(urls),
                 start="new" if n.start == "new" else float(n.lookback_minutes) * 60.0,
+                stream_replicas=n.stream_replicas,
+                shards=n.shards,
+                shards_read=n.shards_read,
+                shard_rotate_s=n.shard_rotate_minutes * 60.0,
             ),
             ledger=LedgerSpec(
                 enabled=ledger.enabled,

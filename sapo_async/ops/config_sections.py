@@ -157,11 +157,29 @@ class NatsSection(_Section):
     lookback_minutes: float = Field(
         10.0, gt=0, description="With start = 'last_minutes', how far back to start reading."
     )
+    stream_replicas: int = Field(
+        1,
+        ge=1,
+        le=5,
+        description="Replicas of the swarm's stream: 3 on a three-server cluster, so losing "
+        "a server loses no acknowledged group (every node that connects sets it: use the "
+        "swarm's value).",
+    )
+    shards: int = Field(
+        1,
+        description="How many shards this node divides the swarm's rollouts into (by "
+        "producer, per family): 1, 16, 256 or 4096; 1 reads everything. See docs/fabric.md "
+        "for the count that fits a swarm's size.",
+    )
     shards_read: int | None = Field(
         None,
         ge=1,
-        description="How many rollout shards to subscribe to (bounds ingress in large "
-        "swarms); unset reads all.",
+        description="How many of those shards to read at a time (bounds ingress in large "
+        "swarms; the node moves to the next ones every shard_rotate_minutes); unset reads "
+        "all.",
+    )
+    shard_rotate_minutes: float = Field(
+        5.0, gt=0, description="Minutes before a node reading a subset moves to the next one."
     )
 
     @field_validator("urls", mode="before")
@@ -179,6 +197,22 @@ class NatsSection(_Section):
                     f"{url!r} is not a NATS URL: expected nats://, tls://, ws:// or wss://"
                 )
         return value
+
+    @field_validator("shards")
+    @classmethod
+    def _shard_count(cls, value: int) -> int:
+        if value not in (1, 16, 256, 4096):
+            raise ValueError(f"must be 1, 16, 256 or 4096 (16^0..16^3), got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _shards_read_within(self) -> NatsSection:
+        if self.shards_read is not None and self.shards_read > self.shards:
+            raise ValueError(
+                f"shards_read = {self.shards_read} is more than shards = {self.shards}: "
+                f"read 1..{self.shards} of them, or raise shards (1, 16, 256 or 4096)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _tls_pair(self) -> NatsSection:

@@ -46,6 +46,7 @@ __all__ = [
     "check_ledger",
     "check_model",
     "check_nats",
+    "check_shards",
     "format_checks",
     "run_doctor",
 ]
@@ -148,6 +149,16 @@ async def check_nats(
     for url in cfg.nats.urls:
         checks += await _check_one_nats(url, cfg, connect_timeout)
     return checks
+
+
+def check_shards(cfg: NodeConfig) -> Check:
+    """Say which share of the swarm's rollouts this node reads (``[nats] shards`` and
+    ``shards_read``); the config already refused impossible values."""
+    from sapo_async.fabric.transport.shards import ShardPlan
+
+    n = cfg.nats
+    plan = ShardPlan(n.shards, n.shards_read, n.shard_rotate_minutes * 60.0)
+    return Check("shards", "ok", plan.describe())
 
 
 # --- chain and contract -----------------------------------------------------------------
@@ -399,6 +410,7 @@ async def run_doctor(
         gpu: run the GPU check (imports torch, which takes a few seconds).
     """
     checks = await check_nats(cfg, connect_timeout=connect_timeout)
+    checks.append(check_shards(cfg))
     checks += await anyio.to_thread.run_sync(
         lambda: check_ledger(cfg, chain=chain, timeout=connect_timeout)
     )

@@ -170,7 +170,7 @@ async def test_doctor_all_good_with_jetstream_anvil_and_a_deployed_contract(
     checks = await run_doctor(cfg)
     assert not [c for c in checks if c.status != "ok"], format_checks(checks)
     names = [c.name.split(" ")[0] for c in checks]
-    assert names == ["nats", "jetstream", "rpc", "contract", "gpu", "disk", "model"]
+    assert names == ["nats", "jetstream", "shards", "rpc", "contract", "gpu", "disk", "model"]
     assert "all checks passed" in format_checks(checks)
 
 

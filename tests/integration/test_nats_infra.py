@@ -82,7 +82,7 @@ def test_documented_stream_is_replicated_three_ways() -> None:
     config = _stream_config()
     assert config.num_replicas == 3
     assert config.storage == api.StorageType.FILE
-    assert config.subjects == ["sapo.main.rollouts.*"]
+    assert config.subjects == ["sapo.main.rollouts.>"]  # family and producer leaf below
     assert config.max_msg_size is not None
     assert config.max_msg_size > 256 * 1024
 

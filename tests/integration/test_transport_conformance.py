@@ -13,8 +13,8 @@ from sapo_async.fabric.publisher import Publisher
 from sapo_async.fabric.transport.base import (
     StartAt,
     Subscription,
-    rollouts_subject,
 )
+from sapo_async.fabric.transport.shards import sharded_subject
 from sapo_async.wire.rollout import encode_group
 from sapo_async.wire.signing import (
     decode_signed,
@@ -61,7 +61,7 @@ async def test_published_group_arrives_with_its_hash_as_message_id(
     sub = await transport.subscribe(start=StartAt.everything())
     (delivery,) = await sub.fetch(4, 2.0)
     assert delivery.msg_id == rollout_hash(signed.body).hex()
-    assert delivery.subject == rollouts_subject(SWARM, "basic_arithmetic")
+    assert delivery.subject == sharded_subject(SWARM, "basic_arithmetic", account.address)
     assert delivery.seq == ack.seq
     await delivery.ack()
     await sub.aclose()

@@ -8,7 +8,9 @@ de-duplicates them by message id (the rollout hash) and hands them to a consumer
 acknowledges each after handling it. Verification is the collector's job.
 
 Invariants:
-    * the subject of a group is ``sapo.<swarm>.rollouts.<family>``;
+    * the subject of a group is ``sapo.<swarm>.rollouts.<family>.<d1>.<d2>.<d3>``, the
+      producer's leaf in that family (see ``shards``); nodes that predate sharding
+      published on ``sapo.<swarm>.rollouts.<family>``, which whole-swarm readers still read;
     * the message id is the lower-case hex rollout hash, so a re-publish (a retry after a
       lost ack) within the duplicate window is stored once;
     * ``publish`` returns only once the server acknowledged the message as stored;
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from sapo_async.errors import ConfigError
+from sapo_async.fabric.transport.shards import ShardSet
 from sapo_async.wire.rollout import SignedGroup
 
 __all__ = [
@@ -53,7 +56,8 @@ def validate_token(value: str, *, field: str) -> str:
 
 
 def rollouts_subject(swarm: str, family: str) -> str:
-    """The subject a group of ``family`` is published on in ``swarm``.
+    """The unsharded (legacy) subject of ``family`` in ``swarm``; a transport publishes on
+    the producer's leaf below it (``shards.sharded_subject``).
 
     Raises:
         ConfigError: swarm or family is not a valid subject token.
@@ -163,7 +167,7 @@ class Transport(Protocol):
     def swarm(self) -> str: ...
 
     async def publish(self, signed: SignedGroup, *, family: str) -> PublishAck:
-        """Publish ``signed`` on ``family``'s subject and wait for the server's ack.
+        """Publish ``signed`` on its producer's leaf of ``family`` and wait for the ack.
 
         Raises:
             PublishError: the server did not acknowledge in time.
@@ -179,6 +183,7 @@ class Transport(Protocol):
         families: Sequence[str] | None = None,
         start: StartAt | None = None,
         durable: str | None = None,
+        shards: ShardSet | None = None,
     ) -> Subscription:
         """Create (or resume) a pull consumer.
 
@@ -188,6 +193,7 @@ class Transport(Protocol):
                 durable one continues where it left off.
             durable: a name to keep the consumer's position across restarts of this node;
                 ``None`` for a consumer that disappears once unused.
+            shards: the shards to read (``None``: all; see ``shards.shard_filters``).
 
         Raises:
             TransportError: the consumer could not be created.

@@ -32,8 +32,10 @@ from sapo_async.fabric.transport.jetstream_admin import (
     consumer_subjects,
     ensure_stream,
     stream_name,
+    widen_consumer,
 )
 from sapo_async.fabric.transport.jetstream_pull import JetStreamDelivery, JetStreamSubscription
+from sapo_async.fabric.transport.shards import ShardSet, publish_subject, subject_matches
 from sapo_async.limits import PUBLISH_ACK_TIMEOUT_S
 from sapo_async.wire.rollout import SignedGroup
 from sapo_async.wire.signing import encode_signed, rollout_hash
@@ -78,6 +80,7 @@ class JetStreamTransport:
         self.js = nc.jetstream(timeout=PUBLISH_ACK_TIMEOUT_S)
         self._owns = owns_connection
         self._subs: list[JetStreamSubscription] = []
+        self._leaves = True  # publish on producer leaves (see _learn_subjects)
         self._closed = False
 
     @classmethod
@@ -118,6 +121,30 @@ class JetStreamTransport:
             TransportUnavailable: JetStream cannot be reached.
         """
         await ensure_stream(self.js, self._swarm, self.settings)
+        await self._learn_subjects()
+
+    async def _learn_subjects(self) -> None:
+        """Publish on leaves only if the stream takes them.
+
+        A stream made before sharding, on ``rollouts.*``, that this credential may not
+        widen (an operator's stream) would refuse every leaf subject: publishing on the
+        legacy family subject keeps the swarm working (whole-swarm readers read it) until
+        the operator widens the stream to ``rollouts.>``.
+        """
+        try:
+            info = await self.js.stream_info(self.stream)
+        except (nats.js.errors.APIError, *TRANSIENT) as exc:
+            _log.debug("stream_subjects_unknown", stream=self.stream, error=repr(exc))
+            return
+        probe = f"sapo.{self._swarm}.rollouts.x.0.0.0"
+        self._leaves = any(subject_matches(s, probe) for s in info.config.subjects or [])
+        if not self._leaves:
+            _log.warning(
+                "stream_not_sharded",
+                stream=self.stream,
+                subjects=info.config.subjects,
+                fix=f"nats stream edit {self.stream} --subjects 'sapo.{self._swarm}.rollouts.>'",
+            )
 
     async def publish(self, signed: SignedGroup, *, family: str) -> PublishAck:
         """See ``base.Transport.publish``.
@@ -128,6 +155,8 @@ class JetStreamTransport:
             TransportUnavailable: this transport was closed.
         """
         subject = rollouts_subject(self._swarm, family)
+        if self._leaves:
+            subject = publish_subject(subject, family, signed.body)
         if self._closed:
             raise TransportUnavailable("transport is closed")
         data = encode_signed(signed)
@@ -161,11 +190,15 @@ class JetStreamTransport:
         families: Sequence[str] | None = None,
         start: StartAt | None = None,
         durable: str | None = None,
+        shards: ShardSet | None = None,
     ) -> JetStreamSubscription:
         """See ``base.Transport.subscribe``.
 
         A durable consumer is named ``durable`` and kept by the server; otherwise the name
-        is random and the server removes it after ``CONSUMER_INACTIVE_THRESHOLD_S`` unused.
+        is random and the server deletes it when the subscription closes (or after
+        ``CONSUMER_INACTIVE_THRESHOLD_S`` unused, if the node died). A durable consumer
+        made before sharding (filter ``rollouts.<family>``) is widened in place to the
+        sharded filters, keeping its position.
         """
         if self._closed:
             raise TransportUnavailable("transport is closed")
@@ -175,6 +208,7 @@ class JetStreamTransport:
             start=start or StartAt.new(),
             durable=durable,
             replicas=self.settings.replicas,
+            shards=shards,
         )
         name = config.name
         sub = JetStreamSubscription(self.js, self.stream, config)
@@ -188,7 +222,9 @@ class JetStreamTransport:
                     pass
                 else:
                     have, want = consumer_subjects(info.config), consumer_subjects(config)
-                    if have != want:
+                    if have != want and set(have) < set(want):
+                        await widen_consumer(self.js, self.stream, info.config, want)
+                    elif have != want:
                         raise TransportError(
                             f"durable consumer {durable!r} exists for {have}, not {want}"
                         )

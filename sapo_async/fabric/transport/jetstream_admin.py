@@ -1,8 +1,10 @@
 """JetStream settings and management: the swarm's stream, its consumers, the account.
 
 Owns what the JetStream transport asks the server to keep: stream ``SAPO_<swarm>`` on
-subjects ``sapo.<swarm>.rollouts.*`` (one subject per task family; a wildcard so a new
-family needs no stream update, consumers filter by family) with limits retention,
+subjects ``sapo.<swarm>.rollouts.>`` (a subject per task family and producer leaf, see
+``shards``; a wildcard so a new family needs no stream update, consumers filter by family
+and shard; it holds the legacy ``rollouts.<family>`` subjects too, so a stream made before
+sharding is updated in place, its messages kept) with limits retention,
 ``max_age``, ``max_bytes`` (oldest discarded), ``duplicate_window``, ``max_msg_size`` and
 file storage; creating that stream when it is missing (an existing stream belongs to whoever
 created it, normally the swarm's operator: volunteers' credentials may not update, purge or
@@ -31,6 +33,7 @@ from nats.js.client import JetStreamContext
 
 from sapo_async.errors import TransportError, TransportUnavailable
 from sapo_async.fabric.transport.base import StartAt, rollouts_subject, validate_token
+from sapo_async.fabric.transport.shards import ShardSet, shard_filters
 from sapo_async.limits import (
     CONSUMER_INACTIVE_THRESHOLD_S,
     DUPLICATE_WINDOW_S,
@@ -47,6 +50,7 @@ __all__ = [
     "consumer_config",
     "ensure_stream",
     "stream_name",
+    "widen_consumer",
 ]
 
 # A lazy proxy (no .bind() at import): it follows configure_logging() called later.
@@ -94,7 +98,7 @@ class StreamSettings:
 def _stream_config(swarm: str, settings: StreamSettings) -> api.StreamConfig:
     return api.StreamConfig(
         name=stream_name(swarm),
-        subjects=[f"sapo.{swarm}.rollouts.*"],
+        subjects=[f"sapo.{swarm}.rollouts.>"],
         retention=api.RetentionPolicy.LIMITS,
         discard=api.DiscardPolicy.OLD,
         max_age=settings.max_age,
@@ -161,8 +165,10 @@ def consumer_config(
     start: StartAt,
     durable: str | None,
     replicas: int,
+    shards: ShardSet | None = None,
 ) -> api.ConsumerConfig:
-    """The pull consumer for ``families`` (all when ``None``) from ``start``.
+    """The pull consumer for ``families`` (all when ``None``) in ``shards`` (all when
+    ``None``) from ``start``.
 
     A durable consumer is named ``durable`` and kept by the server; otherwise the name is
     random and the server removes it after ``CONSUMER_INACTIVE_THRESHOLD_S`` unused.
@@ -170,11 +176,9 @@ def consumer_config(
     Raises:
         ConfigError: a family or ``durable`` is not a valid subject token.
     """
-    subjects = (
-        [f"sapo.{swarm}.rollouts.*"]
-        if families is None
-        else [rollouts_subject(swarm, f) for f in families]
-    )
+    for family in families or ():
+        rollouts_subject(swarm, family)  # validates the token
+    subjects = shard_filters(swarm, families, shards or ShardSet.everything())
     if durable is not None:
         name = validate_token(durable, field="durable")
     else:
@@ -204,6 +208,21 @@ def consumer_config(
 def consumer_subjects(config: api.ConsumerConfig) -> list[str]:
     """The subjects a consumer configuration filters on, sorted."""
     return sorted(config.filter_subjects or [config.filter_subject or ""])
+
+
+async def widen_consumer(
+    js: JetStreamContext, stream: str, config: api.ConsumerConfig, subjects: list[str]
+) -> None:
+    """Update an existing consumer to filter on ``subjects`` (a superset of its own),
+    keeping its position: how a durable consumer made before sharding moves on.
+
+    Raises:
+        nats.js.errors.APIError: the server refused (the caller translates it).
+    """
+    config.filter_subjects = subjects if len(subjects) > 1 else None
+    config.filter_subject = subjects[0] if len(subjects) == 1 else None
+    await js.add_consumer(stream, config=config)
+    _log.info("consumer_widened", consumer=config.name or config.durable_name, subjects=subjects)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from sapo_async.limits import (
     CONSUMER_REPAIR_MAX_S,
     CONSUMER_REPLACE_AFTER_FAILURES,
     CONSUMER_STALL_CHECKS,
+    EPHEMERAL_DELETE_TIMEOUT_S,
     PUBLISH_ACK_TIMEOUT_S,
 )
 
@@ -283,3 +284,12 @@ class JetStreamSubscription:
                 await self._sub.unsubscribe()
             except (nats.errors.Error, ValueError) as exc:
                 _log.debug("unsubscribe_failed", error=repr(exc))
+        if self._config.durable_name is None:
+            # An ephemeral consumer is of no use to anyone once closed: delete it now
+            # rather than after the server's inactivity threshold, so a node that
+            # rotates shards leaves one consumer on the server, not one per epoch.
+            with anyio.move_on_after(EPHEMERAL_DELETE_TIMEOUT_S):
+                try:
+                    await self._js.delete_consumer(self._stream, self._name)
+                except (nats.js.errors.APIError, *TRANSIENT) as exc:
+                    _log.debug("consumer_delete_failed", consumer=self._name, error=repr(exc))

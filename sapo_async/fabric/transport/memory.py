@@ -2,7 +2,8 @@
 
 Owns a :class:`MemoryBroker` (one stream per swarm, held in memory) and the
 :class:`MemoryTransport` connections to it. Semantics follow the JetStream backend closely
-enough that one conformance suite runs against both: subjects per family, de-duplication by
+enough that one conformance suite runs against both: subjects per family and producer leaf,
+consumer filters with NATS wildcards (shards), de-duplication by
 message id within a window, limits retention by age and bytes, a per-message size cap,
 pull consumers with a start point, explicit acks, and durable consumers that resume at
 their first unacknowledged message.
@@ -30,6 +31,12 @@ from sapo_async.fabric.transport.base import (
     rollouts_subject,
     validate_token,
 )
+from sapo_async.fabric.transport.shards import (
+    ShardSet,
+    publish_subject,
+    shard_filters,
+    subject_matches,
+)
 from sapo_async.limits import DUPLICATE_WINDOW_S, MAX_GROUP_BYTES, STREAM_MAX_AGE_S
 from sapo_async.wire.rollout import SignedGroup
 from sapo_async.wire.signing import encode_signed, rollout_hash
@@ -48,7 +55,7 @@ class _Stored:
 
 @dataclass(slots=True)
 class _ConsumerState:
-    subjects: frozenset[str] | None
+    filters: tuple[str, ...]
     next_seq: int
     unacked: set[int] = field(default_factory=set)
 
@@ -202,8 +209,8 @@ class MemorySubscription:
         while len(out) < max_messages and self._state.next_seq <= self._stream.last_seq:
             stored = self._stream.get(self._state.next_seq)
             self._state.next_seq += 1
-            if stored is not None and (
-                self._state.subjects is None or stored.subject in self._state.subjects
+            if stored is not None and any(
+                subject_matches(f, stored.subject) for f in self._state.filters
             ):
                 out.append(self._deliver(stored))
         return out
@@ -236,7 +243,7 @@ class MemoryTransport:
 
     async def publish(self, signed: SignedGroup, *, family: str) -> PublishAck:
         """See ``base.Transport.publish``."""
-        subject = rollouts_subject(self._swarm, family)
+        subject = publish_subject(rollouts_subject(self._swarm, family), family, signed.body)
         if self._closed:
             raise TransportUnavailable("transport is closed")
         await anyio.lowlevel.checkpoint()
@@ -250,21 +257,20 @@ class MemoryTransport:
         families: Sequence[str] | None = None,
         start: StartAt | None = None,
         durable: str | None = None,
+        shards: ShardSet | None = None,
     ) -> MemorySubscription:
         """See ``base.Transport.subscribe``."""
         if self._closed:
             raise TransportUnavailable("transport is closed")
-        subjects = (
-            None
-            if families is None
-            else frozenset(rollouts_subject(self._swarm, f) for f in families)
-        )
+        for family in families or ():
+            rollouts_subject(self._swarm, family)  # validates the token
+        subjects = tuple(shard_filters(self._swarm, families, shards or ShardSet.everything()))
         stream = self._broker.stream(self._swarm)
         if durable is not None:
             validate_token(durable, field="durable")
             state = stream.durables.get(durable)
             if state is not None:
-                if state.subjects != subjects:
+                if state.filters != subjects:
                     raise TransportError(f"durable consumer {durable!r} exists with other families")
                 return MemorySubscription(stream, state, self._broker)
         start = start or StartAt.new()
