@@ -350,8 +350,18 @@ class RoundLoop:
         node_index = self.learner.settings.node_index
         rng = random.Random(round_seed(self.training.seed, node_index, shared.round, "external"))
 
+        check = self.training.external_filter
+
         def score(b: BufferedGroup) -> _Candidate:
-            return _Candidate(b, self.learner.score_external(b.group))
+            scored = self.learner.score_external(b.group)
+            # Uninformative groups are dropped by the sampler anyway: filter only the rest.
+            if (
+                check is not None
+                and scored.informative
+                and (dropped := check(self.learner, scored))
+            ):
+                raise RejectedInput(str(dropped), f"external filter dropped {b.producer}'s group")
+            return _Candidate(b, scored)
 
         def reason(_b: BufferedGroup, exc: Exception) -> str:
             return exc.reason if isinstance(exc, RejectedInput) else "score_error"
@@ -443,6 +453,11 @@ class RoundLoop:
         self.learner.round = shared.round + 1
         received, rejections = self._collected()
         rewards = [c.reward for g in shared.local for c in g.completions]
+        by_family: dict[str, list[float]] = {}
+        for g in shared.local:
+            total = by_family.setdefault(g.task.family if g.task else "", [0.0, 0.0])
+            total[0] += sum(c.reward for c in g.completions)
+            total[1] += len(g.completions)
         staleness = [choice.newest[c.producer] - c.buffered.group.producer_round for c in chosen]
         report = RoundReport(
             node=self.address,
@@ -467,6 +482,8 @@ class RoundLoop:
             score_s=shared.score_s + (t1 - t0),
             train_s=t2 - t1,
             step={k: v for k, v in asdict(step).items() if k != "extra"},
+            external_staleness=staleness,
+            reward_by_family=by_family,
         )
         self.history.add(report)
         self._log.info(
