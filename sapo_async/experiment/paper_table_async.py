@@ -102,7 +102,7 @@ class AsyncSpec:
 
     regime: str = "sparse"
     tasks: str = "cpu_mix"
-    rounds: int = 150
+    rounds: int = 60
     seeds: tuple[int, ...] = (0, 1, 2)
     arms: tuple[str, ...] = ("8/0", "4/4")
     side_arms: tuple[str, ...] = ("4/4+tis", "4/4+ftis", "1/7", "0/8")

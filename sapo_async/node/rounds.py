@@ -345,8 +345,10 @@ class RoundLoop:
         fresh.sort(key=lambda b: b.rollout_hash)
         return fresh, newest
 
-    def _select(self, shared: SharedRound) -> _Choice:
-        fresh, newest = self._fresh_candidates()
+    def _select(
+        self, shared: SharedRound, fresh: list[BufferedGroup], newest: dict[str, int]
+    ) -> _Choice:
+        # In a worker thread: scores the snapshot ``fresh``, never touches the collector.
         node_index = self.learner.settings.node_index
         rng = random.Random(round_seed(self.training.seed, node_index, shared.round, "external"))
 
@@ -440,7 +442,9 @@ class RoundLoop:
                 syncs itself once the next round's generation is done).
         """
         t0 = time.perf_counter()
-        choice: _Choice = await self._run_sync(self._select, shared)
+        # On the event loop, where the collector admits groups (not in the worker thread).
+        fresh, newest = self._fresh_candidates()
+        choice: _Choice = await self._run_sync(self._select, shared, fresh, newest)
         chosen = choice.external
         if chosen:
             self.collector.take(c.buffered.rollout_hash for c in chosen)
@@ -455,9 +459,8 @@ class RoundLoop:
         rewards = [c.reward for g in shared.local for c in g.completions]
         by_family: dict[str, list[float]] = {}
         for g in shared.local:
-            total = by_family.setdefault(g.task.family if g.task else "", [0.0, 0.0])
-            total[0] += sum(c.reward for c in g.completions)
-            total[1] += len(g.completions)
+            fam = by_family.setdefault(g.task.family if g.task else "", [0.0, 0.0])
+            fam[0], fam[1] = fam[0] + sum(c.reward for c in g.completions), fam[1] + len(g.rewards)
         staleness = [choice.newest[c.producer] - c.buffered.group.producer_round for c in chosen]
         report = RoundReport(
             node=self.address,
