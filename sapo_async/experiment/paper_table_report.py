@@ -173,7 +173,7 @@ def write_async_outputs(
     family_ratio = {
         c: {
             str(s): {
-                f: v / max(base_families[str(s)].get(f, 0.0), 1e-12)
+                f: (v / base_families[str(s)][f] if base_families[str(s)].get(f) else None)
                 for f, v in families[c][str(s)].items()
             }
             for s in sorted(by_config[c])
@@ -263,10 +263,12 @@ def _markdown(
         cells = []
         for f in fams:
             vals = [s.get(f, 0.0) for s in summary["families"][c].values()]
-            rats = [s.get(f, 0.0) for s in summary["family_ratio_to_baseline"][c].values()]
+            rats = [s.get(f) for s in summary["family_ratio_to_baseline"][c].values()]
+            known = [r for r in rats if r is not None]
             mean_v = statistics.fmean(vals) if vals else 0.0
-            mean_r = statistics.fmean(rats) if rats else 0.0
-            cells.append(f"{mean_v:.4f} ({mean_r:.2f}x)")
+            # n/a: the baseline scored 0 on this family (no ratio to take).
+            ratio = f"{statistics.fmean(known):.2f}x" if known else "n/a"
+            cells.append(f"{mean_v:.4f} ({ratio})")
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     lines += [
         "",
