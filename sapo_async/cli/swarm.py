@@ -214,6 +214,9 @@ def paper_table(
     ),
     workers: int = typer.Option(2, min=1, help="Runs in parallel (one process each)."),
     quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke version (tests)."),
+    resume: bool = typer.Option(
+        False, "--resume", help="async: keep the runs already in the output's JSON (same settings)."
+    ),
 ) -> None:
     """Run the I/J configurations with common random numbers; write table, figures, JSON."""
     from sapo_async.logs import configure_logging
@@ -221,7 +224,9 @@ def paper_table(
     configure_logging(level="WARNING")
     seed_list = tuple(range(seed_offset, seed_offset + seeds))
     if path == "async":
-        _paper_table_async(regime, out, seed_list, rounds, (arms, side_arms), workers, quick)
+        _paper_table_async(
+            regime, out, seed_list, rounds, (arms, side_arms), workers, (quick, resume)
+        )
         return
     if path != "lockstep":
         raise typer.BadParameter(f"path must be lockstep or async, got {path!r}")
@@ -261,13 +266,15 @@ def _paper_table_async(
     rounds: int | None,
     arms: tuple[str | None, str | None],
     workers: int,
-    quick: bool,
+    modes: tuple[bool, bool],
 ) -> None:
     """``paper-table --path async`` (see :mod:`sapo_async.experiment.paper_table_async`)."""
     from dataclasses import replace
 
     from sapo_async.errors import ConfigError
     from sapo_async.experiment import paper_table_async as pta
+
+    quick, resume = modes
 
     name = "sparse" if regime == "both" else regime
     if name not in pta.ASYNC_PRESETS:
@@ -303,7 +310,18 @@ def _paper_table_async(
         f"{spec.rounds} rounds, {workers if not quick else 1} at a time",
         err=True,
     )
-    pta.run_async_experiment(spec, out, workers=1 if quick else workers, on_result=progress)
+
+    def failure(arm: str, seed: int, exc: BaseException) -> None:
+        typer.echo(f"  {arm} seed {seed}: FAILED ({exc!r}); the other runs go on", err=True)
+
+    pta.run_async_experiment(
+        spec,
+        out,
+        workers=1 if quick else workers,
+        on_result=progress,
+        on_failure=failure,
+        resume=resume,
+    )
     typer.echo((out / f"{name}.md").read_text())
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "AsyncSpec",
     "parse_arm",
     "quick_async",
+    "recorded_runs",
     "run_async_experiment",
     "run_async_one",
 ]
@@ -336,6 +337,48 @@ def _summarise(  # noqa: PLR0917 - one private call site
     )
 
 
+_SAME_RUN_KEYS = (
+    "regime",
+    "tasks",
+    "rounds",
+    "nodes",
+    "questions_per_round",
+    "completions_per_question",
+    "lr",
+    "max_new_tokens",
+    "max_staleness_rounds",
+    "tis_cap",
+    "ratio_cap",
+    "threads",
+)
+
+
+def recorded_runs(spec: AsyncSpec, path: Path) -> list[AsyncRun]:
+    """Runs already in ``path`` (a ``<regime>.json`` this experiment wrote) that ``spec``
+    would run again with the same settings (``--resume``); none if the file is absent or
+    was written with other settings. The ratio filter's raw log ratios are not stored
+    (only their quantiles), so a resumed ``+ftis`` run reports none."""
+    import json
+
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    old = data.get("spec", {})
+    if data.get("path") != "async" or any(old.get(k) != getattr(spec, k) for k in _SAME_RUN_KEYS):
+        return []
+    wanted = set(spec.jobs())
+    out = []
+    for r in data.get("runs", []):
+        if (r["config"], r["seed"]) not in wanted:
+            continue
+        fields = {f.name for f in dataclasses.fields(AsyncRun)}
+        values = {k: v for k, v in r.items() if k in fields}
+        values["staleness"] = {int(k): v for k, v in r["staleness"].items()}
+        values["log_ratios"] = []
+        out.append(AsyncRun(**values))
+    return out
+
+
 def _run_in_worker(args: tuple[AsyncSpec, str, int]) -> AsyncRun:
     spec, arm, seed = args
     return run_async_one(spec, arm, seed)
@@ -347,6 +390,8 @@ def run_async_experiment(
     *,
     workers: int = 2,
     on_result: Callable[[AsyncRun], None] | None = None,
+    on_failure: Callable[[str, int, BaseException], None] | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Run every (arm, seed) of ``spec`` (``workers`` swarms at once, one process each),
     writing ``<regime>.json``, ``<regime>.md`` and the figures into ``out_dir`` after each
@@ -355,9 +400,10 @@ def run_async_experiment(
     from sapo_async.policy.models import ensure_tiny_model, tiny_spec
 
     ensure_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))  # once, before workers race
-    jobs = [(spec, arm, seed) for arm, seed in spec.jobs()]
-    results: list[AsyncRun] = []
-    t0 = time.perf_counter()
+    results: list[AsyncRun] = recorded_runs(spec, out_dir / f"{spec.regime}.json") if resume else []
+    have = {(r.config, r.seed) for r in results}
+    jobs = [(spec, arm, seed) for arm, seed in spec.jobs() if (arm, seed) not in have]
+    t0 = time.perf_counter()  # this invocation only (resumed runs keep their own seconds)
 
     def done(res: AsyncRun) -> None:
         results.append(res)
@@ -365,13 +411,27 @@ def run_async_experiment(
         if on_result:
             on_result(res)
 
+    def failed(job: tuple[AsyncSpec, str, int], exc: BaseException) -> None:
+        # One swarm failing (a node crashed) must not lose the others' results.
+        if on_failure is None:
+            raise exc
+        on_failure(job[1], job[2], exc)
+
     if workers <= 1:
         for job in jobs:
-            done(_run_in_worker(job))
+            try:
+                done(_run_in_worker(job))
+            except Exception as exc:
+                failed(job, exc)
     else:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futures = [pool.submit(_run_in_worker, job) for job in jobs]
+            futures = {pool.submit(_run_in_worker, job): job for job in jobs}
             for fut in as_completed(futures):
-                done(fut.result())
+                try:
+                    res = fut.result()
+                except Exception as exc:
+                    failed(futures[fut], exc)
+                else:
+                    done(res)
     return write_async_outputs(spec, results, out_dir, seconds=time.perf_counter() - t0)

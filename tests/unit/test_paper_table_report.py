@@ -84,3 +84,21 @@ def test_jobs_run_every_seed_of_the_main_arms_then_the_side_arms_on_the_first():
 def test_a_bad_arm_is_named(arm):
     with pytest.raises(ConfigError, match=re.escape(f"arm '{arm}'")):
         parse_arm(arm)
+
+
+def test_resume_keeps_recorded_runs_only_under_the_same_settings(tmp_path):
+    from dataclasses import replace
+
+    from sapo_async.experiment.paper_table_async import recorded_runs
+
+    spec = AsyncSpec(rounds=3, seeds=(4,), arms=("2/0", "1/1"), side_arms=())
+    runs = [_run("2/0", 4, 1.0), _run("1/1", 4, 2.0)]
+    write_async_outputs(spec, runs, tmp_path, seconds=12.0)
+    path = tmp_path / "sparse.json"
+    again = recorded_runs(spec, path)
+    assert [(r.config, r.seed, r.rewards, r.staleness) for r in again] == [
+        (r.config, r.seed, r.rewards, r.staleness) for r in runs
+    ]
+    assert recorded_runs(replace(spec, arms=("2/0",)), path) == [again[0]]
+    assert recorded_runs(replace(spec, rounds=4), path) == []
+    assert recorded_runs(spec, tmp_path / "absent.json") == []
