@@ -23,7 +23,9 @@ commitments, and for the ratio filter every importance ratio it saw.
 
 Arms are ``"I/J"`` plus an optional filter on external groups: ``+tis`` (truncated
 importance weights from the producer's log-probs, ``TrainerConfig.tis_cap``) or ``+ftis``
-(drop groups whose importance ratio is extreme, :class:`~sapo_async.node.filters.RatioFilter`).
+(drop groups whose importance ratio is extreme, :class:`~sapo_async.node.filters.RatioFilter`);
+``+fresh`` draws external groups from their producer's newest round only
+(``max_staleness_rounds = 0``, as the lockstep harness does), to measure what staleness costs.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ __all__ = [
     "run_async_one",
 ]
 
-FILTERS = ("", "tis", "ftis")
+FILTERS = ("", "tis", "ftis", "fresh")
 
 
 def parse_arm(arm: str) -> tuple[int, int, str]:
@@ -68,11 +70,12 @@ def parse_arm(arm: str) -> tuple[int, int, str]:
         i, j = (int(x) for x in head.split("/"))
     except ValueError:
         raise ConfigError(
-            f"arm {arm!r} must be I/J with integers, optionally +tis or +ftis", field="arms"
+            f"arm {arm!r} must be I/J with integers, optionally +tis, +ftis or +fresh",
+            field="arms",
         ) from None
     if i < 0 or j < 0 or i + j == 0 or filt not in FILTERS:
         raise ConfigError(
-            f"arm {arm!r}: I, J >= 0, not both 0, filter one of tis, ftis", field="arms"
+            f"arm {arm!r}: I, J >= 0, not both 0, suffix one of tis, ftis, fresh", field="arms"
         )
     return i, j, filt
 
@@ -238,7 +241,7 @@ async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> As
         trainer=TrainerConfig(lr=spec.lr, tis_cap=spec.tis_cap if filt == "tis" else None),
         local=local,
         external=external,
-        max_staleness_rounds=spec.max_staleness_rounds,
+        max_staleness_rounds=0 if filt == "fresh" else spec.max_staleness_rounds,
         external_filter=ratio_filter,
         rounds=spec.rounds,
         start="all",
