@@ -113,7 +113,7 @@ def _plot_families(spec: AsyncSpec, results: Sequence[AsyncRun], out_dir: Path) 
         ax.set_xlabel("round")
         ax.set_ylabel("training reward")
         ax.set_title(
-            f"{fam}: swarm mean (10-round moving average, mean of {len(spec.seeds)} seeds)"
+            f"{fam}: swarm mean (10-round moving average, mean over the seeds each arm ran)"
         )
         ax.legend(fontsize=8)
         fig.tight_layout()
