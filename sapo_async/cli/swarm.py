@@ -214,6 +214,9 @@ def paper_table(
     ),
     workers: int = typer.Option(2, min=1, help="Runs in parallel (one process each)."),
     quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke version (tests)."),
+    tasks: str = typer.Option(
+        "cpu", help="lockstep: task preset (cpu: chain_sum; cpu_mix: the async path's three)."
+    ),
     resume: bool = typer.Option(
         False, "--resume", help="async: keep the runs already in the output's JSON (same settings)."
     ),
@@ -241,9 +244,11 @@ def paper_table(
         if name not in pt.PRESETS:
             raise typer.BadParameter(f"regime must be sparse, dense or both, got {name!r}")
         spec = pt.PRESETS[name]
-        spec = replace(spec, seeds=seed_list)
+        spec = replace(spec, seeds=seed_list, tasks=tasks)
         if rounds is not None:
             spec = replace(spec, rounds=rounds)
+        if arms is not None:  # plain I/J configurations on the lockstep path
+            spec = replace(spec, configs=tuple(_plain_arms(arms)))
         if quick:
             spec = pt.quick(spec)
 
@@ -257,6 +262,22 @@ def paper_table(
         typer.echo(f"{name}: {len(spec.configs) * len(spec.seeds)} runs of {spec.rounds} rounds")
         pt.run_experiment(spec, out, workers=1 if quick else workers, on_result=progress)
         typer.echo((out / f"{name}.md").read_text())
+
+
+def _plain_arms(arms: str) -> list[tuple[int, int]]:
+    from sapo_async.errors import ConfigError
+    from sapo_async.experiment.paper_table_async import parse_arm
+
+    out = []
+    for arm in (a.strip() for a in arms.split(",") if a.strip()):
+        try:
+            i, j, suffix = parse_arm(arm)
+        except ConfigError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        if suffix:
+            raise typer.BadParameter(f"the lockstep path takes plain I/J arms, got {arm!r}")
+        out.append((i, j))
+    return out
 
 
 def _paper_table_async(
