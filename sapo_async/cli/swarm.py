@@ -209,24 +209,58 @@ experiment_app = typer.Typer(
 
 @experiment_app.command("paper-table")
 def paper_table(
-    regime: str = typer.Option("both", help="sparse, dense, or both."),
+    regime: str = typer.Option("both", help="sparse, dense, or both (async: sparse)."),
+    path: str = typer.Option(
+        "lockstep",
+        help="lockstep (in-memory transport, a barrier per round, ledger off) or async "
+        "(nodes at their own pace over a real nats-server, ledger on, no barrier).",
+    ),
     out: Path | None = typer.Option(
         None,
-        help="Output directory (default docs/results/paper-table; with --quick "
-        "runs/paper-table-quick, so a smoke run never writes over recorded results).",
+        help="Output directory (default docs/results/paper-table or "
+        "docs/results/paper-table-async; with --quick runs/paper-table-quick or "
+        "runs/paper-table-async-quick, so a smoke run never writes over recorded results).",
     ),
-    seeds: int = typer.Option(2, min=1, help="Seeds per configuration."),
+    seeds: int = typer.Option(3, min=1, help="Seeds per configuration."),
+    seed_offset: int = typer.Option(
+        0, min=0, help="First seed (seeds run offset .. offset + seeds - 1)."
+    ),
     rounds: int | None = typer.Option(None, help="Rounds per run (default: the preset's)."),
+    arms: str | None = typer.Option(
+        None,
+        help="async: comma-separated I/J arms run on every seed, optionally +tis or +ftis "
+        "(default 8/0,4/4; the first is the baseline).",
+    ),
+    side_arms: str | None = typer.Option(
+        None,
+        help="async: arms run on the first seed only ('' for none; default "
+        "4/4+tis,4/4+ftis,1/7,0/8).",
+    ),
     workers: int = typer.Option(2, min=1, help="Runs in parallel (one process each)."),
     quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke version (tests)."),
+    tasks: str = typer.Option(
+        "cpu", help="lockstep: task preset (cpu: chain_sum; cpu_mix: the async path's three)."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="async: keep the runs already in the output's JSON (same settings)."
+    ),
 ) -> None:
-    """Run 8/0, 6/2, 4/4 and 2/6 with common random numbers; write table, figure, JSON."""
-    from dataclasses import replace
-
-    from sapo_async.experiment import paper_table as pt
+    """Run the I/J configurations with common random numbers; write table, figures, JSON."""
     from sapo_async.logs import configure_logging
 
     configure_logging(level="WARNING")
+    seed_list = tuple(range(seed_offset, seed_offset + seeds))
+    if path == "async":
+        _paper_table_async(
+            regime, out, seed_list, rounds, (arms, side_arms), workers, (quick, resume)
+        )
+        return
+    if path != "lockstep":
+        raise typer.BadParameter(f"path must be lockstep or async, got {path!r}")
+    from dataclasses import replace
+
+    from sapo_async.experiment import paper_table as pt
+
     if out is None:
         out = Path("runs/paper-table-quick" if quick else "docs/results/paper-table")
     regimes = ["sparse", "dense"] if regime == "both" else [regime]
@@ -234,9 +268,11 @@ def paper_table(
         if name not in pt.PRESETS:
             raise typer.BadParameter(f"regime must be sparse, dense or both, got {name!r}")
         spec = pt.PRESETS[name]
-        spec = replace(spec, seeds=tuple(range(seeds)))
+        spec = replace(spec, seeds=seed_list, tasks=tasks)
         if rounds is not None:
             spec = replace(spec, rounds=rounds)
+        if arms is not None:  # plain I/J configurations on the lockstep path
+            spec = replace(spec, configs=tuple(_plain_arms(arms)))
         if quick:
             spec = pt.quick(spec)
 
@@ -250,6 +286,88 @@ def paper_table(
         typer.echo(f"{name}: {len(spec.configs) * len(spec.seeds)} runs of {spec.rounds} rounds")
         pt.run_experiment(spec, out, workers=1 if quick else workers, on_result=progress)
         typer.echo((out / f"{name}.md").read_text())
+
+
+def _plain_arms(arms: str) -> list[tuple[int, int]]:
+    from sapo_async.errors import ConfigError
+    from sapo_async.experiment.paper_table_async import parse_arm
+
+    out = []
+    for arm in (a.strip() for a in arms.split(",") if a.strip()):
+        try:
+            i, j, suffix = parse_arm(arm)
+        except ConfigError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        if suffix:
+            raise typer.BadParameter(f"the lockstep path takes plain I/J arms, got {arm!r}")
+        out.append((i, j))
+    return out
+
+
+def _paper_table_async(
+    regime: str,
+    out: Path | None,
+    seed_list: tuple[int, ...],
+    rounds: int | None,
+    arms: tuple[str | None, str | None],
+    workers: int,
+    modes: tuple[bool, bool],
+) -> None:
+    """``paper-table --path async`` (see :mod:`sapo_async.experiment.paper_table_async`)."""
+    from dataclasses import replace
+
+    from sapo_async.errors import ConfigError
+    from sapo_async.experiment import paper_table_async as pta
+
+    quick, resume = modes
+
+    name = "sparse" if regime == "both" else regime
+    if name not in pta.ASYNC_PRESETS:
+        raise typer.BadParameter(f"regime of the async path must be sparse, got {regime!r}")
+    spec = pta.ASYNC_PRESETS[name]
+    try:
+        spec = replace(spec, seeds=seed_list)
+        if rounds is not None:
+            spec = replace(spec, rounds=rounds)
+        main, side = arms
+        if quick:
+            spec = pta.quick_async(spec)
+        if main is not None:
+            spec = replace(spec, arms=tuple(a.strip() for a in main.split(",") if a.strip()))
+        if side is not None:
+            spec = replace(spec, side_arms=tuple(a.strip() for a in side.split(",") if a.strip()))
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if out is None:
+        out = Path("runs/paper-table-async-quick" if quick else "docs/results/paper-table-async")
+
+    def progress(res: pta.AsyncRun) -> None:
+        cum = sum(sum(n) for n in res.rewards)
+        stale = sum(k * v for k, v in res.staleness.items()) / max(1, sum(res.staleness.values()))
+        typer.echo(
+            f"  {res.config} seed {res.seed}: cumulative {cum:.2f}, external {res.external_used}"
+            f" (mean staleness {stale:.2f}), {res.seconds:.0f} s",
+            err=True,
+        )
+
+    typer.echo(
+        f"async {name}: {len(spec.jobs())} swarms of {spec.nodes} nodes x "
+        f"{spec.rounds} rounds, {workers if not quick else 1} at a time",
+        err=True,
+    )
+
+    def failure(arm: str, seed: int, exc: BaseException) -> None:
+        typer.echo(f"  {arm} seed {seed}: FAILED ({exc!r}); the other runs go on", err=True)
+
+    pta.run_async_experiment(
+        spec,
+        out,
+        workers=1 if quick else workers,
+        on_result=progress,
+        on_failure=failure,
+        resume=resume,
+    )
+    typer.echo((out / f"{name}.md").read_text())
 
 
 def register(app: typer.Typer) -> None:

@@ -57,6 +57,8 @@ class ExperimentSpec:
         threshold: reward for the rounds-to-threshold column (10-round moving average of
             the swarm mean).
         max_new_tokens: completion cap.
+        tasks: task preset the tiny model is warm-started on and the nodes draw from
+            (``cpu``: chain_sum; ``cpu_mix``: the async path's three families).
     """
 
     regime: Regime
@@ -69,6 +71,7 @@ class ExperimentSpec:
     lr: float = 3e-5
     threshold: float = 0.05
     max_new_tokens: int = 16
+    tasks: str = "cpu"
 
 
 PRESETS: dict[str, ExperimentSpec] = {
@@ -143,14 +146,17 @@ async def _run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -
     from sapo_async.node.rounds import RoundLoop
     from sapo_async.node.spec import NodeSpec
     from sapo_async.policy.grpo.trainer import TrainerConfig
+    from sapo_async.policy.models import load_tiny_model, tiny_spec
     from sapo_async.wire import keccak256
 
     t0 = time.perf_counter()
     swarm = f"paper-{spec.regime}-{seed}"
     broker = MemoryBroker()
+    mix = spec.tasks != "cpu"  # the regime's own model is warm-started on "cpu"
     common = NodeSpec.build(
         swarm=swarm,
         model="tiny",
+        tasks=spec.tasks,
         regime=spec.regime,
         seed=seed,
         questions_per_round=spec.questions_per_round,
@@ -167,6 +173,10 @@ async def _run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -
         # Keys from (seed, node) so hashes, hence the canonical candidate order, repeat.
         account = Account.from_key(keccak256(f"sapo-paper-table:{seed}:{i}".encode()))
         node_spec = common.replace(name=f"node{i}", node_index=i, account=account)
+        if mix:
+            node_spec = node_spec.replace(
+                model=load_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))
+            )
         transport = broker.connect(swarm)
         nodes.append(
             RoundLoop(
@@ -229,7 +239,8 @@ def run_experiment(
     """
     from sapo_async.policy.models import ensure_tiny_model, tiny_spec
 
-    ensure_tiny_model(tiny_spec(spec.regime))  # build once, before the workers race for it
+    # build once, before the workers race for it
+    ensure_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))
     jobs = [(spec, i, j, seed) for (i, j) in spec.configs for seed in spec.seeds]
     results: list[RunResult] = []
     t0 = time.perf_counter()

@@ -56,6 +56,10 @@ class RoundReport:
             a ledger).
         generate_s / publish_s / score_s / train_s: wall time of each phase.
         step: the trainer's metrics (flat dict).
+        external_staleness: (producer's newest round - group's round) of each external
+            group used, in the order trained on.
+        reward_by_family: ``{family: [sum, count]}`` of the rewards of this round's own
+            completions, per task family.
     """
 
     node: str
@@ -80,6 +84,8 @@ class RoundReport:
     score_s: float
     train_s: float
     step: dict[str, Any] = field(default_factory=dict)
+    external_staleness: list[int] = field(default_factory=list)
+    reward_by_family: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def external_total(self) -> int:

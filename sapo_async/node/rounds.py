@@ -345,13 +345,25 @@ class RoundLoop:
         fresh.sort(key=lambda b: b.rollout_hash)
         return fresh, newest
 
-    def _select(self, shared: SharedRound) -> _Choice:
-        fresh, newest = self._fresh_candidates()
+    def _select(
+        self, shared: SharedRound, fresh: list[BufferedGroup], newest: dict[str, int]
+    ) -> _Choice:
+        # In a worker thread: scores the snapshot ``fresh``, never touches the collector.
         node_index = self.learner.settings.node_index
         rng = random.Random(round_seed(self.training.seed, node_index, shared.round, "external"))
 
+        check = self.training.external_filter
+
         def score(b: BufferedGroup) -> _Candidate:
-            return _Candidate(b, self.learner.score_external(b.group))
+            scored = self.learner.score_external(b.group)
+            # Uninformative groups are dropped by the sampler anyway: filter only the rest.
+            if (
+                check is not None
+                and scored.informative
+                and (dropped := check(self.learner, scored))
+            ):
+                raise RejectedInput(str(dropped), f"external filter dropped {b.producer}'s group")
+            return _Candidate(b, scored)
 
         def reason(_b: BufferedGroup, exc: Exception) -> str:
             return exc.reason if isinstance(exc, RejectedInput) else "score_error"
@@ -433,7 +445,9 @@ class RoundLoop:
                 syncs itself once the next round's generation is done).
         """
         t0 = time.perf_counter()
-        choice: _Choice = await self._run_sync(self._select, shared)
+        # On the event loop, where the collector admits groups (not in the worker thread).
+        fresh, newest = self._fresh_candidates()
+        choice: _Choice = await self._run_sync(self._select, shared, fresh, newest)
         chosen = choice.external
         if chosen:
             self.collector.take(c.buffered.rollout_hash for c in chosen)
@@ -452,6 +466,10 @@ class RoundLoop:
         pending, confirmed = await self._commit(shared, chosen)
         received, rejections = self._collected()
         rewards = [c.reward for g in shared.local for c in g.completions]
+        by_family: dict[str, list[float]] = {}
+        for g in shared.local:
+            fam = by_family.setdefault(g.task.family if g.task else "", [0.0, 0.0])
+            fam[0], fam[1] = fam[0] + sum(c.reward for c in g.completions), fam[1] + len(g.rewards)
         staleness = [choice.newest[c.producer] - c.buffered.group.producer_round for c in chosen]
         report = RoundReport(
             node=self.address,
@@ -476,6 +494,8 @@ class RoundLoop:
             score_s=shared.score_s + (t1 - t0),
             train_s=t2 - t1,
             step={k: v for k, v in asdict(step).items() if k != "extra"},
+            external_staleness=staleness,
+            reward_by_family=by_family,
         )
         self.history.add(report)
         self._log.info(

@@ -139,6 +139,10 @@ class TrainingSpec:
             generator gets its own copy of the weights, synced after both halves).
         rounds: stop after this many rounds (None: until the node leaves).
         seed: the swarm seed, shared by all nodes (common random numbers).
+        external_filter: ``filter(learner, scored_group) -> reason | None``, run on each
+            external candidate the sampler scores; a reason drops the candidate, counted
+            under it in ``RoundReport.external_failed`` (e.g. the importance-ratio filter
+            of :mod:`sapo_async.node.filters`). None: no filter.
     """
 
     questions_per_round: int = 8
@@ -157,6 +161,7 @@ class TrainingSpec:
     overlap: bool = False
     rounds: int | None = None
     seed: int = 0
+    external_filter: Any = None
 
     def __post_init__(self) -> None:
         b, i, j = self.questions_per_round, self.local, self.external

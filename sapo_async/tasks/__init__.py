@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     )
     from sapo_async.tasks.spec import (
         CPU_EASY_PRESET,
+        CPU_MIX_PRESET,
         CPU_PRESET,
         PAPER_PRESET,
         PRESETS,
@@ -45,6 +46,7 @@ _LAZY = {
     "ANSWER_CLOSE": "sapo_async.tasks.prompt",
     "ANSWER_OPEN": "sapo_async.tasks.prompt",
     "CPU_EASY_PRESET": "sapo_async.tasks.spec",
+    "CPU_MIX_PRESET": "sapo_async.tasks.spec",
     "CPU_PRESET": "sapo_async.tasks.spec",
     "FamilySpec": "sapo_async.tasks.spec",
     "PAPER_PRESET": "sapo_async.tasks.spec",
@@ -72,6 +74,7 @@ __all__ = [
     "ANSWER_CLOSE",
     "ANSWER_OPEN",
     "CPU_EASY_PRESET",
+    "CPU_MIX_PRESET",
     "CPU_PRESET",
     "PAPER_PRESET",
     "PRESETS",

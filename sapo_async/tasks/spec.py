@@ -23,6 +23,7 @@ from sapo_async.wire import keccak256
 
 __all__ = [
     "CPU_EASY_PRESET",
+    "CPU_MIX_PRESET",
     "CPU_PRESET",
     "PAPER_PRESET",
     "PRESETS",
@@ -117,15 +118,36 @@ CPU_EASY_PRESET: tuple[FamilySpec, ...] = (
     FamilySpec("chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}),
 )
 
+# Three families in one swarm, as the paper mixed nine, all with a bare expression the
+# tiny model's compact prompt shows (``metadata["expression"]``) and 1-to-3 character
+# answers: chain_sum as in ``cpu``, one-digit products, and one-digit basic_arithmetic with
+# all four operators (integer results, no parentheses or negation).
+CPU_MIX_PRESET: tuple[FamilySpec, ...] = (
+    CPU_PRESET[0],
+    FamilySpec("products", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}),
+    FamilySpec(
+        "basic_arithmetic",
+        {
+            "min_terms": 2,
+            "max_terms": 2,
+            "min_digits": 1,
+            "max_digits": 1,
+            "allow_parentheses": False,
+            "allow_negation": False,
+        },
+    ),
+)
+
 PRESETS: Mapping[str, tuple[FamilySpec, ...]] = {
     "paper": PAPER_PRESET,
     "cpu": CPU_PRESET,
+    "cpu_mix": CPU_MIX_PRESET,
     "cpu_easy": CPU_EASY_PRESET,
 }
 
 
 def preset(name: str) -> tuple[FamilySpec, ...]:
-    """Return the named preset (``"paper"``, ``"cpu"`` or ``"cpu_easy"``).
+    """Return the named preset (``"paper"``, ``"cpu"``, ``"cpu_mix"`` or ``"cpu_easy"``).
 
     Raises:
         ConfigError: unknown preset name.

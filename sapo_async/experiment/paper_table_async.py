@@ -1,0 +1,440 @@
+"""The paper's I/J comparison on the product's own path: nodes at their own pace over NATS.
+
+Where :mod:`.paper_table` (``--path lockstep``) runs the nodes under a lockstep scheduler on
+the in-memory transport with the ledger off, this runs each (arm, seed) as a swarm of
+``nodes`` real nodes joined through :meth:`~sapo_async.node.swarm.Swarm.join`, the Python
+API a user calls: a private nats-server with JetStream, the swarm's contract on the
+embedded EVM (every node journals and commits its rounds), no barrier and no round clock.
+Each node is an asyncio task of one process with its own round counter; its generation and
+training run in worker threads, ``threads`` at a time, so nodes drift apart by however the
+scheduler serves them, and what a node trains on is whatever its buffer holds when it
+samples (groups at most ``max_staleness_rounds`` behind their producer's newest, the
+product's default bound).
+
+Same compute budget and same questions for every arm: each node runs ``rounds`` rounds,
+and the questions and sampling seeds are keyed by (seed, node, round) as in the lockstep
+harness (common random numbers); what differs between arms is what nodes train on, and,
+here, when the groups they train on were produced.
+
+Recorded per run: each node's training reward per round, per task family, the wall-clock
+time each round ended (the nodes' pace), the staleness of every external group trained on
+(rounds behind the newest group its receiver held from that producer), the ledger's
+commitments, and for the ratio filter every importance ratio it saw.
+
+Arms are ``"I/J"`` plus an optional filter on external groups: ``+tis`` (truncated
+importance weights from the producer's log-probs, ``TrainerConfig.tis_cap``) or ``+ftis``
+(drop groups whose importance ratio is extreme, :class:`~sapo_async.node.filters.RatioFilter`);
+``+fresh`` draws external groups from their producer's newest round only
+(``max_staleness_rounds = 0``, as the lockstep harness does), to measure what staleness costs.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import multiprocessing
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from sapo_async.errors import ConfigError
+
+__all__ = [
+    "ASYNC_PRESETS",
+    "AsyncRun",
+    "AsyncSpec",
+    "parse_arm",
+    "quick_async",
+    "recorded_runs",
+    "run_async_experiment",
+    "run_async_one",
+]
+
+FILTERS = ("", "tis", "ftis", "fresh")
+
+
+def parse_arm(arm: str) -> tuple[int, int, str]:
+    """``"4/4+ftis"`` -> ``(4, 4, "ftis")``.
+
+    Raises:
+        ConfigError: not ``I/J`` with non-negative integers and a known filter.
+    """
+    head, _, filt = arm.partition("+")
+    try:
+        i, j = (int(x) for x in head.split("/"))
+    except ValueError:
+        raise ConfigError(
+            f"arm {arm!r} must be I/J with integers, optionally +tis, +ftis or +fresh",
+            field="arms",
+        ) from None
+    if i < 0 or j < 0 or i + j == 0 or filt not in FILTERS:
+        raise ConfigError(
+            f"arm {arm!r}: I, J >= 0, not both 0, suffix one of tis, ftis, fresh", field="arms"
+        )
+    return i, j, filt
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncSpec:
+    """One regime's experiment on the async path.
+
+    Attributes:
+        regime: the tiny model's warm start (``sparse``: the format must be discovered).
+        tasks: task preset the model is warm-started on and the swarm draws from.
+        rounds: rounds per node (the compute budget, equal for every arm).
+        seeds: swarm seeds.
+        arms: ``"I/J"`` with an optional ``+tis`` / ``+ftis``, run on every seed; the
+            first is the baseline.
+        side_arms: arms run on the first seed only (the filter comparison and where
+            sharing stops paying: the CPU budget does not stretch to every seed).
+        nodes: nodes per swarm.
+        questions_per_round / completions_per_question: B and L.
+        lr: AdamW learning rate.
+        threshold: reward for the rounds-to-threshold column.
+        max_new_tokens: completion cap.
+        max_staleness_rounds: the sampler's staleness bound (the product's default, 4).
+        tis_cap: truncation of the ``+tis`` arms' importance weights.
+        ratio_cap: the ``+ftis`` filter's bound on a completion's importance ratio.
+        threads: worker threads computing at once per swarm (one torch thread each).
+    """
+
+    regime: str = "sparse"
+    tasks: str = "cpu_mix"
+    rounds: int = 60
+    seeds: tuple[int, ...] = (0, 1, 2)
+    arms: tuple[str, ...] = ("8/0", "4/4")
+    side_arms: tuple[str, ...] = ("4/4+tis", "4/4+ftis", "1/7", "0/8")
+    nodes: int = 8
+    questions_per_round: int = 8
+    completions_per_question: int = 8
+    lr: float = 3e-5
+    threshold: float = 0.05
+    max_new_tokens: int = 16
+    max_staleness_rounds: int = 4
+    tis_cap: float = 2.0
+    ratio_cap: float = 1.5
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        for arm in (*self.arms, *self.side_arms):
+            parse_arm(arm)
+        if not self.arms or not self.seeds:
+            raise ConfigError("the async paper table needs at least one arm and one seed")
+
+    @property
+    def all_arms(self) -> tuple[str, ...]:
+        """Every arm, main ones first."""
+        return (*self.arms, *(a for a in self.side_arms if a not in self.arms))
+
+    def jobs(self) -> list[tuple[str, int]]:
+        """(arm, seed) pairs in running order: every seed of the main arms, seed by seed,
+        then the side arms on the first seed."""
+        main = [(arm, seed) for seed in self.seeds for arm in self.arms]
+        side = [(arm, self.seeds[0]) for arm in self.side_arms if arm not in self.arms]
+        return main + side
+
+
+ASYNC_PRESETS: dict[str, AsyncSpec] = {"sparse": AsyncSpec()}
+
+
+def quick_async(spec: AsyncSpec) -> AsyncSpec:
+    """A seconds-long version for tests: 3 nodes, 3 rounds, B = L = 4, two arms."""
+    return replace(
+        spec,
+        rounds=3,
+        seeds=spec.seeds[:1],
+        arms=("4/0", "2/2+ftis"),
+        side_arms=(),
+        nodes=3,
+        questions_per_round=4,
+        completions_per_question=4,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncRun:
+    """One (arm, seed) swarm.
+
+    Attributes:
+        config: the arm, e.g. ``"4/4"`` or ``"4/4+ftis"``.
+        seed: the swarm seed.
+        rewards: ``rewards[node][round]``, each node's training reward.
+        family_rewards: ``family_rewards[family][node][round] = [sum, count]`` of that
+            family's own completions.
+        ended_s: ``ended_s[node][round]``, seconds from the swarm's start to the round's end.
+        staleness: staleness of each external group trained on -> how many.
+        external_used: external groups trained on, summed over nodes and rounds.
+        received: external groups the collectors admitted, summed over nodes.
+        external_failed: candidates dropped at scoring (filter included), by reason.
+        log_ratios: the ratio filter's per-completion log ratios (``+ftis`` arms).
+        commitments: round commitments confirmed on the ledger / journaled.
+        phase_s: mean seconds per node-round of generate, publish, score (own and
+            external) and train.
+        seconds: wall time of the run (nodes joined to last node done).
+        rejected: collector rejections summed over nodes, by reason.
+    """
+
+    config: str
+    seed: int
+    rewards: list[list[float]]
+    family_rewards: dict[str, list[list[list[float]]]]
+    ended_s: list[list[float]]
+    staleness: dict[int, int]
+    external_used: int
+    received: int
+    external_failed: dict[str, int]
+    log_ratios: list[float]
+    commitments: dict[str, int]
+    phase_s: dict[str, float]
+    seconds: float
+    rejected: dict[str, int] = field(default_factory=dict)
+
+
+def run_async_one(spec: AsyncSpec, arm: str, seed: int, *, progress: bool = True) -> AsyncRun:
+    """Run one arm and seed as a swarm in this process (blocking).
+
+    Raises:
+        SapoError: a node failed.
+    """
+    import anyio
+    import torch
+
+    from sapo_async.logs import configure_logging
+
+    configure_logging(level="WARNING")
+    torch.set_num_threads(1)
+    return anyio.run(_run_swarm, spec, arm, seed, progress)
+
+
+async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> AsyncRun:
+    import anyio
+    from eth_account import Account
+
+    from sapo_async.node.filters import RatioFilter
+    from sapo_async.node.report import RoundReport
+    from sapo_async.node.spec import NodeSpec
+    from sapo_async.node.swarm import Swarm
+    from sapo_async.policy.grpo.trainer import TrainerConfig
+    from sapo_async.policy.models import load_tiny_model, tiny_spec
+    from sapo_async.wire import keccak256
+
+    local, external, filt = parse_arm(arm)
+    # Loaded once here and copied per node: transformers' loading is not thread-safe, and
+    # nodes that join at once load in worker threads.
+    loaded = load_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))
+    ratio_filter = RatioFilter(spec.ratio_cap) if filt == "ftis" else None
+    swarm = f"paper-async-{seed}-{arm.replace('/', '-').replace('+', '-')}"
+    common = NodeSpec.build(
+        swarm=swarm,
+        prompt_style="compact",
+        tasks=spec.tasks,
+        seed=seed,
+        questions_per_round=spec.questions_per_round,
+        completions_per_question=spec.completions_per_question,
+        max_new_tokens=spec.max_new_tokens,
+        trainer=TrainerConfig(lr=spec.lr, tis_cap=spec.tis_cap if filt == "tis" else None),
+        local=local,
+        external=external,
+        max_staleness_rounds=0 if filt == "fresh" else spec.max_staleness_rounds,
+        external_filter=ratio_filter,
+        rounds=spec.rounds,
+        start="all",
+        ledger_enabled=True,
+        limiter=anyio.CapacityLimiter(spec.threads),
+    )
+    reports: list[list[RoundReport]] = [[] for _ in range(spec.nodes)]
+    ended: list[list[float]] = [[] for _ in range(spec.nodes)]
+    commitments: Counter[str] = Counter()
+    rejected: Counter[str] = Counter()
+    t0 = time.perf_counter()
+    shown = [0]
+
+    def show() -> None:
+        done = [len(r) for r in reports]
+        step = max(1, spec.rounds // 4)
+        if progress and min(done) >= shown[0] + step:
+            shown[0] = min(done) - min(done) % step
+            print(
+                f"    {arm} seed {seed}: rounds per node {min(done)}..{max(done)} of "
+                f"{spec.rounds} ({time.perf_counter() - t0:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    async def node_task(i: int) -> None:
+        # Keys from (seed, node) so hashes, hence the canonical candidate order, repeat.
+        account = Account.from_key(keccak256(f"sapo-paper-table:{seed}:{i}".encode()))
+        node_spec = common.replace(
+            name=f"node{i}",
+            node_index=i,
+            account=account,
+            model=dataclasses.replace(loaded, model=copy.deepcopy(loaded.model)),
+        )
+        async with Swarm.join(node_spec) as node:
+            async for report in node.rounds():
+                reports[i].append(report)
+                ended[i].append(time.perf_counter() - t0)
+                show()
+            if node.recorder is not None:
+                await node.recorder.wait_idle(120)
+                stats = node.recorder.statistics()
+                commitments["confirmed"] += stats.landed
+                commitments["pending"] += stats.pending
+            rejected.update(node.collector.statistics().rejected)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(spec.nodes):
+            tg.start_soon(node_task, i)
+    seconds = time.perf_counter() - t0
+    return _summarise(arm, seed, reports, ended, ratio_filter, commitments, rejected, seconds)
+
+
+def _summarise(  # noqa: PLR0917 - one private call site
+    arm: str,
+    seed: int,
+    reports: Sequence[Sequence[Any]],
+    ended: list[list[float]],
+    ratio_filter: Any,
+    commitments: Counter[str],
+    rejected: Counter[str],
+    seconds: float,
+) -> AsyncRun:
+    families = sorted({f for node in reports for r in node for f in r.reward_by_family})
+    family_rewards = {
+        f: [[list(r.reward_by_family.get(f, [0.0, 0.0])) for r in node] for node in reports]
+        for f in families
+    }
+    staleness: Counter[int] = Counter(
+        s for node in reports for r in node for s in r.external_staleness
+    )
+    failed: Counter[str] = Counter()
+    for node in reports:
+        for r in node:
+            failed.update(r.external_failed)
+    return AsyncRun(
+        config=arm,
+        seed=seed,
+        rewards=[[r.reward_mean for r in node] for node in reports],
+        family_rewards=family_rewards,
+        ended_s=ended,
+        staleness=dict(sorted(staleness.items())),
+        external_used=sum(r.external_total for node in reports for r in node),
+        received=sum(r.groups_received for node in reports for r in node),
+        external_failed=dict(failed),
+        log_ratios=list(ratio_filter.log_ratios) if ratio_filter is not None else [],
+        commitments=dict(commitments),
+        phase_s={
+            phase: statistics.fmean(getattr(r, f"{phase}_s") for node in reports for r in node)
+            for phase in ("generate", "publish", "score", "train")
+        }
+        if any(reports)
+        else {},
+        seconds=seconds,
+        rejected=dict(rejected),
+    )
+
+
+_SAME_RUN_KEYS = (
+    "regime",
+    "tasks",
+    "rounds",
+    "nodes",
+    "questions_per_round",
+    "completions_per_question",
+    "lr",
+    "max_new_tokens",
+    "max_staleness_rounds",
+    "tis_cap",
+    "ratio_cap",
+    "threads",
+)
+
+
+def recorded_runs(spec: AsyncSpec, path: Path) -> list[AsyncRun]:
+    """Runs already in ``path`` (a ``<regime>.json`` this experiment wrote) that ``spec``
+    would run again with the same settings (``--resume``); none if the file is absent or
+    was written with other settings. The ratio filter's raw log ratios are not stored
+    (only their quantiles), so a resumed ``+ftis`` run reports none."""
+    import json
+
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    old = data.get("spec", {})
+    if data.get("path") != "async" or any(old.get(k) != getattr(spec, k) for k in _SAME_RUN_KEYS):
+        return []
+    wanted = set(spec.jobs())
+    out = []
+    for r in data.get("runs", []):
+        if (r["config"], r["seed"]) not in wanted:
+            continue
+        fields = {f.name for f in dataclasses.fields(AsyncRun)}
+        values = {k: v for k, v in r.items() if k in fields}
+        values["staleness"] = {int(k): v for k, v in r["staleness"].items()}
+        values["log_ratios"] = []
+        out.append(AsyncRun(**values))
+    return out
+
+
+def _run_in_worker(args: tuple[AsyncSpec, str, int]) -> AsyncRun:
+    spec, arm, seed = args
+    return run_async_one(spec, arm, seed)
+
+
+def run_async_experiment(
+    spec: AsyncSpec,
+    out_dir: Path,
+    *,
+    workers: int = 2,
+    on_result: Callable[[AsyncRun], None] | None = None,
+    on_failure: Callable[[str, int, BaseException], None] | None = None,
+    resume: bool = False,
+) -> dict[str, Any]:
+    """Run every (arm, seed) of ``spec`` (``workers`` swarms at once, one process each),
+    writing ``<regime>.json``, ``<regime>.md`` and the figures into ``out_dir`` after each
+    (so an interrupted run leaves what it measured)."""
+    from sapo_async.experiment.paper_table_report import write_async_outputs
+    from sapo_async.policy.models import ensure_tiny_model, tiny_spec
+
+    ensure_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))  # once, before workers race
+    results: list[AsyncRun] = recorded_runs(spec, out_dir / f"{spec.regime}.json") if resume else []
+    have = {(r.config, r.seed) for r in results}
+    jobs = [(spec, arm, seed) for arm, seed in spec.jobs() if (arm, seed) not in have]
+    t0 = time.perf_counter()  # this invocation only (resumed runs keep their own seconds)
+
+    def done(res: AsyncRun) -> None:
+        results.append(res)
+        write_async_outputs(spec, results, out_dir, seconds=time.perf_counter() - t0)
+        if on_result:
+            on_result(res)
+
+    def failed(job: tuple[AsyncSpec, str, int], exc: BaseException) -> None:
+        # One swarm failing (a node crashed) must not lose the others' results.
+        if on_failure is None:
+            raise exc
+        on_failure(job[1], job[2], exc)
+
+    if workers <= 1:
+        for job in jobs:
+            try:
+                done(_run_in_worker(job))
+            except Exception as exc:
+                failed(job, exc)
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futures = {pool.submit(_run_in_worker, job): job for job in jobs}
+            for fut in as_completed(futures):
+                try:
+                    res = fut.result()
+                except Exception as exc:
+                    failed(futures[fut], exc)
+                else:
+                    done(res)
+    return write_async_outputs(spec, results, out_dir, seconds=time.perf_counter() - t0)

@@ -1,0 +1,91 @@
+"""The paper table on the async path: real nodes at their own pace over a real nats-server
+with JetStream, the ledger on (embedded EVM), several task families, end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from sapo_async.cli.main import build_app
+
+pytestmark = [pytest.mark.slow]
+
+
+@pytest.mark.timeout(900)
+def test_async_quick_runs_a_swarm_over_nats_with_the_ledger_and_writes_beside_docs(
+    tmp_path, monkeypatch
+):
+    from tests.fixtures.fabric import child_nats_servers
+
+    before = set(child_nats_servers())
+    monkeypatch.chdir(tmp_path)  # the default output directories are relative
+    result = CliRunner().invoke(
+        build_app(),
+        ["experiment", "paper-table", "--path", "async", "--quick", "--seed-offset", "5"],
+    )
+    assert result.exit_code == 0, result.output
+    # A smoke run never writes over the recorded results in docs/results/.
+    assert not (tmp_path / "docs").exists()
+    out = tmp_path / "runs" / "paper-table-async-quick"
+    summary = json.loads((out / "sparse.json").read_text())
+    assert summary["path"] == "async"
+    runs = summary["runs"]
+    assert [(r["config"], r["seed"]) for r in runs] == [("4/0", 5), ("2/2+ftis", 5)]
+    for run in runs:
+        # 3 nodes x 3 rounds each, every round journaled and committed on the chain.
+        assert [len(node) for node in run["rewards"]] == [3, 3, 3]
+        assert run["commitments"] == {"confirmed": 9, "pending": 0}
+        assert run["rejected"] == {}
+        # Groups really crossed the nats-server: every round reports what it admitted.
+        assert run["received"] > 0
+        # Three families drawn from the mix, each scored by its own verifier.
+        assert set(run["family_rewards"]) <= {"chain_sum", "products", "basic_arithmetic"}
+        assert len(run["family_rewards"]) >= 2
+        counts = sum(n for f in run["family_rewards"].values() for node in f for _, n in node)
+        assert counts == 3 * 3 * 4 * 4  # nodes x rounds x B x L completions
+        assert len(run["ended_s"]) == 3
+    assert runs[0]["external_used"] == 0
+    assert runs[0]["staleness"] == {}
+    # Staleness is recorded for every external group trained on.
+    assert sum(runs[1]["staleness"].values()) == runs[1]["external_used"]
+    assert set(summary["ratio_to_baseline"]) == {"4/0", "2/2+ftis"}
+    assert summary["ratio_to_baseline"]["4/0"] == {"5": 1.0}
+    assert "2/2+ftis" in summary["filters"]
+    table = (out / "sparse.md").read_text()
+    assert "ratio to 4/0" in table
+    assert "mean staleness" in table
+    assert (out / "sparse.png").read_bytes()[:4] == b"\x89PNG"
+    for name in summary["family_figures"]:
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    # Every nats-server the run started is gone.
+    assert set(child_nats_servers()) <= before
+
+
+def test_async_path_names_a_bad_arm(tmp_path):
+    result = CliRunner().invoke(
+        build_app(),
+        [
+            "experiment",
+            "paper-table",
+            "--path",
+            "async",
+            "--quick",
+            "--arms",
+            "4/x",
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code != 0
+    assert "arm '4/x' must be I/J" in result.output
+
+
+def test_paper_table_rejects_an_unknown_path(tmp_path):
+    result = CliRunner().invoke(
+        build_app(),
+        ["experiment", "paper-table", "--path", "sideways", "--quick", "--out", str(tmp_path)],
+    )
+    assert result.exit_code != 0
+    assert "path must be lockstep or async" in result.output

@@ -1,0 +1,104 @@
+"""Pure summaries of the async paper table: family means, per-round curves, pace, outputs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from sapo_async.errors import ConfigError
+from sapo_async.experiment.paper_table_async import AsyncRun, AsyncSpec, parse_arm
+from sapo_async.experiment.paper_table_report import (
+    family_curve,
+    family_means,
+    pace,
+    write_async_outputs,
+)
+
+
+def _run(config: str, seed: int, scale: float) -> AsyncRun:
+    # two nodes, three rounds; node 1 runs twice as slowly as node 0
+    return AsyncRun(
+        config=config,
+        seed=seed,
+        rewards=[[0.1 * scale, 0.2 * scale, 0.3 * scale], [0.0, 0.1 * scale, 0.2 * scale]],
+        family_rewards={
+            "chain_sum": [[[1.0 * scale, 4], [0.0, 0], [2.0 * scale, 4]], [[0.0, 4]] * 3],
+            "products": [[[0.0, 4]] * 3, [[0.0, 4]] * 3],
+        },
+        ended_s=[[1.0, 2.0, 3.0], [2.0, 4.0, 6.0]],
+        staleness={0: 3, 2: 1} if "/0" not in config else {},
+        external_used=4 if "/0" not in config else 0,
+        received=10,
+        external_failed={},
+        log_ratios=[0.1, -0.2],
+        commitments={"confirmed": 6, "pending": 0},
+        phase_s={"generate": 0.1, "publish": 0.0, "score": 0.0, "train": 0.1},
+        seconds=6.0,
+    )
+
+
+def test_family_means_and_curves_weigh_completions_and_carry_empty_rounds():
+    run = _run("2/0", 0, 1.0)
+    assert family_means(run) == {"chain_sum": pytest.approx(3.0 / 20), "products": 0.0}
+    # round 1: node 0 drew no chain_sum question, node 1 four with reward 0
+    assert family_curve(run, "chain_sum") == pytest.approx([1 / 8, 0.0, 2 / 8])
+
+
+def test_pace_reports_the_widest_gap_between_nodes_and_seconds_per_round():
+    p = pace(_run("2/0", 0, 1.0))
+    assert p["widest_round_gap"] == 2.0  # node 0 done with 3 while node 1 had 1
+    assert p["seconds_per_round_min"] == 1.0
+    assert p["seconds_per_round_max"] == 2.0
+    assert p["last_node_done_s"] == 6.0
+
+
+def test_outputs_keep_the_lockstep_schema_and_say_na_where_the_baseline_scored_zero(tmp_path):
+    spec = AsyncSpec(rounds=3, seeds=(4,), arms=("2/0", "1/1"), side_arms=("0/2+ftis",))
+    runs = [_run("2/0", 4, 1.0), _run("1/1", 4, 2.0), _run("0/2+ftis", 4, 1.5)]
+    summary = write_async_outputs(spec, runs, tmp_path, seconds=12.0)
+    stored = json.loads((tmp_path / "sparse.json").read_text())
+    for key in ("spec", "seconds", "paper_cumulative", "runs", "cumulative", "ratio_to_baseline"):
+        assert key in stored
+    assert summary["ratio_to_baseline"]["1/1"]["4"] == pytest.approx(2.0)
+    assert summary["ratio_to_baseline"]["0/2+ftis"]["4"] == pytest.approx(1.5)
+    assert summary["family_ratio_to_baseline"]["1/1"]["4"]["products"] is None
+    assert summary["staleness"]["1/1"] == {"histogram": {"0": 3, "2": 1}, "groups": 4, "mean": 0.5}
+    assert set(summary["filters"]) == {"0/2+ftis"}
+    md = (tmp_path / "sparse.md").read_text()
+    assert "0.0000 (n/a)" in md
+    assert "| 0/2+ftis | 4 |" in md
+    assert sorted(p.name for p in tmp_path.glob("family-*.png")) == [
+        "family-chain_sum.png",
+        "family-products.png",
+    ]
+
+
+def test_jobs_run_every_seed_of_the_main_arms_then_the_side_arms_on_the_first():
+    spec = AsyncSpec(seeds=(3, 4), arms=("8/0", "4/4"), side_arms=("0/8", "4/4"))
+    assert spec.jobs() == [("8/0", 3), ("4/4", 3), ("8/0", 4), ("4/4", 4), ("0/8", 3)]
+
+
+@pytest.mark.parametrize("arm", ["4", "4/x", "0/0", "4/4+magic", "-1/2"])
+def test_a_bad_arm_is_named(arm):
+    with pytest.raises(ConfigError, match=re.escape(f"arm '{arm}'")):
+        parse_arm(arm)
+
+
+def test_resume_keeps_recorded_runs_only_under_the_same_settings(tmp_path):
+    from dataclasses import replace
+
+    from sapo_async.experiment.paper_table_async import recorded_runs
+
+    spec = AsyncSpec(rounds=3, seeds=(4,), arms=("2/0", "1/1"), side_arms=())
+    runs = [_run("2/0", 4, 1.0), _run("1/1", 4, 2.0)]
+    write_async_outputs(spec, runs, tmp_path, seconds=12.0)
+    path = tmp_path / "sparse.json"
+    again = recorded_runs(spec, path)
+    assert [(r.config, r.seed, r.rewards, r.staleness) for r in again] == [
+        (r.config, r.seed, r.rewards, r.staleness) for r in runs
+    ]
+    assert recorded_runs(replace(spec, arms=("2/0",)), path) == [again[0]]
+    assert recorded_runs(replace(spec, rounds=4), path) == []
+    assert recorded_runs(spec, tmp_path / "absent.json") == []
