@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 import reasoning_gym
 
 from sapo_async.errors import ConfigError, RejectedInput
@@ -171,3 +175,24 @@ def test_format_reward_is_off_by_default_and_adds_a_bonus_for_tags() -> None:
     assert v.score(item, "xyz") == 0.0
     with pytest.raises(ConfigError):
         Verifier(format_reward=-1.0)
+
+
+_TAG_PIECES = st.sampled_from(["<answer>", "</answer>", "<ans", "wer>", "</", "7", " ", "\n"])
+
+
+@given(st.lists(_TAG_PIECES, max_size=30).map("".join))
+def test_extract_answer_reads_pairs_as_the_non_greedy_regex_does(text: str) -> None:
+    import re
+
+    pattern = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+    matches = pattern.findall(text)
+    assert extract_answer(text) == (matches[-1].strip() if matches else None)
+
+
+def test_extract_answer_is_linear_in_unclosed_opening_tags() -> None:
+    # The regex it replaces took 16 s on 20,000 unclosed tags (quadratic: every opening tag
+    # rescanned the rest of the text); 200,000 would take over half an hour. Linear: ms.
+    text = "<answer>" * 200_000 + "</answer"
+    started = time.perf_counter()
+    assert extract_answer(text) is None
+    assert time.perf_counter() - started < 2.0
