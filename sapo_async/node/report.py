@@ -56,6 +56,7 @@ class RoundReport:
             a ledger).
         generate_s / publish_s / score_s / train_s: wall time of each phase.
         step: the trainer's metrics (flat dict).
+        quarantined: producers this node refuses now (docs/security.md, quarantine).
     """
 
     node: str
@@ -80,6 +81,7 @@ class RoundReport:
     score_s: float
     train_s: float
     step: dict[str, Any] = field(default_factory=dict)
+    quarantined: tuple[str, ...] = ()
 
     @property
     def external_total(self) -> int:

@@ -8,7 +8,8 @@ naming the field (``training.local``) and what is allowed. The parts:
 * :class:`TrainingSpec`: the round (B, L, I, J), sampling and the GRPO settings;
 * :class:`FabricSpec`: how rollouts are shared (NATS, or a given transport);
 * :class:`LedgerSpec`: where round commitments go;
-* :class:`CheckpointSpec`: where the node saves and resumes.
+* :class:`CheckpointSpec`: where the node saves and resumes;
+* :class:`DefenceSpec`: what a node refuses from peers (docs/security.md).
 
 Names follow the volunteer's ``node.toml`` (:mod:`sapo_async.ops.config`), so one idea has
 one name from the file to the round: B is ``questions_per_round``, L is
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_NODE_INDEX",
     "CheckpointSpec",
+    "DefenceSpec",
     "FabricSpec",
     "LedgerSpec",
     "NodeSpec",
@@ -283,12 +285,75 @@ class CheckpointSpec:
         _check(self.every >= 1, "checkpoint.every", ">= 1", self.every)
 
 
+@dataclass(frozen=True, slots=True)
+class DefenceSpec:
+    """What a node refuses from validly signed peers (docs/security.md, one paragraph each).
+
+    Attributes:
+        active: the master switch (the attack experiment's "defences off" sets it False;
+            the collector's wire checks and the trained-hash rule stay on regardless).
+        preset_only: admit only task configs of the receiver's own preset and swarm seed.
+        max_prompt_chars: admit only questions of at most this many characters.
+        max_completion_chars: admit only completions of at most this many characters.
+        max_groups_per_producer_round: admit at most this many groups of one producer round.
+        plausibility: drop groups with a completion the node's own model finds implausible.
+        plausibility_quantile / plausibility_margin: the threshold on a completion's mean
+            token log-prob: this quantile of the node's own completions (per family) minus
+            this many nats.
+        length_guard: drop groups with a rewarded completion longer than ``length_factor``
+            times the ``length_quantile`` of the node's own rewarded completions (tokens,
+            per family), or longer than its own ``max_new_tokens``.
+        calibration_min: own completions a family needs before its thresholds apply.
+        quarantine_rate / quarantine_min_events: refuse a producer once at least this share
+            of at least this many of its judged groups were dropped...
+        quarantine_s: ...for this many seconds.
+    """
+
+    active: bool = True
+    preset_only: bool = True
+    max_prompt_chars: int = 8192
+    max_completion_chars: int = 8192
+    max_groups_per_producer_round: int = 64
+    plausibility: bool = True
+    plausibility_quantile: float = 0.01
+    plausibility_margin: float = 1.0
+    length_guard: bool = True
+    length_factor: float = 1.5
+    length_quantile: float = 0.95
+    calibration_min: int = 32
+    quarantine_rate: float = 0.5
+    quarantine_min_events: int = 8
+    quarantine_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_prompt_chars",
+            "max_completion_chars",
+            "max_groups_per_producer_round",
+            "calibration_min",
+            "quarantine_min_events",
+        ):
+            _check(getattr(self, name) >= 1, f"defence.{name}", ">= 1", getattr(self, name))
+        for name in ("plausibility_quantile", "length_quantile", "quarantine_rate"):
+            v = getattr(self, name)
+            _check(0 < v <= 1, f"defence.{name}", "in (0, 1]", v)
+        _check(
+            self.plausibility_margin >= 0,
+            "defence.plausibility_margin",
+            ">= 0",
+            self.plausibility_margin,
+        )
+        _check(self.length_factor >= 1, "defence.length_factor", ">= 1", self.length_factor)
+        _check(self.quarantine_s >= 0, "defence.quarantine_s", ">= 0", self.quarantine_s)
+
+
 _PARTS = {
     "policy": PolicySpec,
     "training": TrainingSpec,
     "fabric": FabricSpec,
     "ledger": LedgerSpec,
     "checkpoint": CheckpointSpec,
+    "defence": DefenceSpec,
 }
 
 
@@ -303,7 +368,7 @@ class NodeSpec:
         node_index: slot in the task index layout (None: derived from the address).
         drain_timeout_s: how long leaving lets the round in progress finish.
         limiter: worker-thread limiter shared by the nodes of a process.
-        policy / training / fabric / ledger / checkpoint: the parts.
+        policy / training / fabric / ledger / checkpoint / defence: the parts.
     """
 
     swarm: str = "local"
@@ -317,6 +382,7 @@ class NodeSpec:
     fabric: FabricSpec = field(default_factory=FabricSpec)
     ledger: LedgerSpec = field(default_factory=LedgerSpec)
     checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    defence: DefenceSpec = field(default_factory=DefenceSpec)
 
     def __post_init__(self) -> None:
         _check(bool(self.swarm), "swarm", "a non-empty name", self.swarm)

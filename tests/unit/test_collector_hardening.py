@@ -61,20 +61,23 @@ def test_the_buffer_refuses_a_call_from_a_worker_thread() -> None:
     thread = threading.Thread(target=worker)
     thread.start()
     thread.join()
-    assert len(errors) == 1 and "another thread" in str(errors[0])
+    assert len(errors) == 1
+    assert "another thread" in str(errors[0])
     assert len(collector.candidates()) == 1  # the owner thread still reads it
 
 
 def test_a_dropped_group_leaves_the_buffer_and_is_counted_by_reason() -> None:
     collector = new_collector()
-    a = collector.ingest(wire(make_group(PEER, index=1)))
+    first = wire(make_group(PEER, index=1))
+    a = collector.ingest(first)
     b = collector.ingest(wire(make_group(PEER, index=2)))
-    assert a is not None and b is not None
+    assert a is not None
+    assert b is not None
     assert collector.drop([a.rollout_hash, b"\x00" * 32], "implausible") == 1
     stats = collector.statistics()
     assert [c.rollout_hash for c in collector.candidates()] == [b.rollout_hash]
     assert stats.dropped == {"implausible": 1}
-    assert collector.ingest(wire(make_group(PEER, index=1))) is None  # still a duplicate
+    assert collector.ingest(first) is None  # still a duplicate, never back in the buffer
 
 
 def test_a_quarantined_producer_is_refused_before_its_signature_is_checked(

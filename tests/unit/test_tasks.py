@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
+import reasoning_gym
 from hypothesis import given
 from hypothesis import strategies as st
-import reasoning_gym
 
 from sapo_async.errors import ConfigError, RejectedInput
 from sapo_async.tasks import (
