@@ -57,13 +57,5 @@ def attack(
 
     jobs = runner.jobs_of(spec)
     typer.echo(f"{len(jobs)} runs of {spec.rounds} rounds -> {out}")
-    summary = runner.run_matrix(spec, out, workers=1 if quick else workers, on_result=progress)
-    for name, row in summary["attacks"].items():
-        typer.echo(
-            f"{name:7s} asr off {row['asr_off']:.3f}  on {row['asr_on']:.3f}  "
-            f"honest reward on/no-attack {row['honest_reward_ratio_on']:.2f}"
-        )
-    typer.echo(
-        f"false positives {summary['false_positive_rate']:.3f}; sharing gain on "
-        f"{summary['sharing_gain_on']:.2f}, off {summary['sharing_gain_off']:.2f}"
-    )
+    runner.run_matrix(spec, out, workers=1 if quick else workers, on_result=progress)
+    typer.echo((out / "summary.md").read_text())

@@ -19,7 +19,7 @@ from typing import Any
 
 from sapo_async.experiment.attack.runner import AttackSpec, RunMeasure
 
-__all__ = ["summarise", "write_outputs"]
+__all__ = ["markdown_table", "summarise", "write_outputs"]
 
 RATIO_ATTACKS = frozenset({"length", "flood", "absurd"})
 
@@ -111,6 +111,40 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
     }
 
 
+TARGETS = {"inject": 0.05, "tokens": 0.05, "length": 1.2, "flood": 1.2, "absurd": 1.2}
+"""The Must-show bound on ``asr_on`` per attack (issue 11)."""
+
+
+def markdown_table(summary: dict[str, Any]) -> str:
+    """The results table of docs/security.md, from ``summary.json``'s contents."""
+    lines = [
+        "| attack | measure | defences off | defences on | target on | honest reward on "
+        "/ no-attack | honest reward off / no-attack | trained from attackers off / on |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for attack, row in summary["attacks"].items():
+        target = TARGETS.get(attack)
+        met = "" if target is None else (" (met)" if row["asr_on"] <= target else " (missed)")
+        seeds = row["seeds"].values()
+        off = sum(s["trained_from_attackers_off"] for s in seeds)
+        on = sum(s["trained_from_attackers_on"] for s in seeds)
+        lines.append(
+            f"| `{attack}` | {_short_kind(attack)} | {row['asr_off']:.3f} | "
+            f"{row['asr_on']:.3f} | {'-' if target is None else f'<= {target:g}'}{met} | "
+            f"{row['honest_reward_ratio_on']:.2f} | {row['honest_reward_ratio_off']:.2f} | "
+            f"{off} / {on} |"
+        )
+    lines += [
+        "",
+        f"False positives (honest groups refused by a defence in the no-attack runs): "
+        f"{summary['false_positive_rate']:.3f}. Sharing gain (cumulative reward of the "
+        f"{summary['spec']['local']}/{summary['spec']['external']} swarm over "
+        f"{summary['spec']['local'] + summary['spec']['external']}/0, no attack): defences on "
+        f"{summary['sharing_gain_on']:.3f}, off {summary['sharing_gain_off']:.3f}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def _kind(attack: str) -> str:
     if attack == "length":
         return "honest mean completion length / no-attack run (last 20 % of rounds)"
@@ -120,7 +154,8 @@ def _kind(attack: str) -> str:
 
 
 def write_outputs(summary: dict[str, Any], runs: Sequence[RunMeasure], out_dir: Path) -> None:
-    """Write ``summary.json`` and ``attack.png`` (per attack, per round, off vs on)."""
+    """Write ``summary.json``, ``summary.md`` (the table) and ``attack.png`` (per attack,
+    per round, off vs on)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -128,6 +163,7 @@ def write_outputs(summary: dict[str, Any], runs: Sequence[RunMeasure], out_dir: 
 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out_dir / "summary.md").write_text(markdown_table(summary))
     spec = summary["spec"]
     ij = f"{spec['local']}/{spec['external']}"
     attacks = list(spec["attacks"])
