@@ -116,6 +116,11 @@ def select_groups(
     drops: list[Verdict] = []
     passed: list[str] = []
 
+    def own_ids(text: str, finish: str) -> tuple[int, ...]:
+        ids = list(learner.tokenizer(text, add_special_tokens=False)["input_ids"])
+        eos = learner.tokenizer.eos_token_id
+        return tuple([*ids, eos] if finish == "stop" and eos is not None else ids)
+
     def score(b: BufferedGroup) -> Candidate:
         scored = learner.score_external(b.group)
         # Only what GRPO pushes up needs screening: a completion with a reward above the
@@ -123,6 +128,18 @@ def select_groups(
         # dropped by the sampler anyway: no forward pass for them.
         floor = min(scored.rewards)
         pushed = [c for c in scored.completions if c.reward > floor]
+        # The trainer uses a same-tokenizer peer's token ids, not its text: ids that are not
+        # the text's own tokens would train on what no check has read.
+        same_tokenizer = b.group.tokenizer_id == learner.tokenizer_id
+        if (
+            limits is not None
+            and same_tokenizer
+            and any(
+                c.token_ids is not None and c.token_ids != own_ids(c.text, c.finish_reason)
+                for c in pushed
+            )
+        ):
+            raise _Screened("token_mismatch")
         if limits is not None and limits.needs_logprobs and pushed:
             lps = completion_logprobs(
                 learner.model,

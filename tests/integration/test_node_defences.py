@@ -196,3 +196,29 @@ async def test_a_group_trained_on_is_never_admitted_again() -> None:
         node.collector.ingest(data)
     rejected = node.collector.statistics().rejected
     assert rejected.get("already_trained", 0) == report.external_total
+
+
+@pytest.mark.timeout(300)
+async def test_token_ids_that_are_not_the_texts_own_tokens_are_dropped() -> None:
+    # A same-tokenizer peer's token ids are what the trainer uses: text that passes every
+    # check must not carry other tokens.
+    broker = MemoryBroker()
+    node, peer = _node(0, broker), _node(1, broker)
+    tok = node.learner.tokenizer
+    group = (await _peer_groups(peer))[0]
+    right, wrong = f" <answer>{group.answer}</answer>", " <answer>77</answer>"
+    payload = tuple(tok(" <answer>1</answer> (*)(*)", add_special_tokens=False)["input_ids"])
+    completions = tuple(
+        Completion(
+            text=text,
+            finish_reason="stop",
+            token_ids=payload if text == right else None,
+            logprobs=tuple([-0.1] * len(payload)) if text == right else None,
+        )
+        for text in (right, wrong, right, wrong)
+    )
+    forged = replace(group, completions=completions)
+    assert node.collector.ingest(_signed(peer, forged)) is not None
+    report = await node.train_round(await node.share_round())
+    assert report.external_failed == {"token_mismatch": 1}
+    assert report.external_total == 0
