@@ -24,9 +24,9 @@ def attack(
         "runs/attack-quick, so a smoke run never writes over recorded results).",
     ),
     seeds: int = typer.Option(2, min=1, help="Seeds per cell."),
-    rounds: int | None = typer.Option(None, min=1, help="Rounds per run (default 15)."),
+    rounds: int | None = typer.Option(None, min=1, help="Rounds per run (default 12)."),
     attackers: int = typer.Option(2, min=1, help="Attacking nodes of the 8."),
-    workers: int = typer.Option(2, min=1, help="Runs in parallel (one process each)."),
+    workers: int = typer.Option(4, min=1, help="Runs in parallel (one process each)."),
     quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke version (tests)."),
 ) -> None:
     """Run every attack with defences off and on, the no-attack runs and 8/0; write

@@ -22,7 +22,7 @@ from sapo_async.wire import RolloutGroup, keccak256
 class Flood:
     name = "flood"
 
-    def __init__(self, keys: int = 10, copies: int = 20) -> None:
+    def __init__(self, keys: int = 4, copies: int = 20) -> None:
         self.keys, self.copies = keys, copies
         self._accounts: dict[str, list[LocalAccount]] = {}
 

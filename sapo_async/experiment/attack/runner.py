@@ -67,7 +67,7 @@ class AttackSpec:
     """
 
     attacks: tuple[str, ...] = ATTACKS
-    rounds: int = 15
+    rounds: int = 12
     seeds: tuple[int, ...] = (0, 1)
     nodes: int = 8
     attackers: int = 2
@@ -333,28 +333,51 @@ def run_matrix(
     workers: int = 2,
     on_result: Callable[[RunMeasure], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the whole matrix, then write ``summary.json``, ``runs.json`` and the figure."""
+    """Run the matrix, then write ``summary.json``, ``summary.md``, ``runs.json`` and the
+    figure.
+
+    Resumable: each finished run is appended to ``runs.jsonl`` in ``out_dir`` (after a
+    first line holding the spec), and a later call with the same spec skips the runs found
+    there. Runs go seed by seed, so an interrupted matrix has whole seeds first.
+    """
     from sapo_async.experiment.attack.summary import summarise, write_outputs
     from sapo_async.policy.models import ensure_tiny_model, tiny_spec
 
     ensure_tiny_model(tiny_spec(spec.regime))
-    jobs = jobs_of(spec)
-    results: list[RunMeasure] = []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = _load_runs(out_dir / "runs.jsonl", spec)
+    done = {(r.attack, r.defences, r.seed, r.config) for r in results}
+    jobs = [j for j in jobs_of(spec) if (j[1], j[2], j[3], f"{j[4][0]}/{j[4][1]}") not in done]
     t0 = time.perf_counter()
+
+    def finished(m: RunMeasure) -> None:
+        results.append(m)
+        with (out_dir / "runs.jsonl").open("a") as f:
+            f.write(json.dumps(asdict(m)) + "\n")
+        if on_result:
+            on_result(m)
+
     if workers <= 1:
         for job in jobs:
-            results.append(_job(job))
-            if on_result:
-                on_result(results[-1])
-    else:
+            finished(_job(job))
+    elif jobs:
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             futures = [pool.submit(_job, job) for job in jobs]
             for fut in as_completed(futures):
-                results.append(fut.result())
-                if on_result:
-                    on_result(results[-1])
+                finished(fut.result())
     summary = summarise(spec, results, seconds=time.perf_counter() - t0)
     write_outputs(summary, results, out_dir)
     (out_dir / "runs.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     return summary
+
+
+def _load_runs(path: Path, spec: AttackSpec) -> list[RunMeasure]:
+    """Runs recorded for ``spec`` at ``path`` (none, and a fresh file, for another spec)."""
+    header = json.dumps({"spec": asdict(spec)})
+    if path.exists():
+        lines = path.read_text().splitlines()
+        if lines and lines[0] == header:
+            return [RunMeasure(**json.loads(line)) for line in lines[1:] if line.strip()]
+    path.write_text(header + "\n")
+    return []

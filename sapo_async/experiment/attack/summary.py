@@ -46,7 +46,11 @@ def _asr(attack: str, run: RunMeasure, base: RunMeasure) -> float:
 
 
 def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -> dict[str, Any]:
-    """The summary written to ``summary.json`` (see the module docstring)."""
+    """The summary written to ``summary.json`` (see the module docstring).
+
+    A cell averages over the seeds whose runs it needs are all there (an interrupted
+    matrix gives fewer seeds; ``seeds`` in each row says which).
+    """
     ij = f"{spec.local}/{spec.external}"
     solo = f"{spec.local + spec.external}/0"
     key = {(r.attack, r.defences, r.seed, r.config): r for r in runs}
@@ -54,6 +58,9 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
     for attack in spec.attacks:
         per_seed: dict[str, Any] = {}
         for seed in spec.seeds:
+            needed = [(attack, False), (attack, True), ("none", False), ("none", True)]
+            if any((a, d, seed, ij) not in key for a, d in needed):
+                continue
             off, on = key[(attack, False, seed, ij)], key[(attack, True, seed, ij)]
             base_off, base_on = key[("none", False, seed, ij)], key[("none", True, seed, ij)]
             honest = on.honest
@@ -72,6 +79,8 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
                 "max_round_s_off": max(off.round_s),
                 "max_round_s_on": max(on.round_s),
             }
+        if not per_seed:
+            continue
         attacks[attack] = {
             metric: _mean([s[metric] for s in per_seed.values()])
             for metric in (
@@ -85,6 +94,15 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
         key[("none", True, s, ij)].honest_groups_dropped
         / max(key[("none", True, s, ij)].honest_groups_judged, 1)
         for s in spec.seeds
+        if ("none", True, s, ij) in key
+    ]
+    gain_seeds = [
+        s
+        for s in spec.seeds
+        if all(
+            k in key
+            for k in (("none", True, s, ij), ("none", False, s, ij), ("none", False, s, solo))
+        )
     ]
 
     def gain(on: bool) -> float:
@@ -92,7 +110,7 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
             [
                 sum(map(sum, key[("none", on, s, ij)].rewards))
                 / max(sum(map(sum, key[("none", False, s, solo)].rewards)), 1e-12)
-                for s in spec.seeds
+                for s in gain_seeds
             ]
         )
 
@@ -177,6 +195,7 @@ def write_outputs(summary: dict[str, Any], runs: Sequence[RunMeasure], out_dir: 
                 for r in runs
                 if r.attack == attack and r.defences == on and r.config == ij
             ]
+            traces = [t for t in traces if t]
             if not traces:
                 continue
             rounds = min(len(t) for t in traces)
@@ -204,12 +223,17 @@ def _trace(attack: str, run: RunMeasure, runs: Sequence[RunMeasure], ij: str) ->
     if attack not in RATIO_ATTACKS:
         return run.payload
     base = next(
-        r
-        for r in runs
-        if r.attack == "none"
-        and r.defences == run.defences
-        and r.seed == run.seed
-        and r.config == ij
+        (
+            r
+            for r in runs
+            if r.attack == "none"
+            and r.defences == run.defences
+            and r.seed == run.seed
+            and r.config == ij
+        ),
+        None,
     )
+    if base is None:
+        return []
     values, ref = (run.length, base.length) if attack == "length" else (run.round_s, base.round_s)
     return [v / max(b, 1e-12) for v, b in zip(values, ref, strict=False)]
