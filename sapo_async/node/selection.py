@@ -128,6 +128,12 @@ def select_groups(
         # dropped by the sampler anyway: no forward pass for them.
         floor = min(scored.rewards)
         pushed = [c for c in scored.completions if c.reward > floor]
+        # Every completion is trained on (the low ones pushed down), so the size bound holds
+        # for all of them, in this node's tokens, before any forward pass.
+        if limits is not None and any(
+            len(own_ids(c.text, c.finish_reason)) > limits.max_tokens for c in scored.completions
+        ):
+            raise _Screened("completion_too_long")
         # The trainer uses a same-tokenizer peer's token ids, not its text: ids that are not
         # the text's own tokens would train on what no check has read.
         same_tokenizer = b.group.tokenizer_id == learner.tokenizer_id

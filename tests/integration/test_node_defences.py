@@ -222,3 +222,24 @@ async def test_token_ids_that_are_not_the_texts_own_tokens_are_dropped() -> None
     report = await node.train_round(await node.share_round())
     assert report.external_failed == {"token_mismatch": 1}
     assert report.external_total == 0
+
+
+@pytest.mark.timeout(300)
+async def test_an_overlong_low_reward_completion_still_drops_its_group() -> None:
+    # The absurd attack's crafted groups: plausible right answers beside hundreds of
+    # unclosed tags at reward 0. Only rewarded completions are screened for plausibility,
+    # but the trainer runs every completion, so the size bound covers them all.
+    broker = MemoryBroker()
+    node, peer = _node(0, broker), _node(1, broker)
+    group = (await _peer_groups(peer))[0]
+    right, crafted = f" <answer>{group.answer}</answer>", " " + "<answer>" * 400
+    forged = replace(
+        group,
+        completions=tuple(
+            Completion(text=t, finish_reason="stop") for t in (right, crafted, right, crafted)
+        ),
+    )
+    assert node.collector.ingest(_signed(peer, forged)) is not None
+    report = await node.train_round(await node.share_round())
+    assert report.external_failed == {"completion_too_long": 1}
+    assert report.external_total == 0
