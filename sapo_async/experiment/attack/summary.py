@@ -123,7 +123,7 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
         "seconds": seconds,
         "conditions": (
             f"{platform.machine()} {platform.system()}, 2 shared cores (other jobs running), "
-            "two runs at a time, one torch thread each, nice 10, in-memory transport, "
+            "runs in parallel worker processes (nice 10), one torch thread each, in-memory transport, "
             "lockstep rounds, tiny model, ledger off"
         ),
     }
