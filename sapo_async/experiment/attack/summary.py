@@ -123,7 +123,8 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
         "seconds": seconds,
         "conditions": (
             f"{platform.machine()} {platform.system()}, 2 shared cores (other jobs running), "
-            "runs in parallel worker processes (nice 10), one torch thread each, in-memory transport, "
+            "runs in parallel worker processes (nice 10), one torch thread each, "
+            "in-memory transport, "
             "lockstep rounds, tiny model, ledger off"
         ),
     }
