@@ -53,6 +53,10 @@ swarm *args:
 paper-table *args:
     {{py}} -m sapo_async experiment paper-table {{args}}
 
+# the attack matrix: six attacks x defences off/on x seeds (docs/security.md)
+attack *args:
+    {{py}} -m sapo_async experiment attack {{args}}
+
 # build (or rebuild) the cached tiny model
 warmstart *args:
     {{py}} -m sapo_async warmstart {{args}}

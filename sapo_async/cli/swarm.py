@@ -372,5 +372,8 @@ def _paper_table_async(
 
 def register(app: typer.Typer) -> None:
     """Add ``swarm`` and ``experiment`` to the command line."""
+    from sapo_async.cli.attack import attack
+
     app.command("swarm")(swarm)
+    experiment_app.command("attack")(attack)
     app.add_typer(experiment_app, name="experiment")

@@ -11,7 +11,15 @@ task family [wrong_subject], message id vs rollout hash [hash_mismatch], already
 [duplicate], signature [bad_signature] and signer vs claimed producer [signer_mismatch],
 time stamp in the future [from_future], age [stale_age], producer round lag [stale_round],
 then the optional receiver-side ``extra_check`` [its own reason]. A group from this node
-itself is skipped (counted as ``skipped_own``) unless ``include_own``.
+itself is skipped (counted as ``skipped_own``) unless ``include_own``. A group whose
+claimed producer the optional ``blocked`` hook names (a quarantined producer) is rejected
+right after decoding [quarantined], before the signature is checked: a forger cannot put a
+producer into quarantine (that takes verified drops), so the claim needs no proof to be
+refused. A hash the node trained on is refused for as long as a replay could pass the age
+check [already_trained], however many other groups arrive meanwhile.
+
+After admission a receiver may :meth:`Collector.drop` a buffered group (content checks,
+failed scoring), counted by reason under ``dropped``, so it is never scored twice.
 
 Deliberately does not know about tasks, rewards or models: re-deriving the task and the
 log-prob plausibility check plug in through ``extra_check``. It does not decide what to
@@ -19,6 +27,10 @@ train on either: :meth:`Collector.candidates` lists what is admissible and
 :meth:`Collector.sample` draws uniformly; the sampler scores and picks.
 
 Invariants:
+    * the collector is not thread-safe: admission, :meth:`~Collector.candidates`,
+      :meth:`~Collector.take`, :meth:`~Collector.drop` and :meth:`~Collector.mark_trained`
+      run on the event loop's thread (worker threads get immutable snapshots; a call from
+      another thread raises rather than race the loop's inserts);
     * nothing a peer sends can raise out of the consume loop; every message ends up
       admitted, skipped, or counted under exactly one rejection reason;
     * a rollout hash is admitted at most once while it could still pass the age check
@@ -30,15 +42,16 @@ Invariants:
 from __future__ import annotations
 
 import random
+import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 
 import anyio
 
-from sapo_async.actors import Actor, ActorState, ActorStatistics
+from sapo_async.actors import Actor, ActorState
 from sapo_async.errors import ActorStopped, RejectedInput
+from sapo_async.fabric.buffered import BufferedGroup, CollectorStatistics, Counters
 from sapo_async.fabric.transport.base import StartAt, Subscription, Transport, validate_token
 from sapo_async.fabric.transport.rotating import subscribe_planned
 from sapo_async.fabric.transport.shards import ShardPlan, parse_rollouts_subject, producer_leaf
@@ -65,66 +78,6 @@ to reject. Anything else it raises is counted as ``check_error``."""
 _FINISH_REASONS = frozenset({"stop", "length"})
 
 
-@dataclass(frozen=True, slots=True)
-class BufferedGroup:
-    """A verified external group in the buffer.
-
-    Attributes:
-        group: the decoded group.
-        rollout_hash: its keccak-256 (32 bytes), the key everything else uses.
-        received_at: unix seconds when the collector admitted it.
-    """
-
-    group: RolloutGroup
-    rollout_hash: bytes
-    received_at: float
-
-    @property
-    def producer(self) -> str:
-        """The verified producer address."""
-        return self.group.producer
-
-
-@dataclass(frozen=True, slots=True)
-class CollectorStatistics:
-    """A snapshot of a collector.
-
-    Attributes:
-        actor: the actor runtime's statistics.
-        received: messages seen.
-        accepted: groups admitted to the buffer.
-        skipped_own: this node's own groups, skipped.
-        rejected: rejections by reason.
-        buffered: groups in the buffer now.
-        evicted: groups evicted from the buffer, by cause (``age``, ``count``, ``round``,
-            ``taken``).
-        producers: distinct producers in the buffer now.
-    """
-
-    actor: ActorStatistics
-    received: int
-    accepted: int
-    skipped_own: int
-    rejected: dict[str, int]
-    buffered: int
-    evicted: dict[str, int]
-    producers: int
-
-    @property
-    def rejected_total(self) -> int:
-        """All rejections together."""
-        return sum(self.rejected.values())
-
-
-@dataclass(slots=True)
-class _Counters:
-    received: int = 0
-    accepted: int = 0
-    skipped_own: int = 0
-    rejected: Counter[str] = field(default_factory=Counter)
-    evicted: Counter[str] = field(default_factory=Counter)
-
-
 class Collector(Actor[None]):
     """Consumes a transport subscription into a bounded buffer of verified groups.
 
@@ -147,6 +100,8 @@ class Collector(Actor[None]):
         max_round_lag: reject groups whose producer round is more than this behind the
             newest admitted from that producer.
         max_clock_skew_s: reject groups stamped further than this in the future.
+        blocked: names producers whose groups are refused before any other work (the
+            node's quarantine); checked on the claimed producer, right after decoding.
         clock: unix-seconds clock (injectable for tests).
         name: actor name.
     """
@@ -169,6 +124,7 @@ class Collector(Actor[None]):
         max_clock_skew_s: float = MAX_CLOCK_SKEW_S,
         fetch_batch: int = FETCH_BATCH,
         fetch_max_wait: float = FETCH_TIMEOUT_S,
+        blocked: Callable[[str], bool] | None = None,
         clock: Callable[[], float] = time.time,
         name: str = "collector",
     ) -> None:
@@ -192,10 +148,13 @@ class Collector(Actor[None]):
         self._fetch_batch = fetch_batch
         self._fetch_max_wait = fetch_max_wait
         self._clock = clock
+        self.blocked = blocked
+        self._owner: int | None = None
+        self._trained: OrderedDict[bytes, float] = OrderedDict()
         self._buffer: OrderedDict[bytes, BufferedGroup] = OrderedDict()
         self._seen: OrderedDict[bytes, float] = OrderedDict()
         self._newest_round: dict[str, int] = {}
-        self._counts = _Counters()
+        self._counts = Counters()
         self._sub: Subscription | None = None
         self._admitted = anyio.Event()
         self._log = get_logger("collector", actor=name, swarm=self.swarm)
@@ -203,6 +162,7 @@ class Collector(Actor[None]):
     # --- actor hooks -----------------------------------------------------------------
 
     async def _setup(self) -> None:
+        self._owner = threading.get_ident()
         if self.shards is None:
             self._sub = await self._transport.subscribe(
                 families=self._families, start=self._start, durable=self._durable
@@ -248,6 +208,7 @@ class Collector(Actor[None]):
         Returns:
             The admitted group, or ``None`` if it was rejected or skipped.
         """
+        self._check_thread()
         self._counts.received += 1
         try:
             admitted = self._admit(data, msg_id, subject)
@@ -277,6 +238,8 @@ class Collector(Actor[None]):
 
         if group.swarm != self.swarm:
             raise reject("wrong_swarm", f"{group.swarm!r} is not {self.swarm!r}")
+        if self.blocked is not None and self.blocked(group.producer):
+            raise reject("quarantined")
         _check_shape(group, reject)
         if subject is not None:
             where = parse_rollouts_subject(self.swarm, subject)
@@ -288,6 +251,8 @@ class Collector(Actor[None]):
                 raise reject("wrong_shard", f"{group.producer} is not on leaf {where[1]}")
         if msg_id is not None and msg_id != hex_hash:
             raise reject("hash_mismatch", f"message id {msg_id[:80]!r} is not the rollout hash")
+        if digest in self._trained:
+            raise reject("already_trained")
         if digest in self._seen:
             raise reject("duplicate")
         try:
@@ -341,14 +306,21 @@ class Collector(Actor[None]):
 
     def _remember(self, digest: bytes, now: float) -> None:
         self._seen[digest] = now
-        horizon = now - self._max_age_s - self._max_skew_s
+        horizon = self._horizon(now)
         while self._seen:
             oldest, seen_at = next(iter(self._seen.items()))
             if seen_at >= horizon and len(self._seen) <= SEEN_HASHES_MAX:
                 break
             del self._seen[oldest]
 
+    def _horizon(self, now: float) -> float:
+        """Replays received before this time would fail the age check anyway."""
+        return now - self._max_age_s - self._max_skew_s
+
     def _evict_expired(self) -> None:
+        horizon = self._horizon(self._clock())
+        while self._trained and next(iter(self._trained.values())) < horizon:
+            self._trained.popitem(last=False)
         cutoff_ms = (self._clock() - self._max_age_s) * 1000
         for key in [k for k, b in self._buffer.items() if b.group.created_at_ms < cutoff_ms]:
             del self._buffer[key]
@@ -357,7 +329,12 @@ class Collector(Actor[None]):
     # --- reading -------------------------------------------------------------------------
 
     def candidates(self, exclude_producers: Iterable[str] = ()) -> list[BufferedGroup]:
-        """The admissible groups now, oldest admitted first, minus excluded producers."""
+        """The admissible groups now, oldest admitted first, minus excluded producers.
+
+        Returns:
+            A new list (a snapshot a worker thread may read while the loop admits more).
+        """
+        self._check_thread()
         self._evict_expired()
         excluded = frozenset(exclude_producers)
         return [b for b in self._buffer.values() if b.producer not in excluded]
@@ -386,6 +363,7 @@ class Collector(Actor[None]):
 
     def take(self, rollout_hashes: Iterable[bytes]) -> list[BufferedGroup]:
         """Remove the given groups from the buffer and return those that were there."""
+        self._check_thread()
         taken = []
         for digest in rollout_hashes:
             item = self._buffer.pop(digest, None)
@@ -393,6 +371,51 @@ class Collector(Actor[None]):
                 taken.append(item)
                 self._counts.evicted["taken"] += 1
         return taken
+
+    def drop(self, rollout_hashes: Iterable[bytes], reason: str) -> int:
+        """Remove buffered groups the receiver refused after admission (a content check or
+        failed scoring), counted under ``reason``, so none is scored again.
+
+        Returns:
+            How many were in the buffer.
+        """
+        self._check_thread()
+        dropped = 0
+        for digest in rollout_hashes:
+            item = self._buffer.pop(digest, None)
+            if item is not None:
+                dropped += 1
+                self._log.info(
+                    "rollout_dropped",
+                    reason=reason,
+                    rollout_hash=digest.hex(),
+                    producer=item.producer,
+                )
+        self._counts.dropped[reason] += dropped
+        return dropped
+
+    def mark_trained(self, rollout_hashes: Iterable[bytes]) -> None:
+        """Remember hashes the node trained on: they are refused (``already_trained``) for
+        as long as their age could still pass, whatever the number of other hashes seen.
+
+        Bounded by time alone: a node trains on J groups a round, so this holds J x the
+        rounds of one ``buffer_max_age_s``, not a flood's worth.
+        """
+        self._check_thread()
+        now = self._clock()
+        for digest in rollout_hashes:
+            self._trained[digest] = now
+            self._trained.move_to_end(digest)
+
+    def _check_thread(self) -> None:
+        ident = threading.get_ident()
+        if self._owner is None:
+            self._owner = ident
+        elif ident != self._owner:
+            raise RuntimeError(
+                f"{self.name} was called from another thread: the buffer belongs to the "
+                "event loop (pass worker threads a snapshot from candidates())"
+            )
 
     async def wait_accepted(self, count: int, *, timeout: float) -> None:  # noqa: ASYNC109
         """Wait until at least ``count`` groups were admitted in total.
@@ -423,6 +446,7 @@ class Collector(Actor[None]):
             buffered=len(self._buffer),
             evicted=dict(c.evicted),
             producers=len({b.producer for b in self._buffer.values()}),
+            dropped=dict(c.dropped),
         )
 
 

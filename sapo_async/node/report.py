@@ -15,15 +15,18 @@ Deliberately does not know how a round runs (:mod:`.rounds`) nor how reports are
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from sapo_async.errors import ActorStopped, SapoError
 
-__all__ = ["NodeStats", "RoundHistory", "RoundReport"]
+if TYPE_CHECKING:
+    from sapo_async.policy.grpo.trainer import ScoredGroup
+
+__all__ = ["NodeStats", "RoundHistory", "RoundReport", "rewards_by_family"]
 
 HISTORY_SIZE = 10_000
 """Reports a node keeps: ten thousand rounds is days of a real model, a few MB of memory."""
@@ -60,6 +63,7 @@ class RoundReport:
             group used, in the order trained on.
         reward_by_family: ``{family: [sum, count]}`` of the rewards of this round's own
             completions, per task family.
+        quarantined: producers this node refuses now (docs/security.md, quarantine).
     """
 
     node: str
@@ -86,6 +90,7 @@ class RoundReport:
     step: dict[str, Any] = field(default_factory=dict)
     external_staleness: list[int] = field(default_factory=list)
     reward_by_family: dict[str, list[float]] = field(default_factory=dict)
+    quarantined: tuple[str, ...] = ()
 
     @property
     def external_total(self) -> int:
@@ -199,3 +204,14 @@ class RoundHistory:
                 if not self._check_open():
                     raise ActorStopped(self._name, "stopped")
                 await self._new.wait()
+
+
+def rewards_by_family(groups: Sequence[ScoredGroup]) -> dict[str, list[float]]:
+    """``{family: [sum, count]}`` of the rewards of ``groups``' completions
+    (:attr:`RoundReport.reward_by_family`)."""
+    by_family: dict[str, list[float]] = {}
+    for g in groups:
+        fam = by_family.setdefault(g.task.family if g.task else "", [0.0, 0.0])
+        fam[0] += sum(c.reward for c in g.completions)
+        fam[1] += len(g.completions)
+    return by_family

@@ -8,40 +8,36 @@ trainer), the publisher and collector (fabric), the sampler (pure core) and the 
 1. generate B questions x L completions with the node's own policy;
 2. sign and publish every group (one message per group), await the server's acks;
 3. score the node's own groups with its own verifier;
-4. pick I local groups and J external ones from the collector's buffer (the sampler
-   re-derives each candidate's task from its reference and scores it with this node's
-   verifier; a mismatch is a rejection counted by reason);
+4. pick I local groups and J external ones from a snapshot of the collector's buffer
+   (:mod:`.selection`, in a worker thread: re-derive each candidate's task, score it with
+   this node's verifier, screen it with the content defences); back on the event loop,
+   drop what failed (once, by reason, fed to the quarantine) and take what was chosen;
 5. one GRPO step on the I + J groups;
 6. journal the round's commitment (hashes shared, hashes used by producer) for the chain;
    the node never waits for the chain.
 
-No global barrier: a node never waits for another. What is in its buffer when it samples
-is what it trains on; a node alone trains like J = 0. Staleness is bounded twice: the
-collector drops groups older than ``max_age_s`` or far behind their producer's newest
-round, and the sampler only draws groups at most ``max_staleness_rounds`` behind the newest
-it holds from their producer, so a whole group ages out together.
+No global barrier: a node never waits for another; what is in its buffer when it samples is
+what it trains on. Staleness is bounded twice: the collector drops groups older than
+``max_age_s`` or far behind their producer's newest round, and the sampler draws only groups
+at most ``max_staleness_rounds`` behind the newest it holds from their producer.
 
-Overlap of generation and training (``training.overlap``): round r+1 is generated while
-round r trains, from the weights before round r's step (one policy version behind; the
-groups carry that version and their behaviour log-probs). It needs a generator with weights
-of its own, synced after both halves finish. Off by default: the default transformers
-generator samples from the trainer's own module (no copy, no sync, no staleness), and in a
-local swarm the cores are already busy with other nodes (its speed-up is not measured yet).
-If the node stops between the halves, the pre-generated round was shared but is never
-trained on nor committed.
+Overlap of generation and training (``training.overlap``, off by default):
+round r+1 is generated while round r trains, from the weights before round r's step (one
+policy version behind). It needs a generator with weights of its own, synced after both
+halves finish. A pre-generated round of a node that stops between the halves was shared
+but is never trained on nor committed.
 
-Deliberately does not know how its pieces are built (:mod:`.swarm`) nor how they are
-started and stopped (:class:`~sapo_async.node.lifecycle.Node`); the experiment harness drives
-:meth:`RoundLoop.share_round` and :meth:`RoundLoop.train_round` itself.
+Deliberately does not know how its pieces are built (:mod:`.swarm`) nor started and stopped
+(:class:`~sapo_async.node.lifecycle.Node`); experiments drive ``share_round``/``train_round``.
 """
 
 from __future__ import annotations
 
-import random
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -59,46 +55,18 @@ from sapo_async.fabric.publisher import Publisher
 from sapo_async.ledger.recorder import Recorder
 from sapo_async.ledger.types import RoundCommitment
 from sapo_async.logs import get_logger
-from sapo_async.node.groups import GeneratedGroup, SharedRound, round_seed, to_rollout_group
+from sapo_async.node.defence import AdmissionBounds, Calibration, Quarantine
+from sapo_async.node.groups import GeneratedGroup, SharedRound, to_rollout_group
 from sapo_async.node.learner import Learner
-from sapo_async.node.report import NodeStats, RoundHistory, RoundReport
-from sapo_async.node.sampler import (
-    ExternalSelection,
-    select_external,
-    select_local,
-    split_by_staleness,
-)
+from sapo_async.node.report import NodeStats, RoundHistory, RoundReport, rewards_by_family
+from sapo_async.node.sampler import split_by_staleness
+from sapo_async.node.selection import Candidate, Choice, calibrate, select_groups
 from sapo_async.node.spec import NodeSpec
 from sapo_async.policy.grpo.trainer import ScoredGroup, StepMetrics
+from sapo_async.tasks.source import dataset_seed
 from sapo_async.wire import RolloutGroup
 
 __all__ = ["RoundLoop"]
-
-
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    """An external group with this node's scores, as the sampler sees it."""
-
-    buffered: BufferedGroup
-    scored: ScoredGroup
-
-    @property
-    def producer(self) -> str:
-        return self.buffered.producer
-
-    @property
-    def rewards(self) -> list[float]:
-        return self.scored.rewards
-
-
-@dataclass(frozen=True, slots=True)
-class _Choice:
-    """What :meth:`RoundLoop._select` chose, and what the report needs to know of it."""
-
-    local: list[ScoredGroup]
-    external: list[_Candidate]
-    selection: ExternalSelection[_Candidate]
-    newest: dict[str, int]
 
 
 class RoundLoop:
@@ -158,6 +126,34 @@ class RoundLoop:
         self._seen_accepted = 0
         self._seen_rejected: Counter[str] = Counter()
         self._log = get_logger("node", node=self.address, node_name=name)
+        self._install_defences()
+
+    def _install_defences(self) -> None:
+        """Plug the admission bounds and the quarantine into the collector (defences on)."""
+        d = self.spec.defence
+        self.quarantine = Quarantine(d.quarantine_rate, d.quarantine_min_events, d.quarantine_s)
+        self.calibration = Calibration(d, self.training.max_new_tokens)
+        if not d.active:
+            return
+        bounds = AdmissionBounds(
+            d,
+            self.learner.tasks.families,
+            dataset_seed(self.training.seed),
+            on_verdict=self._judged,
+        )
+        inner = self.collector.extra_check
+
+        def check(group: RolloutGroup) -> None:
+            bounds(group)
+            if inner is not None:
+                inner(group)
+
+        self.collector.extra_check = check
+        self.collector.blocked = self.quarantine.blocked
+
+    def _judged(self, producer: str, dropped: bool) -> None:
+        if self.quarantine.record(producer, dropped):
+            self._log.warning("producer_quarantined", producer=producer)
 
     @property
     def address(self) -> str:
@@ -330,8 +326,9 @@ class RoundLoop:
         self._published += len(done)
         return done
 
-    def _fresh_candidates(self) -> tuple[list[BufferedGroup], dict[str, int]]:
-        """Buffered external groups within the staleness bound, in a canonical order."""
+    def _fresh_candidates(self) -> tuple[tuple[BufferedGroup, ...], dict[str, int]]:
+        """Buffered external groups within the staleness bound, in a canonical order: an
+        immutable snapshot taken on the event loop (the buffer's owner)."""
         fresh, stale, newest = split_by_staleness(
             self.collector.candidates(exclude_producers=(self.address,)),
             self.training.max_staleness_rounds,
@@ -343,42 +340,42 @@ class RoundLoop:
         # Sorting by hash makes the sampler's draw depend only on the pool's contents and
         # the seeded rng, not on delivery order (common random numbers across runs).
         fresh.sort(key=lambda b: b.rollout_hash)
-        return fresh, newest
+        return tuple(fresh), newest
 
-    def _select(
-        self, shared: SharedRound, fresh: list[BufferedGroup], newest: dict[str, int]
-    ) -> _Choice:
-        # In a worker thread: scores the snapshot ``fresh``, never touches the collector.
-        node_index = self.learner.settings.node_index
-        rng = random.Random(round_seed(self.training.seed, node_index, shared.round, "external"))
-
-        check = self.training.external_filter
-
-        def score(b: BufferedGroup) -> _Candidate:
-            scored = self.learner.score_external(b.group)
-            # Uninformative groups are dropped by the sampler anyway: filter only the rest.
-            if (
-                check is not None
-                and scored.informative
-                and (dropped := check(self.learner, scored))
-            ):
-                raise RejectedInput(str(dropped), f"external filter dropped {b.producer}'s group")
-            return _Candidate(b, scored)
-
-        def reason(_b: BufferedGroup, exc: Exception) -> str:
-            return exc.reason if isinstance(exc, RejectedInput) else "score_error"
-
-        selection = select_external(
-            fresh,
-            self.training.external,
-            score,
-            rng=rng,
-            policy=self.training.sampler,
-            per_producer_cap=self.training.per_producer_cap,
-            on_error=reason,
+    async def _choose(self, shared: SharedRound) -> Choice:
+        """Select in a worker thread from a snapshot; apply drops and takes on the loop."""
+        fresh, newest = self._fresh_candidates()
+        active = self.spec.defence.active
+        if active:
+            calibrate(self.calibration, shared)
+        limits = self.calibration.thresholds() if active else None
+        choice: Choice = await self._run_sync(
+            partial(
+                select_groups,
+                self.learner,
+                self.training,
+                shared.round,
+                local=shared.local,
+                fresh=fresh,
+                newest=newest,
+                limits=limits,
+            )
         )
-        local = select_local(shared.local, self.training.local)
-        return _Choice(local, selection.chosen, selection, newest)
+        by_reason: dict[str, list[bytes]] = {}
+        for v in choice.drops:
+            by_reason.setdefault(v.reason, []).append(v.rollout_hash)
+        for reason, hashes in by_reason.items():
+            self.collector.drop(hashes, reason)
+        if active:
+            for v in choice.drops:
+                self._judged(v.producer, True)
+            for producer in choice.passed:
+                self._judged(producer, False)
+        if choice.external:
+            hashes = [c.buffered.rollout_hash for c in choice.external]
+            self.collector.take(hashes)
+            self.collector.mark_trained(hashes)
+        return choice
 
     async def _train(self, batch: list[ScoredGroup], *, sync: bool) -> StepMetrics:
         """One GRPO step, with the generation engine asleep or synced afterwards."""
@@ -398,7 +395,7 @@ class RoundLoop:
             await self._sync_generator()
         return step
 
-    async def _commit(self, shared: SharedRound, chosen: list[_Candidate]) -> tuple[int, int]:
+    async def _commit(self, shared: SharedRound, chosen: list[Candidate]) -> tuple[int, int]:
         """Journal the round's commitment; returns the recorder's (pending, confirmed).
 
         The journal's fsync runs in a worker thread (the event loop serves the collector
@@ -431,9 +428,10 @@ class RoundLoop:
         """Groups the collector admitted and rejected (by reason) since the last call."""
         stats = self.collector.statistics()
         received = stats.accepted - self._seen_accepted
-        rejected = Counter(stats.rejected)
+        rejected = Counter(stats.rejected) + Counter(stats.dropped)
         rejected.subtract(self._seen_rejected)
-        self._seen_accepted, self._seen_rejected = stats.accepted, Counter(stats.rejected)
+        self._seen_accepted = stats.accepted
+        self._seen_rejected = Counter(stats.rejected) + Counter(stats.dropped)
         return received, {reason: n for reason, n in rejected.items() if n > 0}
 
     async def train_round(self, shared: SharedRound, *, sync: bool = True) -> RoundReport:
@@ -445,12 +443,8 @@ class RoundLoop:
                 syncs itself once the next round's generation is done).
         """
         t0 = time.perf_counter()
-        # On the event loop, where the collector admits groups (not in the worker thread).
-        fresh, newest = self._fresh_candidates()
-        choice: _Choice = await self._run_sync(self._select, shared, fresh, newest)
+        choice = await self._choose(shared)
         chosen = choice.external
-        if chosen:
-            self.collector.take(c.buffered.rollout_hash for c in chosen)
         t1 = time.perf_counter()
         step = await self._train([*choice.local, *(c.scored for c in chosen)], sync=sync)
         t2 = time.perf_counter()
@@ -466,10 +460,6 @@ class RoundLoop:
         pending, confirmed = await self._commit(shared, chosen)
         received, rejections = self._collected()
         rewards = [c.reward for g in shared.local for c in g.completions]
-        by_family: dict[str, list[float]] = {}
-        for g in shared.local:
-            fam = by_family.setdefault(g.task.family if g.task else "", [0.0, 0.0])
-            fam[0], fam[1] = fam[0] + sum(c.reward for c in g.completions), fam[1] + len(g.rewards)
         staleness = [choice.newest[c.producer] - c.buffered.group.producer_round for c in chosen]
         report = RoundReport(
             node=self.address,
@@ -495,7 +485,8 @@ class RoundLoop:
             train_s=t2 - t1,
             step={k: v for k, v in asdict(step).items() if k != "extra"},
             external_staleness=staleness,
-            reward_by_family=by_family,
+            reward_by_family=rewards_by_family(shared.local),
+            quarantined=tuple(self.quarantine.active()),
         )
         self.history.add(report)
         self._log.info(

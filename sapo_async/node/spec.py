@@ -8,7 +8,8 @@ naming the field (``training.local``) and what is allowed. The parts:
 * :class:`TrainingSpec`: the round (B, L, I, J), sampling and the GRPO settings;
 * :class:`FabricSpec`: how rollouts are shared (NATS, or a given transport);
 * :class:`LedgerSpec`: where round commitments go;
-* :class:`CheckpointSpec`: where the node saves and resumes.
+* :class:`CheckpointSpec`: where the node saves and resumes;
+* :class:`DefenceSpec`: what a node refuses from peers (docs/security.md).
 
 Names follow the volunteer's ``node.toml`` (:mod:`sapo_async.ops.config`), so one idea has
 one name from the file to the round: B is ``questions_per_round``, L is
@@ -27,24 +28,21 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from sapo_async.errors import ConfigError
 from sapo_async.limits import (
     ACTOR_DRAIN_TIMEOUT_S,
     MAX_SWARM_SEED,
-    NATS_JOIN_TIMEOUT_S,
-    SHARD_ROTATE_S,
 )
+from sapo_async.node.spec_parts import CheckpointSpec, DefenceSpec, FabricSpec, LedgerSpec
+from sapo_async.node.spec_parts import check as _check
+from sapo_async.node.spec_parts import one_of as _one_of
 
 if TYPE_CHECKING:
     import anyio
     from eth_account.signers.local import LocalAccount
 
-    from sapo_async.fabric.transport.base import Transport
-    from sapo_async.fabric.transport.embedded import NatsOptions
-    from sapo_async.fabric.transport.shards import ShardPlan
     from sapo_async.node.sampler import SamplerPolicy
     from sapo_async.policy.grpo.trainer import TrainerConfig
     from sapo_async.tasks.spec import FamilySpec
@@ -52,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_NODE_INDEX",
     "CheckpointSpec",
+    "DefenceSpec",
     "FabricSpec",
     "LedgerSpec",
     "NodeSpec",
@@ -61,15 +60,6 @@ __all__ = [
 
 MAX_NODE_INDEX = 1 << 20
 """Node slots in the task index layout (:data:`sapo_async.tasks.source.MAX_NODES`)."""
-
-
-def _check(ok: bool, field_name: str, allowed: str, value: Any) -> None:
-    if not ok:
-        raise ConfigError(f"{field_name} must be {allowed}, got {value!r}", field=field_name)
-
-
-def _one_of(value: Any, allowed: tuple[Any, ...], field_name: str) -> None:
-    _check(value in allowed, field_name, "one of " + ", ".join(map(repr, allowed)), value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,136 +214,13 @@ class TrainingSpec:
         return dataclasses.replace(config, tis_cap=self.tis_cap, tis_level=self.tis_level)
 
 
-@dataclass(frozen=True, slots=True)
-class FabricSpec:
-    """How a node shares rollouts.
-
-    Attributes:
-        nats_url: NATS server(s), comma-separated; None starts (or shares) an embedded
-            server in this process.
-        nats_options: a :class:`~sapo_async.fabric.transport.NatsOptions` (credentials,
-            TLS); its ``url`` is used when ``nats_url`` is None.
-        stream_replicas: replicas of the swarm's stream (3 on a three-server cluster, so
-            losing one server loses no acknowledged group).
-        connect_timeout_s: how long to keep retrying NATS (with backoff, saying what it
-            waits for) before giving up.
-        transport: use this transport instead of NATS (tests, the in-memory broker).
-        start: where this node's consumer starts: ``"new"`` messages only, ``"all"``
-            retained ones, or a number of seconds back.
-        include_tokens: share token ids and log-probs (receivers with the same tokenizer
-            use them for importance weights).
-        extra_check: a receiver-side check added to the collector's.
-        shards: S, how many shards this node divides the swarm into (1, 16, 256 or
-            4096; see ``fabric/transport/shards.py``); 1 reads everything.
-        shards_read: k, how many of them it reads at a time (``None``: all S).
-        shard_rotate_s: seconds before it moves on to the next k shards.
-    """
-
-    nats_url: str | None = None
-    nats_options: NatsOptions | None = None
-    stream_replicas: int = 1
-    connect_timeout_s: float = NATS_JOIN_TIMEOUT_S
-    transport: Transport | None = None
-    start: Literal["new", "all"] | float = "all"
-    include_tokens: bool = True
-    extra_check: Any = None
-    shards: int = 1
-    shards_read: int | None = None
-    shard_rotate_s: float = SHARD_ROTATE_S
-
-    def shard_plan(self) -> ShardPlan | None:
-        """The shard plan these settings ask for; ``None`` reads everything.
-
-        Raises:
-            ConfigError: S not in 1/16/256/4096, k outside 1..S, or a rotation <= 0 s.
-        """
-        from sapo_async.fabric.transport.shards import ShardPlan
-
-        plan = ShardPlan(self.shards, self.shards_read, self.shard_rotate_s)
-        return None if plan.count == 1 else plan
-
-    def __post_init__(self) -> None:
-        self.shard_plan()  # validates the three shard fields
-        _check(self.stream_replicas >= 1, "fabric.stream_replicas", ">= 1", self.stream_replicas)
-        _check(
-            self.connect_timeout_s > 0, "fabric.connect_timeout_s", "> 0", self.connect_timeout_s
-        )
-        start = self.start
-        _check(
-            start in ("new", "all")
-            or (isinstance(start, int | float) and not isinstance(start, bool) and start >= 0),
-            "fabric.start",
-            "'new', 'all' or a number of seconds >= 0",
-            start,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerSpec:
-    """Where a node's round commitments are recorded.
-
-    Attributes:
-        enabled: record commitments at all.
-        rpc_url: JSON-RPC URL of the chain; None uses (or shares) an in-process EVM with
-            the swarm's contract deployed on it.
-        contract_address: the ledger contract on ``rpc_url``'s chain.
-        relayer_key: key of an account that pays for this node's commitments (EIP-712
-            relaying); None: the node pays its own gas.
-        journal_path: the ledger journal's SQLite file (needed with ``rpc_url``; the
-            embedded ledger keeps journals in a temporary directory).
-    """
-
-    enabled: bool = True
-    rpc_url: str | None = None
-    contract_address: str | None = None
-    relayer_key: str | None = field(default=None, repr=False)  # a secret: never in logs
-    journal_path: Path | None = None
-
-    def __post_init__(self) -> None:
-        if not self.enabled or self.rpc_url is None:
-            return
-        _check(
-            self.rpc_url.startswith(("http://", "https://", "ws://", "wss://")),
-            "ledger.rpc_url",
-            "an http(s):// or ws(s):// URL",
-            self.rpc_url,
-        )
-        if not self.contract_address:
-            raise ConfigError(
-                "ledger.rpc_url needs ledger.contract_address (the deployed contract)",
-                field="ledger.contract_address",
-            )
-        if self.journal_path is None:
-            raise ConfigError(
-                "ledger.rpc_url needs ledger.journal_path (where commitments are journaled)",
-                field="ledger.journal_path",
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointSpec:
-    """Where a node saves its state and resumes from.
-
-    Attributes:
-        dir: checkpoints go here, and the node resumes from the latest one (model,
-            optimizer, round, RNG states); None: no checkpoints.
-        every: rounds between checkpoints (one is also saved on leave); a node with a
-            ledger recorder checkpoints every round, before its commitment.
-    """
-
-    dir: Path | None = None
-    every: int = 10
-
-    def __post_init__(self) -> None:
-        _check(self.every >= 1, "checkpoint.every", ">= 1", self.every)
-
-
 _PARTS = {
     "policy": PolicySpec,
     "training": TrainingSpec,
     "fabric": FabricSpec,
     "ledger": LedgerSpec,
     "checkpoint": CheckpointSpec,
+    "defence": DefenceSpec,
 }
 
 
@@ -368,7 +235,7 @@ class NodeSpec:
         node_index: slot in the task index layout (None: derived from the address).
         drain_timeout_s: how long leaving lets the round in progress finish.
         limiter: worker-thread limiter shared by the nodes of a process.
-        policy / training / fabric / ledger / checkpoint: the parts.
+        policy / training / fabric / ledger / checkpoint / defence: the parts.
     """
 
     swarm: str = "local"
@@ -382,6 +249,7 @@ class NodeSpec:
     fabric: FabricSpec = field(default_factory=FabricSpec)
     ledger: LedgerSpec = field(default_factory=LedgerSpec)
     checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    defence: DefenceSpec = field(default_factory=DefenceSpec)
 
     def __post_init__(self) -> None:
         _check(bool(self.swarm), "swarm", "a non-empty name", self.swarm)

@@ -37,6 +37,7 @@ from sapo_async.errors import ConfigError
 from sapo_async.ops.config_docs import render_example, render_reference
 from sapo_async.ops.config_sections import (
     SECTIONS,
+    DefenceSection,
     IdentitySection,
     LedgerSection,
     MetricsSection,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENV_PREFIX",
+    "DefenceSection",
     "IdentitySection",
     "LedgerSection",
     "MetricsSection",
@@ -98,6 +100,7 @@ class NodeConfig(BaseSettings):
     model: ModelSection = Field(default_factory=ModelSection)  # type: ignore[arg-type]
     tasks: TasksSection = Field(default_factory=TasksSection)  # type: ignore[arg-type]
     training: TrainingSection = Field(default_factory=TrainingSection)  # type: ignore[arg-type]
+    defence: DefenceSection = Field(default_factory=DefenceSection)  # type: ignore[arg-type]
     metrics: MetricsSection = Field(default_factory=MetricsSection)  # type: ignore[arg-type]
 
     @classmethod
@@ -155,6 +158,7 @@ class NodeConfig(BaseSettings):
         """
         from sapo_async.node.spec import (
             CheckpointSpec,
+            DefenceSpec,
             FabricSpec,
             LedgerSpec,
             NodeSpec,
@@ -217,6 +221,7 @@ class NodeConfig(BaseSettings):
                 journal_path=self.journal_path,
             ),
             checkpoint=CheckpointSpec(dir=self.checkpoint_dir, every=self.node.checkpoint_every),
+            defence=DefenceSpec(**self.defence.model_dump()),
         )
 
 

@@ -442,6 +442,40 @@ class TrainingSection(_Section):
         return self
 
 
+class DefenceSection(_Section):
+    """[defence]: what this node refuses from validly signed peers (docs/security.md)."""
+
+    active: bool = Field(True, description="All content and resource defences on or off.")
+    preset_only: bool = Field(
+        True, description="Admit only task configs of this node's own preset and swarm seed."
+    )
+    max_prompt_chars: int = Field(8192, ge=1, description="Longest question admitted.")
+    max_completion_chars: int = Field(8192, ge=1, description="Longest completion admitted.")
+    max_groups_per_producer_round: int = Field(
+        64, ge=1, description="Most groups admitted from one producer round."
+    )
+    plausibility: bool = Field(
+        True, description="Drop groups this node's own model finds implausible."
+    )
+    plausibility_quantile: float = Field(
+        0.01, gt=0, le=1, description="Quantile of own completions' mean log-prob..."
+    )
+    plausibility_margin: float = Field(1.0, ge=0, description="...minus this many nats.")
+    length_guard: bool = Field(True, description="Drop needlessly long rewarded completions.")
+    length_factor: float = Field(
+        1.5, ge=1, description="Longest rewarded completion, times own rewarded length..."
+    )
+    length_quantile: float = Field(0.95, gt=0, le=1, description="...at this quantile.")
+    calibration_min: int = Field(
+        32, ge=1, description="Own completions a family needs before its thresholds apply."
+    )
+    quarantine_rate: float = Field(
+        0.5, gt=0, le=1, description="Quarantine a producer when this share of its groups..."
+    )
+    quarantine_min_events: int = Field(8, ge=1, description="...of at least this many...")
+    quarantine_s: float = Field(600.0, ge=0, description="...were dropped, for this long.")
+
+
 class MetricsSection(_Section):
     """[metrics]: what the volunteer sees."""
 
@@ -474,6 +508,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "model": ModelSection,
     "tasks": TasksSection,
     "training": TrainingSection,
+    "defence": DefenceSection,
     "metrics": MetricsSection,
 }
 """Every section, by its TOML name, in the order the example file lists them."""

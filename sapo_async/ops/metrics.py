@@ -90,6 +90,12 @@ class NodeMetrics:
             ["node"],
             registry=r,
         )
+        self.quarantined = Gauge(
+            "sapo_quarantined_producers",
+            "Producers this node refuses now (too many of their groups dropped).",
+            ["node"],
+            registry=r,
+        )
         self.round_seconds = Histogram(
             "sapo_round_seconds",
             "Wall-clock time per round.",
@@ -118,6 +124,7 @@ class NodeMetrics:
         self.staleness.labels(node).set(report.staleness_rounds)
         self.commitments_pending.labels(node).set(report.commitments_pending)
         self.commitments_confirmed.labels(node).set(report.commitments_confirmed)
+        self.quarantined.labels(node).set(len(report.quarantined))
         self.round_seconds.labels(node).observe(report.round_s)
 
     def rejected(self, reason: str, count: int = 1, *, node: str = "") -> None:

@@ -126,6 +126,8 @@ def render_status(state: StatusState) -> Table:
             str(this_round.get(reason, 0)),
             str(state.rejections[reason]),
         )
+    if last is not None and last.quarantined:
+        table.add_row("quarantined producers", str(len(last.quarantined)), "")
     table.add_row("round time (s)", cell("round_s", ".2f"), "")
     return table
 
@@ -185,6 +187,7 @@ def report_log_fields(report: RoundReport) -> dict[str, Any]:
         "commitments_pending": report.commitments_pending,
         "commitments_confirmed": report.commitments_confirmed,
         "round_s": report.round_s,
+        "quarantined": len(report.quarantined),
     }
     for reason, count in sorted(report.rejections.items()):
         fields[f"rejected_{reason}"] = count

@@ -16,7 +16,6 @@ Styles:
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from sapo_async.errors import ConfigError
@@ -40,7 +39,6 @@ INSTRUCTION = (
     "Think briefly, then give only the final answer inside <answer> </answer> tags, "
     "for example <answer>42</answer>."
 )
-_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.DOTALL)
 
 
 def format_prompt(item: TaskItem, style: PromptStyle = "compact") -> str:
@@ -65,11 +63,28 @@ def format_target(answer: str, *, tagged: bool) -> str:
 
 
 def extract_answer(text: str) -> str | None:
-    """The stripped content of the last ``<answer>`` pair in ``text``, or ``None``."""
-    matches = _ANSWER_RE.findall(text)
-    if not matches:
-        return None
-    return str(matches[-1]).strip()
+    """The stripped content of the last ``<answer>`` pair in ``text``, or ``None``.
+
+    Pairs are read as the non-greedy regex ``<answer>(.*?)</answer>`` reads them (leftmost
+    opening tag, nearest closing tag after it, then on from there), in linear time: that
+    regex retries from every opening tag to the end of the text, so a peer's completion
+    of 20,000 unclosed tags took 16 s (quadratic). Here each ``str.find`` starts where the
+    previous one ended, and an opening tag with no closing tag after it ends the scan
+    (no later tag can have one either).
+    """
+    last: str | None = None
+    pos = 0
+    while True:
+        start = text.find(ANSWER_OPEN, pos)
+        if start < 0:
+            break
+        body = start + len(ANSWER_OPEN)
+        end = text.find(ANSWER_CLOSE, body)
+        if end < 0:
+            break
+        last = text[body:end]
+        pos = end + len(ANSWER_CLOSE)
+    return None if last is None else last.strip()
 
 
 def apply_chat_template(tokenizer: Any, prompt: str) -> str:

@@ -1,0 +1,383 @@
+"""The attack experiment: k of n nodes attack, defences off and on, common random numbers.
+
+Harness, not product, as the paper table is (:mod:`sapo_async.experiment.paper_table`):
+the product's round (:class:`~sapo_async.node.rounds.RoundLoop`) under a lockstep scheduler
+over the in-memory transport, the tiny model, the ledger off. Nodes keep their keys,
+questions and sampling seeds across runs, so "defences off" and "on", and the attack and
+no-attack runs, differ only by the attack and the defences. The attackers are the last
+``attackers`` nodes; their publisher is an
+:class:`~sapo_async.experiment.attack.base.AttackPublisher`. Honest nodes are measured on
+their *own* completions (what the attack planted in them), their reward, and the wall
+time of the round without the attackers' own share and train.
+
+Each run is one process (two at a time), one torch thread each.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from sapo_async.experiment.attack.absurd import Absurd
+from sapo_async.experiment.attack.base import Attack
+from sapo_async.experiment.attack.flood import Flood
+from sapo_async.experiment.attack.inject import Inject
+from sapo_async.experiment.attack.length import Length
+from sapo_async.experiment.attack.tokens import Tokens
+from sapo_async.experiment.attack.wrong import Wrong
+
+__all__ = ["ATTACKS", "AttackSpec", "RunMeasure", "make_attack", "quick", "run_matrix", "run_one"]
+
+ATTACKS = ("inject", "tokens", "length", "flood", "absurd", "wrong")
+
+
+def make_attack(name: str, max_new_tokens: int = 16) -> Attack:
+    """The named attack, sized for ``max_new_tokens``."""
+    attacks: dict[str, Callable[[], Attack]] = {
+        "inject": Inject,
+        "tokens": Tokens,
+        "length": lambda: Length(max_new_tokens),
+        "flood": Flood,
+        "absurd": Absurd,
+        "wrong": Wrong,
+    }
+    return attacks[name]()
+
+
+@dataclass(frozen=True, slots=True)
+class AttackSpec:
+    """The experiment.
+
+    Attributes:
+        attacks: which attacks to run.
+        rounds: rounds per run.
+        seeds: swarm seeds.
+        nodes / attackers: swarm size and how many of them attack.
+        questions_per_round / completions_per_question: B and L.
+        local / external: I and J of every node.
+        lr: AdamW learning rate.
+        max_new_tokens: completion cap.
+        regime: the tiny model's warm start.
+    """
+
+    attacks: tuple[str, ...] = ATTACKS
+    rounds: int = 12
+    seeds: tuple[int, ...] = (0, 1)
+    nodes: int = 8
+    attackers: int = 2
+    questions_per_round: int = 4
+    completions_per_question: int = 8
+    local: int = 2
+    external: int = 2
+    lr: float = 3e-4
+    max_new_tokens: int = 16
+    regime: str = "dense"
+
+
+def quick(spec: AttackSpec) -> AttackSpec:
+    """A seconds-long version for tests: 4 nodes (1 attacker), 3 rounds, one seed, B=2, 1/1."""
+    return replace(
+        spec, rounds=3, seeds=(0,), nodes=4, attackers=1, questions_per_round=2, local=1, external=1
+    )
+
+
+@dataclass(slots=True)
+class RunMeasure:
+    """One run, measured on the honest nodes.
+
+    Attributes:
+        attack: the attack (``"none"`` for the no-attack run).
+        defences: defences on.
+        seed: swarm seed.
+        config: ``"I/J"``.
+        honest: indices of the honest nodes.
+        rewards: ``rewards[node][round]`` for every node (attackers included).
+        payload: per round, the fraction of honest own completions carrying the payload.
+        length: per round, the honest own completions' mean length (tokens).
+        round_s: per round, CPU seconds of the run's process without the attackers' own
+            share and train (process time: robust to other jobs on a shared machine).
+        round_wall_s: the same in wall-clock seconds.
+        trained_external: external groups honest nodes trained on, by origin
+            (``honest`` / ``attacker``).
+        dropped: honest nodes' refusals by reason (admission and after).
+        received: external groups honest nodes' collectors saw.
+        honest_groups_dropped: groups from honest producers refused by honest nodes.
+        honest_groups_judged: groups from honest producers honest nodes admitted.
+        quarantined: producers quarantined by some honest node at the end.
+        peak_rss_mb: the process's peak resident memory.
+        seconds: wall time.
+    """
+
+    attack: str
+    defences: bool
+    seed: int
+    config: str
+    honest: list[int]
+    rewards: list[list[float]] = field(default_factory=list)
+    payload: list[float] = field(default_factory=list)
+    length: list[float] = field(default_factory=list)
+    round_s: list[float] = field(default_factory=list)
+    round_wall_s: list[float] = field(default_factory=list)
+    trained_external: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    received: int = 0
+    honest_groups_dropped: int = 0
+    honest_groups_judged: int = 0
+    quarantined: int = 0
+    peak_rss_mb: float = 0.0
+    seconds: float = 0.0
+
+
+def run_one(
+    spec: AttackSpec, attack: str, defences: bool, seed: int, config: tuple[int, int]
+) -> RunMeasure:
+    """Run one (attack or ``"none"``, defences, seed, I/J) in this process (blocking)."""
+    import anyio
+    import torch
+
+    from sapo_async.logs import configure_logging
+
+    configure_logging(level="ERROR")
+    torch.set_num_threads(1)
+    return anyio.run(_run_one, spec, attack, defences, seed, config)
+
+
+async def _run_one(
+    spec: AttackSpec, attack_name: str, defences: bool, seed: int, config: tuple[int, int]
+) -> RunMeasure:
+    import resource
+    from contextlib import AsyncExitStack
+
+    import anyio
+    from eth_account import Account
+
+    from sapo_async.experiment.attack.base import AttackPublisher
+    from sapo_async.fabric.collector import Collector
+    from sapo_async.fabric.publisher import Publisher
+    from sapo_async.fabric.transport.base import StartAt
+    from sapo_async.fabric.transport.memory import MemoryBroker
+    from sapo_async.node.learner import build_learner
+    from sapo_async.node.rounds import RoundLoop
+    from sapo_async.node.spec import NodeSpec
+    from sapo_async.policy.grpo.trainer import TrainerConfig
+    from sapo_async.wire import keccak256
+
+    t0 = time.perf_counter()
+    local, external = config
+    swarm = f"attack-{seed}"
+    broker = MemoryBroker()
+    common = NodeSpec.build(
+        swarm=swarm,
+        model="tiny",
+        regime=spec.regime,
+        seed=seed,
+        questions_per_round=spec.questions_per_round,
+        completions_per_question=spec.completions_per_question,
+        max_new_tokens=spec.max_new_tokens,
+        trainer=TrainerConfig(lr=spec.lr),
+        local=local,
+        external=external,
+        max_staleness_rounds=0,
+        ledger_enabled=False,
+        defence_active=defences,
+    )
+    attack = make_attack(attack_name, spec.max_new_tokens) if attack_name != "none" else None
+    first_attacker = spec.nodes - (spec.attackers if attack is not None else 0)
+    honest = list(range(first_attacker))
+    nodes: list[RoundLoop] = []
+    publishers: list[Any] = []
+    for i in range(spec.nodes):
+        account = Account.from_key(keccak256(f"sapo-attack:{seed}:{i}".encode()))
+        node_spec = common.replace(name=f"node{i}", node_index=i, account=account)
+        transport = broker.connect(swarm)
+        publisher: Any = Publisher(transport, account)
+        if attack is not None and i >= first_attacker:
+            publisher = AttackPublisher(transport, account, attack, seed * 1000 + i)
+        publishers.append(publisher)
+        nodes.append(
+            RoundLoop(
+                node_spec,
+                name=f"node{i}",
+                learner=build_learner(node_spec),
+                publisher=publisher,
+                collector=Collector(
+                    transport,
+                    own_address=account.address,
+                    start=StartAt.everything(),
+                    name=f"collector{i}",
+                ),
+                offload=False,
+            )
+        )
+    attackers = {nodes[i].address for i in range(first_attacker, spec.nodes)}
+    m = RunMeasure(attack_name, defences, seed, f"{local}/{external}", honest)
+    m.rewards = [[] for _ in nodes]
+    async with AsyncExitStack() as stack:
+        for node in nodes:
+            await stack.enter_async_context(node.collector)
+        for _r in range(spec.rounds):
+            r0, c0 = time.perf_counter(), time.process_time()
+            attacker_s = attacker_cpu = 0.0
+            shared = []
+            for i, node in enumerate(nodes):
+                s0, sc = time.perf_counter(), time.process_time()
+                shared.append(await node.share_round())
+                if i >= first_attacker:
+                    attacker_s += time.perf_counter() - s0
+                    attacker_cpu += time.process_time() - sc
+            # Every message published so far, own ones included (they are received and
+            # skipped): the lockstep waits until each honest collector has seen them all.
+            total = sum(
+                p.sent if isinstance(p, AttackPublisher) else n.stats().published
+                for p, n in zip(publishers, nodes, strict=True)
+            )
+            for i in honest:
+                with anyio.fail_after(600):
+                    # Polls: the collector has a waiter for admissions, not for messages
+                    # seen, and a flood's messages are mostly refused.
+                    while nodes[i].collector.statistics().received < total:  # noqa: ASYNC110
+                        await anyio.sleep(0.002)
+            texts: list[tuple[str, str]] = []
+            lengths: list[int] = []
+            for i in honest:
+                for g in shared[i].generated:
+                    for c in g.result.completions:
+                        texts.append((c.text, g.item.answer))
+                        lengths.append(len(c.token_ids or ()))
+            for i, (node, s) in enumerate(zip(nodes, shared, strict=True)):
+                s0, sc = time.perf_counter(), time.process_time()
+                report = await node.train_round(s)
+                if i >= first_attacker:
+                    attacker_s += time.perf_counter() - s0
+                    attacker_cpu += time.process_time() - sc
+                    continue
+                m.rewards[i].append(report.reward_mean)
+                for producer, n in report.external_used.items():
+                    origin = "attacker" if producer in attackers else "honest"
+                    m.trained_external[origin] = m.trained_external.get(origin, 0) + n
+            for i in range(first_attacker, spec.nodes):
+                m.rewards[i].append(0.0)
+            m.round_s.append(time.process_time() - c0 - attacker_cpu)
+            m.round_wall_s.append(time.perf_counter() - r0 - attacker_s)
+            hits = sum(attack.carries_payload(t, a) for t, a in texts) if attack else 0
+            m.payload.append(hits / max(len(texts), 1))
+            m.length.append(sum(lengths) / max(len(lengths), 1))
+    for i in honest:
+        stats = nodes[i].collector.statistics()
+        m.received += stats.received
+        for reason, n in {**stats.rejected, **stats.dropped}.items():
+            m.dropped[reason] = m.dropped.get(reason, 0) + n
+        m.quarantined = max(m.quarantined, len(nodes[i].quarantine.active()))
+    m.honest_groups_judged, m.honest_groups_dropped = _honest_verdicts(nodes, honest)
+    m.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    m.seconds = time.perf_counter() - t0
+    return m
+
+
+def _honest_verdicts(nodes: list[Any], honest: list[int]) -> tuple[int, int]:
+    """Groups honest nodes admitted, and of those (or at admission) refused by a defence.
+    In a no-attack run every producer is honest, so their ratio is the false-positive rate.
+    """
+    admitted = dropped = 0
+    for i in honest:
+        stats = nodes[i].collector.statistics()
+        admitted += stats.accepted + sum(
+            n for reason, n in stats.rejected.items() if reason in _DEFENCE_REASONS
+        )
+        dropped += sum(stats.dropped.values()) + sum(
+            n for reason, n in stats.rejected.items() if reason in _DEFENCE_REASONS
+        )
+    return admitted, dropped
+
+
+_DEFENCE_REASONS = frozenset(
+    {
+        "task_outside_preset",
+        "prompt_too_long",
+        "completion_too_long",
+        "producer_round_flood",
+        "quarantined",
+    }
+)
+
+
+def _job(args: tuple[AttackSpec, str, bool, int, tuple[int, int]]) -> RunMeasure:
+    return run_one(*args)
+
+
+def jobs_of(spec: AttackSpec) -> list[tuple[AttackSpec, str, bool, int, tuple[int, int]]]:
+    """Every run of the matrix: attacks x defences x seeds, no-attack runs, and 8/0."""
+    ij = (spec.local, spec.external)
+    solo = (spec.local + spec.external, 0)
+    out = []
+    for seed in spec.seeds:
+        for on in (False, True):
+            out.append((spec, "none", on, seed, ij))
+        out.append((spec, "none", False, seed, solo))
+        for attack in spec.attacks:
+            for on in (False, True):
+                out.append((spec, attack, on, seed, ij))
+    return out
+
+
+def run_matrix(
+    spec: AttackSpec,
+    out_dir: Path,
+    *,
+    workers: int = 2,
+    on_result: Callable[[RunMeasure], None] | None = None,
+) -> dict[str, Any]:
+    """Run the matrix, then write ``summary.json``, ``summary.md``, ``runs.json`` and the
+    figure.
+
+    Resumable: each finished run is appended to ``runs.jsonl`` in ``out_dir`` (after a
+    first line holding the spec), and a later call with the same spec skips the runs found
+    there. Runs go seed by seed, so an interrupted matrix has whole seeds first.
+    """
+    from sapo_async.experiment.attack.summary import summarise, write_outputs
+    from sapo_async.policy.models import ensure_tiny_model, tiny_spec
+
+    ensure_tiny_model(tiny_spec(spec.regime))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = _load_runs(out_dir / "runs.jsonl", spec)
+    done = {(r.attack, r.defences, r.seed, r.config) for r in results}
+    jobs = [j for j in jobs_of(spec) if (j[1], j[2], j[3], f"{j[4][0]}/{j[4][1]}") not in done]
+    t0 = time.perf_counter()
+
+    def finished(m: RunMeasure) -> None:
+        results.append(m)
+        with (out_dir / "runs.jsonl").open("a") as f:
+            f.write(json.dumps(asdict(m)) + "\n")
+        if on_result:
+            on_result(m)
+
+    if workers <= 1:
+        for job in jobs:
+            finished(_job(job))
+    elif jobs:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futures = [pool.submit(_job, job) for job in jobs]
+            for fut in as_completed(futures):
+                finished(fut.result())
+    summary = summarise(spec, results, seconds=time.perf_counter() - t0)
+    write_outputs(summary, results, out_dir)
+    (out_dir / "runs.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
+    return summary
+
+
+def _load_runs(path: Path, spec: AttackSpec) -> list[RunMeasure]:
+    """Runs recorded for ``spec`` at ``path`` (none, and a fresh file, for another spec)."""
+    header = json.dumps({"spec": asdict(spec)})
+    if path.exists():
+        lines = path.read_text().splitlines()
+        if lines and lines[0] == header:
+            return [RunMeasure(**json.loads(line)) for line in lines[1:] if line.strip()]
+    path.write_text(header + "\n")
+    return []

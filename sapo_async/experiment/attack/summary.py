@@ -1,0 +1,240 @@
+"""The attack experiment's numbers and figure: pure functions over measured runs.
+
+``asr`` per attack (the Must-show metric of docs/security.md): for ``inject``, ``tokens``
+and ``wrong`` the fraction of honest nodes' own completions in the last 20 % of rounds that
+carry the payload; for ``length`` the honest mean completion length over the last 20 % of
+rounds relative to the no-attack run; for ``flood`` and ``absurd`` the honest mean round time
+relative to the no-attack run (each against the no-attack run with the same defence setting
+and seed, then averaged over seeds).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from sapo_async.experiment.attack.runner import AttackSpec, RunMeasure
+
+__all__ = ["markdown_table", "summarise", "write_outputs"]
+
+RATIO_ATTACKS = frozenset({"length", "flood", "absurd"})
+
+
+def _tail(values: Sequence[float]) -> list[float]:
+    n = max(1, len(values) // 5)
+    return list(values[-n:])
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _honest_reward(run: RunMeasure, honest: Sequence[int]) -> float:
+    return sum(sum(run.rewards[i]) for i in honest)
+
+
+def _asr(attack: str, run: RunMeasure, base: RunMeasure) -> float:
+    if attack == "length":
+        return _mean(_tail(run.length)) / max(_mean(_tail(base.length)), 1e-12)
+    if attack in ("flood", "absurd"):
+        return _mean(run.round_s) / max(_mean(base.round_s), 1e-12)
+    return _mean(_tail(run.payload))
+
+
+def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -> dict[str, Any]:
+    """The summary written to ``summary.json`` (see the module docstring).
+
+    A cell averages over the seeds whose runs it needs are all there (an interrupted
+    matrix gives fewer seeds; ``seeds`` in each row says which).
+    """
+    ij = f"{spec.local}/{spec.external}"
+    solo = f"{spec.local + spec.external}/0"
+    key = {(r.attack, r.defences, r.seed, r.config): r for r in runs}
+    attacks: dict[str, Any] = {}
+    for attack in spec.attacks:
+        per_seed: dict[str, Any] = {}
+        for seed in spec.seeds:
+            needed = [(attack, False), (attack, True), ("none", False), ("none", True)]
+            if any((a, d, seed, ij) not in key for a, d in needed):
+                continue
+            off, on = key[(attack, False, seed, ij)], key[(attack, True, seed, ij)]
+            base_off, base_on = key[("none", False, seed, ij)], key[("none", True, seed, ij)]
+            honest = on.honest
+            per_seed[str(seed)] = {
+                "asr_off": _asr(attack, off, base_off),
+                "asr_on": _asr(attack, on, base_on),
+                "honest_reward_ratio_on": _honest_reward(on, honest)
+                / max(_honest_reward(base_off, honest), 1e-12),
+                "honest_reward_ratio_off": _honest_reward(off, honest)
+                / max(_honest_reward(base_off, honest), 1e-12),
+                "trained_from_attackers_off": off.trained_external.get("attacker", 0),
+                "trained_from_attackers_on": on.trained_external.get("attacker", 0),
+                "dropped_on": on.dropped,
+                "quarantined_on": on.quarantined,
+                "peak_rss_mb": max(off.peak_rss_mb, on.peak_rss_mb),
+                "max_round_s_off": max(off.round_s),
+                "max_round_s_on": max(on.round_s),
+            }
+        if not per_seed:
+            continue
+        attacks[attack] = {
+            metric: _mean([s[metric] for s in per_seed.values()])
+            for metric in (
+                "asr_off",
+                "asr_on",
+                "honest_reward_ratio_on",
+                "honest_reward_ratio_off",
+            )
+        } | {"asr_kind": _kind(attack), "seeds": per_seed}
+    fp = [
+        key[("none", True, s, ij)].honest_groups_dropped
+        / max(key[("none", True, s, ij)].honest_groups_judged, 1)
+        for s in spec.seeds
+        if ("none", True, s, ij) in key
+    ]
+    gain_seeds = [
+        s
+        for s in spec.seeds
+        if all(
+            k in key
+            for k in (("none", True, s, ij), ("none", False, s, ij), ("none", False, s, solo))
+        )
+    ]
+
+    def gain(on: bool) -> float:
+        return _mean(
+            [
+                sum(map(sum, key[("none", on, s, ij)].rewards))
+                / max(sum(map(sum, key[("none", False, s, solo)].rewards)), 1e-12)
+                for s in gain_seeds
+            ]
+        )
+
+    return {
+        "spec": asdict(spec),
+        "attacks": attacks,
+        "false_positive_rate": _mean(fp),
+        "sharing_gain_on": gain(True),
+        "sharing_gain_off": gain(False),
+        "seconds": seconds,
+        "conditions": (
+            f"{platform.machine()} {platform.system()}, 2 shared cores (other jobs running), "
+            "runs in parallel worker processes (nice 10), one torch thread each, "
+            "in-memory transport, "
+            "lockstep rounds, tiny model, ledger off"
+        ),
+    }
+
+
+TARGETS = {"inject": 0.05, "tokens": 0.05, "length": 1.2, "flood": 1.2, "absurd": 1.2}
+"""The Must-show bound on ``asr_on`` per attack (issue 11)."""
+
+
+def markdown_table(summary: dict[str, Any]) -> str:
+    """The results table of docs/security.md, from ``summary.json``'s contents."""
+    lines = [
+        "| attack | measure | defences off | defences on | target on | honest reward on "
+        "/ no-attack | honest reward off / no-attack | trained from attackers off / on |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for attack, row in summary["attacks"].items():
+        target = TARGETS.get(attack)
+        met = "" if target is None else (" (met)" if row["asr_on"] <= target else " (missed)")
+        seeds = row["seeds"].values()
+        off = sum(s["trained_from_attackers_off"] for s in seeds)
+        on = sum(s["trained_from_attackers_on"] for s in seeds)
+        lines.append(
+            f"| `{attack}` | {_short_kind(attack)} | {row['asr_off']:.3f} | "
+            f"{row['asr_on']:.3f} | {'-' if target is None else f'<= {target:g}'}{met} | "
+            f"{row['honest_reward_ratio_on']:.2f} | {row['honest_reward_ratio_off']:.2f} | "
+            f"{off} / {on} |"
+        )
+    lines += [
+        "",
+        f"False positives (honest groups refused by a defence in the no-attack runs): "
+        f"{summary['false_positive_rate']:.3f}. Sharing gain (cumulative reward of the "
+        f"{summary['spec']['local']}/{summary['spec']['external']} swarm over "
+        f"{summary['spec']['local'] + summary['spec']['external']}/0, no attack): defences on "
+        f"{summary['sharing_gain_on']:.3f}, off {summary['sharing_gain_off']:.3f}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _kind(attack: str) -> str:
+    if attack == "length":
+        return "honest mean completion length / no-attack run (last 20 % of rounds)"
+    if attack in ("flood", "absurd"):
+        return "honest mean round time / no-attack run"
+    return "fraction of honest own completions carrying the payload (last 20 % of rounds)"
+
+
+def write_outputs(summary: dict[str, Any], runs: Sequence[RunMeasure], out_dir: Path) -> None:
+    """Write ``summary.json``, ``summary.md`` (the table) and ``attack.png`` (per attack,
+    per round, off vs on)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out_dir / "summary.md").write_text(markdown_table(summary))
+    spec = summary["spec"]
+    ij = f"{spec['local']}/{spec['external']}"
+    attacks = list(spec["attacks"])
+    fig, axes = plt.subplots(1, len(attacks), figsize=(3.2 * len(attacks), 3.0))
+    if len(attacks) == 1:
+        axes = [axes]
+    for ax, attack in zip(axes, attacks, strict=True):
+        for on, colour in ((False, "tab:red"), (True, "tab:blue")):
+            traces = [
+                _trace(attack, r, runs, ij)
+                for r in runs
+                if r.attack == attack and r.defences == on and r.config == ij
+            ]
+            traces = [t for t in traces if t]
+            if not traces:
+                continue
+            rounds = min(len(t) for t in traces)
+            mean = [_mean([t[i] for t in traces]) for i in range(rounds)]
+            ax.plot(mean, color=colour, label="defences on" if on else "defences off")
+        ax.set_title(attack)
+        ax.set_xlabel("round")
+        ax.set_ylabel(_short_kind(attack))
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Honest nodes under attack (mean over seeds)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out_dir / "attack.png", dpi=110)
+    plt.close(fig)
+
+
+def _short_kind(attack: str) -> str:
+    if attack == "length":
+        return "length / no-attack"
+    if attack in ("flood", "absurd"):
+        return "round time / no-attack"
+    return "payload rate"
+
+
+def _trace(attack: str, run: RunMeasure, runs: Sequence[RunMeasure], ij: str) -> list[float]:
+    if attack not in RATIO_ATTACKS:
+        return run.payload
+    base = next(
+        (
+            r
+            for r in runs
+            if r.attack == "none"
+            and r.defences == run.defences
+            and r.seed == run.seed
+            and r.config == ij
+        ),
+        None,
+    )
+    if base is None:
+        return []
+    values, ref = (run.length, base.length) if attack == "length" else (run.round_s, base.round_s)
+    return [v / max(b, 1e-12) for v, b in zip(values, ref, strict=False)]

@@ -1,0 +1,302 @@
+"""What a node refuses from validly signed peers: one small pure policy per defence.
+
+Signatures prove who sent a group, not that it is worth training on (docs/security.md).
+The receiver re-derives the task and scores with its own verifier, so a group whose
+completions carry the right answer *plus* a payload earns full reward, and GRPO amplifies
+the payload. Each policy here answers one question, takes data and returns data:
+
+* :class:`AdmissionBounds` (the collector's ``extra_check``, before any work): is the task
+  config one of the receiver's own preset and swarm seed, are the question and the
+  completions within size, has this producer round sent too many groups?
+  [``task_outside_preset``, ``prompt_too_long``, ``completion_too_long``,
+  ``producer_round_flood``];
+* :class:`Calibration` and :func:`screen`: measured on the node's *own* completions per
+  family, is an external completion plausible under the node's own model (mean token
+  log-prob) and not needlessly long (rewarded completions against the node's own rewarded
+  lengths)? [``implausible``, ``too_long``];
+* :class:`Quarantine`: has a producer had too many of its groups dropped? Then refuse it
+  for a while, before its signature is even checked [``quarantined``].
+
+Deliberately does not know about models, NATS or threads: the node computes log-probs
+(:mod:`.plausibility`), hands a worker thread a frozen :class:`Thresholds` snapshot, and
+applies verdicts on the event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from sapo_async.errors import RejectedInput
+from sapo_async.node.spec import DefenceSpec
+from sapo_async.tasks.spec import FamilySpec
+from sapo_async.wire import RolloutGroup
+
+__all__ = [
+    "AdmissionBounds",
+    "Calibration",
+    "CompletionView",
+    "FamilyThresholds",
+    "Quarantine",
+    "Thresholds",
+    "screen",
+]
+
+CALIBRATION_WINDOW = 2048
+"""Own completions remembered per family: a few dozen rounds of B x L = 64, recent enough to
+follow the model as it learns, long enough for a stable 1 % quantile."""
+
+QUARANTINE_WINDOW = 64
+"""Verdicts remembered per producer: eight rounds of an honest peer's B = 8 groups."""
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered))))]
+
+
+class Quarantine:
+    """Refuses a producer for ``duration_s`` once ``rate`` of its last verdicts (at least
+    ``min_events`` of them) were drops.
+
+    Args:
+        rate / min_events / duration_s: see :class:`~sapo_async.node.spec.DefenceSpec`.
+        clock: unix seconds (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        rate: float,
+        min_events: int,
+        duration_s: float,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._rate, self._min, self._duration = rate, min_events, duration_s
+        self._clock = clock
+        self._verdicts: dict[str, deque[bool]] = {}
+        self._until: dict[str, float] = {}
+        self.entered = 0
+
+    def record(self, producer: str, dropped: bool) -> bool:
+        """Count one verdict on a producer's group; True when it enters quarantine now."""
+        window = self._verdicts.setdefault(producer, deque(maxlen=QUARANTINE_WINDOW))
+        window.append(dropped)
+        if self.blocked(producer) or len(window) < self._min:
+            return False
+        if sum(window) / len(window) >= self._rate:
+            self._until[producer] = self._clock() + self._duration
+            window.clear()
+            self.entered += 1
+            return True
+        return False
+
+    def blocked(self, producer: str) -> bool:
+        """True while ``producer`` is quarantined."""
+        until = self._until.get(producer)
+        if until is None:
+            return False
+        if self._clock() >= until:
+            del self._until[producer]
+            return False
+        return True
+
+    def active(self) -> list[str]:
+        """The producers quarantined now, sorted."""
+        return sorted(p for p in list(self._until) if self.blocked(p))
+
+
+class AdmissionBounds:
+    """The resource bounds, checked on each signed group before any work is done for it.
+
+    Args:
+        spec: the node's defence settings.
+        families: the receiver's own task families (its preset).
+        dataset_seed: the receiver's reasoning-gym dataset seed (``swarm_seed << 52``).
+        on_verdict: told (producer, dropped) for each group judged (feeds the quarantine).
+    """
+
+    def __init__(
+        self,
+        spec: DefenceSpec,
+        families: Iterable[FamilySpec],
+        dataset_seed: int,
+        *,
+        on_verdict: Callable[[str, bool], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self._allowed = {(f.family, f.digest): f.config_json for f in families}
+        self._seed = dataset_seed
+        self._on_verdict = on_verdict
+        self._per_round: Counter[tuple[str, int]] = Counter()
+
+    def __call__(self, group: RolloutGroup) -> None:
+        """Admit (return) or refuse (raise) ``group``.
+
+        Raises:
+            RejectedInput: with the reason of the first bound it breaks.
+        """
+        try:
+            self._check(group)
+        except RejectedInput:
+            if self._on_verdict is not None:
+                self._on_verdict(group.producer, True)
+            raise
+
+    def _check(self, group: RolloutGroup) -> None:
+        spec, ref = self.spec, group.task
+        if spec.preset_only:
+            config = self._allowed.get((ref.family, ref.config_digest))
+            if config is None or config != group.task_config or ref.seed != self._seed:
+                raise RejectedInput(
+                    "task_outside_preset",
+                    f"{ref.family} config {group.task_config[:80]!r} seed {ref.seed} is not "
+                    "one of this node's own",
+                )
+        if len(group.question) > spec.max_prompt_chars:
+            raise RejectedInput(
+                "prompt_too_long", f"{len(group.question)} > {spec.max_prompt_chars} chars"
+            )
+        longest = max(len(c.text) for c in group.completions)
+        if longest > spec.max_completion_chars:
+            raise RejectedInput(
+                "completion_too_long", f"{longest} > {spec.max_completion_chars} chars"
+            )
+        key = (group.producer, group.producer_round)
+        if self._per_round[key] >= spec.max_groups_per_producer_round:
+            raise RejectedInput(
+                "producer_round_flood",
+                f"more than {spec.max_groups_per_producer_round} groups in round {key[1]}",
+            )
+        self._per_round[key] += 1
+        if len(self._per_round) > 4 * QUARANTINE_WINDOW * spec.max_groups_per_producer_round:
+            # Bounded memory under a many-key flood: forget the oldest half.
+            for old in list(self._per_round)[: len(self._per_round) // 2]:
+                del self._per_round[old]
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyThresholds:
+    """One family's limits, measured on the node's own completions.
+
+    Attributes:
+        min_mean_logprob: a completion's mean token log-prob must be at least this (None:
+            not calibrated yet, or the check is off).
+        max_rewarded_tokens: a rewarded completion must be at most this long (None: same).
+    """
+
+    min_mean_logprob: float | None
+    max_rewarded_tokens: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """A frozen snapshot of every family's limits (what a worker thread is handed).
+
+    Attributes:
+        families: limits by family name.
+        max_tokens: the node's own completion cap (``max_new_tokens``, plus the EOS token).
+        plausibility / length_guard: which checks are on.
+    """
+
+    families: dict[str, FamilyThresholds]
+    max_tokens: int
+    plausibility: bool
+    length_guard: bool
+
+    @property
+    def needs_logprobs(self) -> bool:
+        """Whether :func:`screen` will read log-probs (else the forward pass is skipped)."""
+        return self.plausibility or self.length_guard
+
+
+class Calibration:
+    """The node's own completions per family: mean token log-probs and rewarded lengths.
+
+    Args:
+        spec: the node's defence settings.
+        max_new_tokens: the node's own completion cap.
+    """
+
+    def __init__(self, spec: DefenceSpec, max_new_tokens: int) -> None:
+        self.spec = spec
+        self._max_tokens = max_new_tokens + 1
+        self._logprob: dict[str, deque[float]] = {}
+        self._lengths: dict[str, deque[float]] = {}
+
+    def observe(self, family: str, logprobs: Sequence[float], reward: float) -> None:
+        """Record one own completion (its behaviour log-probs, EOS included)."""
+        if not logprobs:
+            return
+        lp = self._logprob.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
+        lp.append(sum(logprobs) / len(logprobs))
+        if reward > 0:
+            lengths = self._lengths.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
+            lengths.append(float(len(logprobs)))
+
+    def thresholds(self) -> Thresholds:
+        """The limits now, frozen (families with too few own completions get None)."""
+        spec, need = self.spec, self.spec.calibration_min
+        families: dict[str, FamilyThresholds] = {}
+        for family in set(self._logprob) | set(self._lengths):
+            lps = self._logprob.get(family, ())
+            lengths = self._lengths.get(family, ())
+            families[family] = FamilyThresholds(
+                _quantile(list(lps), spec.plausibility_quantile) - spec.plausibility_margin
+                if spec.plausibility and len(lps) >= need
+                else None,
+                _quantile(list(lengths), spec.length_quantile) * spec.length_factor
+                if spec.length_guard and len(lengths) >= need
+                else None,
+            )
+        return Thresholds(families, self._max_tokens, spec.plausibility, spec.length_guard)
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionView:
+    """What :func:`screen` needs of one external completion, under the node's own model.
+
+    Attributes:
+        logprobs: per-token log-probs of the re-tokenised completion (EOS included).
+        reward: the node's own verifier's reward.
+    """
+
+    logprobs: Sequence[float]
+    reward: float
+
+
+def screen(family: str, completions: Sequence[CompletionView], limits: Thresholds) -> str | None:
+    """The reason to drop an external group, or None to keep it.
+
+    Args:
+        family: the group's task family (whose thresholds apply).
+        completions: the completions GRPO would push up (reward above the group's lowest).
+        limits: the thresholds.
+
+    A group goes whole: one implausible or needlessly long completion condemns it (GRPO
+    would push the payload up with that completion's advantage). Completions at the
+    group's lowest reward are pushed down, not up, and are not screened: an honest group's
+    unlikely wrong answers would otherwise be false positives.
+    """
+    family_limits = limits.families.get(family, FamilyThresholds(None, None))
+    for c in completions:
+        tokens = len(c.logprobs)
+        if limits.length_guard and tokens > limits.max_tokens:
+            return "too_long"
+        if (
+            limits.length_guard
+            and c.reward > 0
+            and family_limits.max_rewarded_tokens is not None
+            and tokens > family_limits.max_rewarded_tokens
+        ):
+            return "too_long"
+        if (
+            limits.plausibility
+            and family_limits.min_mean_logprob is not None
+            and tokens
+            and sum(c.logprobs) / tokens < family_limits.min_mean_logprob
+        ):
+            return "implausible"
+    return None

@@ -1,0 +1,186 @@
+"""A node's choice of external groups, in a worker thread, from an immutable snapshot.
+
+Owns the step between the collector's buffer and the trainer: score each candidate with
+this node's verifier (re-deriving its task), screen it with the content defences
+(:func:`~sapo_async.node.defence.screen` over log-probs from this node's own model,
+batched per group), and let the pure sampler pick J.
+
+Threads: :func:`select_groups` may run in a worker thread, so it never touches the
+collector. It gets a tuple of buffered groups and a frozen
+:class:`~sapo_async.node.defence.Thresholds`, and returns what it decided: the groups chosen
+and the ones to drop with their reason. The round loop applies both on the event loop
+(:meth:`~sapo_async.fabric.collector.Collector.drop`, ``take`` and ``mark_trained``), so a
+flood that inserts while the thread scores cannot race the buffer, and a group that failed
+scoring or screening is dropped once instead of being scored again every round.
+
+Deliberately does not know about NATS, the chain, or how verdicts are counted.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from sapo_async.errors import RejectedInput
+from sapo_async.fabric.collector import BufferedGroup
+from sapo_async.node.defence import Calibration, CompletionView, Thresholds, screen
+from sapo_async.node.groups import SharedRound, round_seed
+from sapo_async.node.learner import Learner
+from sapo_async.node.plausibility import completion_logprobs
+from sapo_async.node.sampler import ExternalSelection, select_external, select_local
+from sapo_async.node.spec import TrainingSpec
+from sapo_async.policy.grpo.trainer import ScoredGroup
+
+__all__ = ["Candidate", "Choice", "Verdict", "calibrate", "select_groups"]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """An external group with this node's scores, as the sampler sees it."""
+
+    buffered: BufferedGroup
+    scored: ScoredGroup
+
+    @property
+    def producer(self) -> str:
+        return self.buffered.producer
+
+    @property
+    def rewards(self) -> list[float]:
+        return self.scored.rewards
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A candidate to drop: its hash, producer and the reason."""
+
+    rollout_hash: bytes
+    producer: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What :func:`select_groups` chose, and what the loop must apply and report.
+
+    Attributes:
+        local: the I own groups.
+        external: the J external ones.
+        selection: the sampler's counters.
+        newest: newest round held per producer (for the staleness report).
+        drops: candidates that failed scoring or screening (drop them once).
+        passed: producers of candidates that were screened and kept (one entry each).
+    """
+
+    local: list[ScoredGroup]
+    external: list[Candidate]
+    selection: ExternalSelection[Candidate]
+    newest: dict[str, int]
+    drops: list[Verdict] = field(default_factory=list)
+    passed: list[str] = field(default_factory=list)
+
+
+def calibrate(calibration: Calibration, shared: SharedRound) -> None:
+    """Feed a round's own completions (behaviour log-probs, own rewards) to the thresholds."""
+    for g, scored in zip(shared.generated, shared.local, strict=True):
+        for c, s in zip(g.result.completions, scored.completions, strict=True):
+            calibration.observe(g.item.ref.family, c.logprobs or (), s.reward)
+
+
+class _Screened(RejectedInput):
+    """A candidate the content defences refused (counted by the sampler as a failure)."""
+
+
+def select_groups(
+    learner: Learner,
+    training: TrainingSpec,
+    round_: int,
+    *,
+    local: list[ScoredGroup],
+    fresh: tuple[BufferedGroup, ...],
+    newest: dict[str, int],
+    limits: Thresholds | None,
+) -> Choice:
+    """Choose I local and J external groups (safe in a worker thread: see the docstring).
+
+    Args:
+        learner: this node's learner (verifier, model, tokenizer).
+        training: the node's round settings (I, J, sampler, cap).
+        round_: the round (seeds the draw: common random numbers).
+        local: this round's own scored groups.
+        fresh: the external candidates, a snapshot in a canonical order.
+        newest: newest round held per producer.
+        limits: the content defences' thresholds (None: defences off).
+    """
+    rng = random.Random(round_seed(training.seed, learner.settings.node_index, round_, "external"))
+    drops: list[Verdict] = []
+    passed: list[str] = []
+
+    def own_ids(text: str, finish: str) -> tuple[int, ...]:
+        ids = list(learner.tokenizer(text, add_special_tokens=False)["input_ids"])
+        eos = learner.tokenizer.eos_token_id
+        return tuple([*ids, eos] if finish == "stop" and eos is not None else ids)
+
+    def score(b: BufferedGroup) -> Candidate:
+        scored = learner.score_external(b.group)
+        # Only what GRPO pushes up needs screening: a completion with a reward above the
+        # group's floor (a payload rides a positive advantage). Uninformative groups are
+        # dropped by the sampler anyway: no forward pass for them.
+        floor = min(scored.rewards)
+        pushed = [c for c in scored.completions if c.reward > floor]
+        # Every completion is trained on (the low ones pushed down), so the size bound holds
+        # for all of them, in this node's tokens, before any forward pass.
+        if limits is not None and any(
+            len(own_ids(c.text, c.finish_reason)) > limits.max_tokens for c in scored.completions
+        ):
+            raise _Screened("completion_too_long")
+        # The trainer uses a same-tokenizer peer's token ids, not its text: ids that are not
+        # the text's own tokens would train on what no check has read.
+        same_tokenizer = b.group.tokenizer_id == learner.tokenizer_id
+        if (
+            limits is not None
+            and same_tokenizer
+            and any(
+                c.token_ids is not None and c.token_ids != own_ids(c.text, c.finish_reason)
+                for c in pushed
+            )
+        ):
+            raise _Screened("token_mismatch")
+        if limits is not None and limits.needs_logprobs and pushed:
+            lps = completion_logprobs(
+                learner.model,
+                learner.tokenizer,
+                scored.prompt,
+                [(c.text, c.finish_reason) for c in pushed],
+                add_special_tokens=not learner.settings.chat_template,
+                max_tokens=limits.max_tokens,
+            )
+            views = [CompletionView(lp, c.reward) for lp, c in zip(lps, pushed, strict=True)]
+            reason = screen(b.group.task.family, views, limits)
+            if reason is not None:
+                raise _Screened(reason)
+        # An experiment's or operator's extra filter (``TrainingSpec.external_filter``, e.g.
+        # F-TIS's behaviour log-prob ratio), on informative groups only.
+        check = training.external_filter
+        if check is not None and scored.informative and (dropped := check(learner, scored)):
+            raise RejectedInput(str(dropped), f"external filter dropped {b.producer}'s group")
+        passed.append(b.producer)
+        return Candidate(b, scored)
+
+    def on_error(b: BufferedGroup, exc: Exception) -> str:
+        reason = exc.reason if isinstance(exc, RejectedInput) else "score_error"
+        drops.append(Verdict(b.rollout_hash, b.producer, reason))
+        return reason
+
+    selection = select_external(
+        fresh,
+        training.external,
+        score,
+        rng=rng,
+        policy=training.sampler,
+        per_producer_cap=training.per_producer_cap,
+        on_error=on_error,
+    )
+    return Choice(
+        select_local(local, training.local), selection.chosen, selection, newest, drops, passed
+    )

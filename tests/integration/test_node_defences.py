@@ -1,0 +1,245 @@
+"""A real node (tiny model, real reasoning-gym, real verifier) against hostile peers' groups:
+failed groups are dropped once, absurd configs and huge prompts cost nothing, the buffer is
+only touched from the event loop, a trained hash never comes back."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from eth_account import Account
+from msgspec.structs import replace
+
+from sapo_async.fabric.collector import Collector
+from sapo_async.fabric.publisher import Publisher
+from sapo_async.fabric.transport.memory import MemoryBroker
+from sapo_async.node.groups import to_rollout_group
+from sapo_async.node.learner import build_learner
+from sapo_async.node.rounds import RoundLoop
+from sapo_async.node.spec import NodeSpec
+from sapo_async.tasks import source as task_source
+from sapo_async.tasks.spec import canonical_config_json, config_digest
+from sapo_async.wire import Completion, RolloutGroup, TaskRef, keccak256
+from sapo_async.wire.signing import encode_signed, sign_group
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SWARM = "defences"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _node(index: int, broker: MemoryBroker, *, offload: bool = False, **kw: Any) -> RoundLoop:
+    account = Account.from_key(keccak256(f"defences:{index}".encode()))
+    spec = NodeSpec.build(
+        swarm=SWARM,
+        model="tiny",
+        regime="dense",
+        questions_per_round=2,
+        completions_per_question=4,
+        local=2,
+        external=2,
+        max_staleness_rounds=4,
+        ledger_enabled=False,
+        name=f"n{index}",
+        node_index=index,
+        account=account,
+        **kw,
+    )
+    transport = broker.connect(SWARM)
+    return RoundLoop(
+        spec,
+        name=f"n{index}",
+        learner=build_learner(spec),
+        publisher=Publisher(transport, account),
+        collector=Collector(transport, own_address=account.address),
+        offload=offload,
+    )
+
+
+async def _peer_groups(peer: RoundLoop) -> list[RolloutGroup]:
+    generated = await peer.learner.generate(0)
+    return [
+        to_rollout_group(
+            g,
+            swarm=SWARM,
+            producer=peer.address,
+            producer_round=0,
+            policy_version=0,
+            model_id=peer.learner.model_id,
+            tokenizer_id=peer.learner.tokenizer_id,
+        )
+        for g in generated
+    ]
+
+
+def _signed(peer: RoundLoop, group: RolloutGroup) -> bytes:
+    return encode_signed(sign_group(peer.publisher._account, group))  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(300)
+async def test_a_group_that_fails_scoring_is_dropped_once_not_rescored_every_round() -> None:
+    broker = MemoryBroker()
+    node, peer = _node(0, broker), _node(1, broker)
+    good = await _peer_groups(peer)
+    # Claims an answer the re-derived task does not have: fails scoring (task_mismatch).
+    lying = replace(good[0], answer=good[0].answer + "0")
+    assert node.collector.ingest(_signed(peer, lying)) is not None
+    first = await node.train_round(await node.share_round())
+    assert first.external_failed == {"task_mismatch": 1}
+    assert node.collector.statistics().buffered == 0
+    assert node.collector.statistics().dropped == {"task_mismatch": 1}
+    second = await node.train_round(await node.share_round())
+    assert second.external_failed == {}
+    assert first.rejections == {"task_mismatch": 1}
+    assert second.rejections == {}
+
+
+@pytest.mark.timeout(300)
+async def test_an_absurd_config_is_refused_before_its_task_is_derived(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broker = MemoryBroker()
+    node, peer = _node(0, broker), _node(1, broker)
+    good = (await _peer_groups(peer))[0]
+    derived: list[str] = []
+    real = task_source._dataset
+
+    def spy(family: str, config_json: str, seed: int) -> Any:
+        derived.append(config_json)
+        return real(family, config_json, seed)
+
+    monkeypatch.setattr(task_source, "_dataset", spy)
+    config = canonical_config_json(
+        {"min_terms": 8000, "max_terms": 8000, "min_digits": 1, "max_digits": 2}
+    )
+    ref = TaskRef(good.task.family, config_digest(config), good.task.seed, good.task.index)
+    absurd = replace(good, task=ref, task_config=config)
+    started = time.perf_counter()
+    assert node.collector.ingest(_signed(peer, absurd)) is None
+    assert time.perf_counter() - started < 1.0
+    assert node.collector.statistics().rejected == {"task_outside_preset": 1}
+    report = await node.train_round(await node.share_round())
+    assert config not in derived
+    assert report.external_failed == {}
+
+
+@pytest.mark.timeout(300)
+async def test_a_huge_question_or_completion_is_refused_at_admission() -> None:
+    broker = MemoryBroker()
+    node, peer = _node(0, broker), _node(1, broker)
+    good = (await _peer_groups(peer))[0]
+    huge_question = replace(good, question="1 + " * 20_000 + "1")
+    huge_completion = replace(
+        good, completions=(Completion(text="<answer>" * 5_000, finish_reason="length"),) * 4
+    )
+    assert node.collector.ingest(_signed(peer, huge_question)) is None
+    assert node.collector.ingest(_signed(peer, huge_completion)) is None
+    assert node.collector.statistics().rejected == {
+        "prompt_too_long": 1,
+        "completion_too_long": 1,
+    }
+
+
+@pytest.mark.timeout(300)
+async def test_selection_in_a_worker_thread_never_touches_the_buffer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The flood crash: selection ran in a worker thread and iterated and removed from the
+    # collector's buffer while the event loop inserted into it.
+    broker = MemoryBroker()
+    node, peer = _node(0, broker, offload=True), _node(1, broker)
+    for g in await _peer_groups(peer):
+        assert node.collector.ingest(_signed(peer, g)) is not None
+    callers: list[int] = []
+    for name in ("candidates", "take", "drop", "mark_trained"):
+        original = getattr(Collector, name, None)
+        if original is None:
+            continue
+
+        def spy(self: Collector, *a: Any, _original: Any = original, **kw: Any) -> Any:
+            callers.append(threading.get_ident())
+            return _original(self, *a, **kw)
+
+        monkeypatch.setattr(Collector, name, spy)
+    loop_thread = threading.get_ident()
+    await node.train_round(await node.share_round())
+    assert callers
+    assert set(callers) == {loop_thread}
+
+
+@pytest.mark.timeout(300)
+async def test_a_group_trained_on_is_never_admitted_again() -> None:
+    broker = MemoryBroker()
+    node, peer = _node(0, broker), _node(1, broker)
+    groups = [
+        replace(
+            g,
+            completions=tuple(
+                Completion(text=f" <answer>{a}</answer>", finish_reason="stop")
+                for a in (g.answer, "77", g.answer, "77")
+            ),
+        )
+        for g in await _peer_groups(peer)
+    ]
+    wires = [_signed(peer, g) for g in groups]
+    for data in wires:
+        assert node.collector.ingest(data) is not None
+    report = await node.train_round(await node.share_round())
+    assert report.external_total >= 1
+    for data in wires:
+        node.collector.ingest(data)
+    rejected = node.collector.statistics().rejected
+    assert rejected.get("already_trained", 0) == report.external_total
+
+
+@pytest.mark.timeout(300)
+async def test_token_ids_that_are_not_the_texts_own_tokens_are_dropped() -> None:
+    # A same-tokenizer peer's token ids are what the trainer uses: text that passes every
+    # check must not carry other tokens.
+    broker = MemoryBroker()
+    node, peer = _node(0, broker), _node(1, broker)
+    tok = node.learner.tokenizer
+    group = (await _peer_groups(peer))[0]
+    right, wrong = f" <answer>{group.answer}</answer>", " <answer>77</answer>"
+    payload = tuple(tok(" <answer>1</answer> (*)(*)", add_special_tokens=False)["input_ids"])
+    completions = tuple(
+        Completion(
+            text=text,
+            finish_reason="stop",
+            token_ids=payload if text == right else None,
+            logprobs=tuple([-0.1] * len(payload)) if text == right else None,
+        )
+        for text in (right, wrong, right, wrong)
+    )
+    forged = replace(group, completions=completions)
+    assert node.collector.ingest(_signed(peer, forged)) is not None
+    report = await node.train_round(await node.share_round())
+    assert report.external_failed == {"token_mismatch": 1}
+    assert report.external_total == 0
+
+
+@pytest.mark.timeout(300)
+async def test_an_overlong_low_reward_completion_still_drops_its_group() -> None:
+    # The absurd attack's crafted groups: plausible right answers beside hundreds of
+    # unclosed tags at reward 0. Only rewarded completions are screened for plausibility,
+    # but the trainer runs every completion, so the size bound covers them all.
+    broker = MemoryBroker()
+    node, peer = _node(0, broker), _node(1, broker)
+    group = (await _peer_groups(peer))[0]
+    right, crafted = f" <answer>{group.answer}</answer>", " " + "<answer>" * 400
+    forged = replace(
+        group,
+        completions=tuple(
+            Completion(text=t, finish_reason="stop") for t in (right, crafted, right, crafted)
+        ),
+    )
+    assert node.collector.ingest(_signed(peer, forged)) is not None
+    report = await node.train_round(await node.share_round())
+    assert report.external_failed == {"completion_too_long": 1}
+    assert report.external_total == 0
