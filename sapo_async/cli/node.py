@@ -18,18 +18,20 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from eth_account.signers.local import LocalAccount
-
     from sapo_async.node.lifecycle import Node
+    from sapo_async.node.spec import NodeSpec
     from sapo_async.ops.config import NodeConfig
-    from sapo_async.ops.hardware import HardwareChoice
 
 __all__ = ["register"]
 
 
 def node(
-    config: Path = typer.Option(
-        Path("node.toml"), help="Node config (sapo-async init writes one)."
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="Node config (sapo-async init writes one); default: ./node.toml if it exists, "
+        "else the defaults.",
     ),
 ) -> None:
     """Join a swarm (or run alone on embedded defaults) and train until stopped."""
@@ -39,8 +41,11 @@ def node(
     from sapo_async.ops.config import load_config
     from sapo_async.ops.hardware import select_backend
     from sapo_async.ops.identity import load_or_create_identity
+    from sapo_async.ops.startup import run_startup_checks
 
-    cfg = load_config(config if config.is_file() else None)
+    if config is None and Path("node.toml").is_file():
+        config = Path("node.toml")
+    cfg = load_config(config)  # a --config that names no file is an error, not the defaults
     configure_logging(level=cfg.metrics.log_level, json=cfg.metrics.log_json)
     account = load_or_create_identity(cfg)
     typer.echo(f"node address: {account.address}")
@@ -55,16 +60,29 @@ def node(
     )
     if choice.backend == "vllm":
         typer.echo("note: the vLLM path has not yet run on a GPU in this project (docs/gpu.md)")
-    anyio.run(_run, cfg, account, choice)
+    spec = cfg.to_spec(account=account, hardware=choice)
+    # Before the model loads: a wrong chain, a contract of another swarm, no gas or a dead
+    # server fails now, in seconds, with doctor's fix (whoever pays: the relayer if any).
+    relayer = spec.ledger.relayer_key
+    run_startup_checks(
+        cfg, account.address, relayer=_address(relayer) if relayer is not None else None
+    )
+    anyio.run(_run, cfg, spec)
 
 
-async def _run(cfg: NodeConfig, account: LocalAccount, choice: HardwareChoice) -> None:
+def _address(key: str) -> str:
+    from eth_account import Account
+
+    return str(Account.from_key(key).address)
+
+
+async def _run(cfg: NodeConfig, spec: NodeSpec) -> None:
     import anyio
 
     from sapo_async.node.swarm import Swarm
     from sapo_async.ops.reporting import RoundReporter
 
-    async with Swarm.join(cfg.to_spec(account=account, hardware=choice)) as running:
+    async with Swarm.join(spec) as running:
         with RoundReporter(cfg, node=running.address) as reporter:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_stop_on_signal, running, tg.cancel_scope)

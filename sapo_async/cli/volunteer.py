@@ -24,13 +24,27 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented example node.toml listing every setting and its default."""
+    from sapo_async.errors import ConfigError
     from sapo_async.ops.config import render_example
 
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory; give a file name such as {path / 'node.toml'}")
     if path.exists() and not force:
         typer.echo(f"{path} already exists; pass --force to overwrite it.", err=True)
         raise typer.Exit(code=1)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_example(), encoding="utf-8")
+    anchor = path.absolute().parent
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent
+    if not anchor.is_dir():
+        raise ConfigError(f"cannot write {path}: {anchor} is a file, not a directory", field="path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render_example(), encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write {path}: {exc.strerror or exc}; choose a writable directory",
+            field="path",
+        ) from exc
     typer.echo(f"wrote {path}; edit it, then run: sapo-async node --config {path}")
 
 

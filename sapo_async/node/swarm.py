@@ -138,6 +138,7 @@ class Swarm:
                 own_address=account.address,
                 families=sorted({f.family for f in learner.tasks.families}) or None,
                 start=_start_at(spec.fabric),
+                buffer_max_age_s=spec.training.max_age_s,
                 extra_check=spec.fabric.extra_check,
                 name=f"collector-{spec.name}",
             )

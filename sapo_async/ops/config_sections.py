@@ -10,7 +10,10 @@ Does not know files, the environment or how settings are used: :mod:`.config` lo
 
 from __future__ import annotations
 
+import difflib
 import json
+import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -31,6 +34,7 @@ __all__ = [
     "StrList",
     "TasksSection",
     "TrainingSection",
+    "did_you_mean",
 ]
 
 
@@ -51,8 +55,59 @@ StrList = Annotated[list[str], NoDecode]
 """A list of strings that the environment may give as ``a,b`` or ``["a","b"]``."""
 
 
+def did_you_mean(name: str, allowed: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the allowed name closest to ``name``, or ``""``."""
+    close = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _existing_file(value: Path | None) -> Path | None:
+    """``value`` expanded, when it names a readable file (or is unset)."""
+    if value is None:
+        return None
+    path = value.expanduser()
+    if not path.is_file():
+        raise ValueError(f"no such file: {str(path)!r}")
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"{str(path)!r} is not readable by this user")
+    return path
+
+
+def _writable_dir(value: Path) -> Path:
+    """``value`` expanded, when it is (or can be created as) a writable directory."""
+    path = value.expanduser()
+    anchor = path.absolute()
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent
+    if not anchor.is_dir():
+        raise ValueError(f"{str(anchor)!r} is not a directory, so {str(path)!r} cannot be one")
+    if not os.access(anchor, os.W_OK | os.X_OK):
+        raise ValueError(f"{str(anchor)!r} is not writable by this user")
+    return path
+
+
+def _check_host_port(url: str) -> None:
+    """Raise ValueError when ``url`` has no host or a port outside 1..65535."""
+    from urllib.parse import urlsplit
+
+    for one in url.split(","):
+        parts = urlsplit(one.strip())
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"{one!r} has a port outside 1..65535 or not a number") from None
+        if not parts.hostname:
+            raise ValueError(f"{one!r} names no host")
+        if port == 0:
+            raise ValueError(f"{one!r} has port 0; ports are 1..65535")
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # allow_inf_nan: no setting means anything at inf or nan (temperature = inf samples
+    # uniformly at random; lr = nan poisons the weights on the first step).
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
+    )
 
 
 class NodeSection(_Section):
@@ -87,7 +142,7 @@ class NodeSection(_Section):
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
-        return value.expanduser()
+        return _writable_dir(value)
 
 
 class IdentitySection(_Section):
@@ -109,10 +164,15 @@ class IdentitySection(_Section):
         "if neither is set, the node prompts when run on a terminal.",
     )
 
-    @field_validator("keystore", "password_file")
+    @field_validator("keystore")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return None if value is None else value.expanduser()
+
+    @field_validator("password_file")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        return _existing_file(value)
 
 
 class NatsSection(_Section):
@@ -156,6 +216,11 @@ class NatsSection(_Section):
     def _urls_list(cls, value: Any) -> Any:
         return _split_list(value)
 
+    @field_validator("creds_file", "nkey_seed_file", "tls_ca", "tls_cert", "tls_key")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        return _existing_file(value)
+
     @field_validator("urls")
     @classmethod
     def _urls_scheme(cls, value: list[str]) -> list[str]:
@@ -165,6 +230,7 @@ class NatsSection(_Section):
                 raise ValueError(
                     f"{url!r} is not a NATS URL: expected nats://, tls://, ws:// or wss://"
                 )
+            _check_host_port(url)
         return value
 
     @model_validator(mode="after")
@@ -216,6 +282,24 @@ class LedgerSection(_Section):
     def _rpc_scheme(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("http://", "https://", "ws://", "wss://")):
             raise ValueError(f"{value!r} is not an RPC URL: expected http(s):// or ws(s)://")
+        if value is not None:
+            _check_host_port(value)
+        return value
+
+    @field_validator("contract_address")
+    @classmethod
+    def _checksum(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from eth_utils.address import to_checksum_address
+
+        expected = to_checksum_address(value)
+        digits = value[2:]
+        if digits not in {digits.lower(), digits.upper()} and value != expected:
+            raise ValueError(
+                f"{value!r} fails its EIP-55 checksum (mixed case must read {expected}): "
+                "a character was mistyped"
+            )
         return value
 
     @model_validator(mode="after")
@@ -273,6 +357,34 @@ class TasksSection(_Section):
     @classmethod
     def _families_list(cls, value: Any) -> Any:
         return _split_list(value)
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, value: list[str]) -> list[str]:
+        if not value:
+            return value
+        from reasoning_gym.factory import DATASETS  # 0.8 s: only when families are given
+
+        for family in value:
+            if family not in DATASETS:
+                raise ValueError(
+                    f"{family!r} is not a reasoning-gym family{did_you_mean(family, DATASETS)}; "
+                    f"{len(DATASETS)} exist (python -c 'import reasoning_gym.factory as f; "
+                    "print(sorted(f.DATASETS))')"
+                )
+        return value
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str) -> str:
+        from sapo_async.tasks.spec import PRESETS
+
+        if value not in PRESETS:
+            raise ValueError(
+                f"{value!r} is not a task preset{did_you_mean(value, PRESETS)}; "
+                f"allowed: {', '.join(map(repr, sorted(PRESETS)))}"
+            )
+        return value
 
 
 class TrainingSection(_Section):
@@ -334,7 +446,7 @@ class MetricsSection(_Section):
     """[metrics]: what the volunteer sees."""
 
     prometheus_port: int | None = Field(
-        None, ge=0, le=65535, description="Serve Prometheus metrics on this port; unset disables."
+        None, ge=1, le=65535, description="Serve Prometheus metrics on this port; unset disables."
     )
     prometheus_host: str = Field(
         "127.0.0.1",
