@@ -446,7 +446,7 @@ class MetricsSection(_Section):
     """[metrics]: what the volunteer sees."""
 
     prometheus_port: int | None = Field(
-        None, ge=1, le=65535, description="Serve Prometheus metrics on this port; unset disables."
+        None, ge=0, le=65535, description="Serve Prometheus metrics on this port; unset disables."
     )
     prometheus_host: str = Field(
         "127.0.0.1",

@@ -155,7 +155,10 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "[metrics]\nprometheus_port = 70000\n",
         ("metrics.prometheus_port", "70000", "65535"),
     ),
-    "prometheus_port_zero": ("[metrics]\nprometheus_port = 0\n", ("metrics.prometheus_port",)),
+    "prometheus_port_negative": (
+        "[metrics]\nprometheus_port = -1\n",
+        ("metrics.prometheus_port", "-1"),
+    ),
     "log_level_unknown": ('[metrics]\nlog_level = "LOUD"\n', ("metrics.log_level", "'LOUD'")),
     "log_json_not_bool": ('[metrics]\nlog_json = "x"\n', ("metrics.log_json",)),
     "prometheus_host_empty": ('[metrics]\nprometheus_host = ""\n', ("metrics.prometheus_host",)),

@@ -101,3 +101,19 @@ def test_init_keeps_an_existing_file(sandbox: Sandbox) -> None:
     assert outcome.code == 1
     assert "--force" in outcome.stderr
     assert sandbox.snapshot() == before
+
+
+def test_node_without_a_password_source_names_the_variable(sandbox: Sandbox) -> None:
+    # CliRunner's stdin is not a terminal, so there is nobody to prompt
+    path = sandbox.config("[ledger]\nenabled = false\n")
+    _refuse(sandbox, ["node", "--config", str(path)], "SAPO_KEY_PASSWORD", "password_file")
+
+
+def test_node_with_a_wrong_password_keeps_the_keystore(sandbox: Sandbox) -> None:
+    path = sandbox.config("[ledger]\nenabled = false\n")
+    made = invoke(["identity", "--config", str(path)], env={"SAPO_KEY_PASSWORD": "right"})
+    assert made.code == 0, made.output
+    before = sandbox.snapshot()
+    assert "data/key.json" in before
+    outcome = invoke(["node", "--config", str(path)], env={"SAPO_KEY_PASSWORD": "wrong"})
+    assert_refused(outcome, "key.json", before=before, sandbox=sandbox.root)
