@@ -21,12 +21,17 @@ the printed message is exactly one line, whatever the error's text.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 from sapo_async.errors import ConfigError, SapoError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 __all__ = [
     "CONFIG_EXIT",
@@ -35,6 +40,8 @@ __all__ = [
     "install",
     "one_line",
     "require",
+    "require_setting",
+    "require_writable",
     "set_debug",
 ]
 
@@ -105,3 +112,47 @@ def require(ok: bool, option: str, value: object, allowed: str) -> None:
     """
     if not ok:
         raise ConfigError(f"{option} = {value!r}: must be {allowed}", field=option)
+
+
+def require_writable(option: str, path: Path, *, directory: bool = False) -> None:
+    """Refuse a path that cannot be written: a file's (or a directory's) nearest existing
+    ancestor must be a writable directory.
+
+    Raises:
+        ConfigError: naming the option and the path.
+    """
+    anchor = path.absolute() if directory else path.absolute().parent
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent
+    if not anchor.is_dir():
+        raise ConfigError(f"{option} = '{path}': {anchor} is a file, not a directory", field=option)
+    if not os.access(anchor, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} = '{path}': {anchor} is not writable", field=option)
+
+
+def require_setting(option: str, section: type[BaseModel], name: str, value: object) -> None:
+    """Check a command-line value by the ``node.toml`` setting it mirrors (the same rules).
+
+    Args:
+        option: the option, for the message (``--nats-url``).
+        section: the config section model (``NatsSection``).
+        name: the setting's field in it (``urls``).
+        value: the value given.
+
+    Raises:
+        ConfigError: naming the option, the value and the setting's complaint.
+    """
+    from pydantic import ValidationError
+
+    try:
+        section(**{name: value})
+    except ValidationError as exc:
+        problems = [
+            str(e["msg"]).removeprefix("Value error, ")
+            for e in exc.errors(include_url=False)
+            if tuple(e["loc"])[:1] == (name,)
+        ]
+        if problems:
+            raise ConfigError(
+                f"{option} = {value!r}: {'; '.join(problems)}", field=option
+            ) from None

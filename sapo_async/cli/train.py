@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from sapo_async.cli.boundary import require
+from sapo_async.cli.boundary import require, require_writable
 
 __all__ = ["register"]
 
@@ -218,19 +217,10 @@ def _check_train_options(o: dict[str, Any]) -> None:
     require(o["device"] in ("cpu", "cuda"), "--device", o["device"], "cpu or cuda")
     every = o["checkpoint_every"]
     require(every >= 0, "--checkpoint-every", every, ">= 0 (0: only at the end)")
-    log = o["log"]
-    if log is not None:
-        require(_parent_writable(log), "--log", str(log), "a file in a writable directory")
+    if o["log"] is not None:
+        require_writable("--log", o["log"])
     if o["checkpoint_dir"] is not None:
-        directory = o["checkpoint_dir"]
-        require(_parent_writable(directory / "x"), "--checkpoint-dir", str(directory), "writable")
-
-
-def _parent_writable(path: Path) -> bool:
-    anchor = path.absolute().parent
-    while not anchor.exists() and anchor != anchor.parent:
-        anchor = anchor.parent
-    return anchor.is_dir() and os.access(anchor, os.W_OK | os.X_OK)
+        require_writable("--checkpoint-dir", o["checkpoint_dir"], directory=True)
 
 
 def register(app: typer.Typer) -> None:

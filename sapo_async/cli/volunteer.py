@@ -113,8 +113,20 @@ def devnet(
     ] = None,
 ) -> None:
     """Run NATS (JetStream) and anvil locally, deploy the ledger, print node settings."""
+    from sapo_async.cli.boundary import require, require_setting, require_writable
     from sapo_async.errors import SapoError
+    from sapo_async.ops.config_sections import NodeSection
     from sapo_async.ops.devnet import run_devnet
+
+    require_setting("--swarm", NodeSection, "swarm", swarm)
+    for option, port in (("--nats-port", nats_port), ("--anvil-port", anvil_port)):
+        require(0 < port < 65536, option, port, "a port in 1..65535")
+    require(nats_port != anvil_port, "--anvil-port", anvil_port, "different from --nats-port")
+    for option, port in (("--nats-port", nats_port), ("--anvil-port", anvil_port)):
+        require(_port_free(port), option, port, "a free port (something listens there)")
+    require_writable("--data-dir", data_dir, directory=True)
+    for address in fund or []:
+        require(_is_address(address), "--fund", address, "a 0x-prefixed 20-byte hex address")
 
     try:
         run_devnet(
@@ -128,6 +140,23 @@ def devnet(
     except SapoError as exc:
         typer.echo(f"devnet failed: {exc}", err=True)
         raise typer.Exit(code=1) from exc
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _is_address(text: str) -> bool:
+    import re
+
+    return re.fullmatch(r"0x[0-9a-fA-F]{40}", text) is not None
 
 
 def register(app: typer.Typer) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from tests.badinput.conftest import Sandbox
@@ -37,7 +39,7 @@ CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "checkpoint_every_negative": (["train", "--checkpoint-every", "-1"], ("--checkpoint-every",)),
     "log_under_a_file": (
         ["train", "--log", "README.txt/run.jsonl"],
-        ("--log", "README.txt/run.jsonl", "writable"),
+        ("--log", "README.txt/run.jsonl", "not a directory"),
     ),
     "log_level_unknown": (["train", "--log-level", "LOUD"], ("--log-level", "'LOUD'")),
     "warmstart_threads_zero": (["warmstart", "--threads", "0"], ("--threads",)),
@@ -87,3 +89,46 @@ def test_debug_shows_the_traceback_of_a_refused_input(sandbox: Sandbox) -> None:
     assert outcome.code != 0
     assert outcome.escaped is not None  # re-raised for the traceback
     assert "--threads" in str(outcome.escaped)
+
+
+MORE: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "swarm_nats_url_http": (["swarm", "--nats-url", "http://x:1"], ("--nats-url", "http://x:1")),
+    "swarm_name_with_space": (["swarm", "--name", "a b"], ("--name", "'a b'", "pattern")),
+    "swarm_regime_unknown": (["swarm", "--regime", "medium"], ("--regime", "'medium'")),
+    "swarm_log_dir_under_a_file": (
+        ["swarm", "--log-dir", "README.txt/logs"],
+        ("--log-dir", "README.txt", "not a directory"),
+    ),
+    "devnet_port_too_big": (["devnet", "--nats-port", "70000"], ("--nats-port", "70000")),
+    "devnet_same_ports": (
+        ["devnet", "--nats-port", "4999", "--anvil-port", "4999"],
+        ("--anvil-port", "different from --nats-port"),
+    ),
+    "devnet_fund_not_an_address": (["devnet", "--fund", "0x12"], ("--fund", "'0x12'")),
+    "devnet_swarm_with_space": (["devnet", "--swarm", "a b"], ("--swarm", "'a b'")),
+    "devnet_data_dir_under_a_file": (
+        ["devnet", "--data-dir", "README.txt/devnet"],
+        ("--data-dir", "not a directory"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MORE))
+def test_swarm_and_devnet_refuse_a_bad_argument_before_starting_anything(
+    sandbox: Sandbox, case: str
+) -> None:
+    args, culprits = MORE[case]
+    before = sandbox.snapshot()
+    assert_refused(invoke(args), *culprits, before=before, sandbox=sandbox.root)
+
+
+def test_devnet_refuses_a_port_in_use(sandbox: Sandbox) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        before = sandbox.snapshot()
+        outcome = invoke(["devnet", "--nats-port", str(port)])
+        assert_refused(
+            outcome, "--nats-port", str(port), "free port", before=before, sandbox=sandbox.root
+        )
