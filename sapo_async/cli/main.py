@@ -42,6 +42,8 @@ def build_app() -> typer.Typer:
         help="Decentralised RL post-training with collective experience sharing (SAPO).",
         no_args_is_help=True,
         add_completion=False,
+        # a bug's traceback must not print local variables: they hold keys and passwords
+        pretty_exceptions_show_locals=False,
     )
 
     @app.callback()

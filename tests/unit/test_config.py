@@ -202,6 +202,7 @@ def test_config_builds_the_node_spec_with_the_same_names(tmp_path: Path) -> None
             "external": 3,
             "lr": 1e-5,
             "overlap_generation": True,
+            "max_age_s": 30,
         },
         nats={"urls": "nats://a:4222,nats://b:4222", "start": "last_minutes"},
         ledger={"rpc_url": "http://127.0.0.1:8545", "contract_address": "0x" + "2" * 40},
@@ -214,6 +215,7 @@ def test_config_builds_the_node_spec_with_the_same_names(tmp_path: Path) -> None
     assert t.trainer is not None
     assert t.trainer.lr == 1e-5
     assert (t.overlap, t.rounds, t.seed) == (True, 5, 3)
+    assert t.max_age_s == 30  # main read training.max_age_s nowhere
     assert spec.swarm == "alpha"
     assert spec.account is account
     assert spec.policy.model == "tiny"
