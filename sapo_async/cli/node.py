@@ -41,12 +41,15 @@ def node(
     from sapo_async.ops.config import load_config
     from sapo_async.ops.hardware import select_backend
     from sapo_async.ops.identity import load_or_create_identity
-    from sapo_async.ops.startup import run_startup_checks
+    from sapo_async.ops.startup import require_funds, run_startup_checks
 
     if config is None and Path("node.toml").is_file():
         config = Path("node.toml")
     cfg = load_config(config)  # a --config that names no file is an error, not the defaults
     configure_logging(level=cfg.metrics.log_level, json=cfg.metrics.log_json)
+    # Before the keystore (scrypt), torch and the model: a dead server, the wrong chain or a
+    # contract of another swarm fails now, in about a second, with doctor's fix.
+    run_startup_checks(cfg)
     account = load_or_create_identity(cfg)
     typer.echo(f"node address: {account.address}")
     choice = select_backend(
@@ -61,12 +64,8 @@ def node(
     if choice.backend == "vllm":
         typer.echo("note: the vLLM path has not yet run on a GPU in this project (docs/gpu.md)")
     spec = cfg.to_spec(account=account, hardware=choice)
-    # Before the model loads: a wrong chain, a contract of another swarm, no gas or a dead
-    # server fails now, in seconds, with doctor's fix (whoever pays: the relayer if any).
-    relayer = spec.ledger.relayer_key
-    run_startup_checks(
-        cfg, account.address, relayer=_address(relayer) if relayer is not None else None
-    )
+    relayer = spec.ledger.relayer_key  # whoever pays for commitments must afford one
+    require_funds(cfg, account.address, relayer=_address(relayer) if relayer else None)
     anyio.run(_run, cfg, spec)
 
 

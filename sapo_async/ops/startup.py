@@ -6,8 +6,10 @@ configured ``ledger.chain_id``, the contract has code and is this swarm's SapoLe
 (doctor's :func:`~sapo_async.ops.doctor.check_ledger`, where a contract of another swarm
 fails instead of warning), whoever pays for commitments can pay for one (:func:`check_funds`:
 the relayer when one is configured, else the node), and the metrics port is free.
-:func:`run_startup_checks` runs them and raises the first failure as an error whose one-line
-message carries doctor's fix.
+:func:`run_startup_checks` runs the server and contract checks (before torch is imported,
+so a dead server fails in a second or two) and :func:`require_funds` the payer's, once the
+node's spec says who pays; each raises the first failure as an error whose one-line message
+carries doctor's fix.
 
 Does not start anything and changes nothing: each check only reads (a connection, an RPC
 call, a bind that is released at once). Invariant: every check has doctor's timeout, so a
@@ -36,6 +38,7 @@ __all__ = [
     "check_funds",
     "check_metrics_port",
     "raise_first_failure",
+    "require_funds",
     "run_startup_checks",
 ]
 
@@ -111,29 +114,30 @@ def _payer(cfg: NodeConfig, node: str, relayer: str | None) -> tuple[str, str] |
     return node, "node"
 
 
-def _ledger_checks(
-    cfg: NodeConfig, node: str, relayer: str | None, chain: Chain | None, timeout: float
-) -> list[Check]:
+def _ledger_chain(cfg: NodeConfig, chain: Chain | None, timeout: float) -> Chain | None:
+    """The chain the node commits to over RPC (None: no ledger, or the embedded chain,
+    whose relayer is funded)."""
     from sapo_async.ledger.rpc import rpc_chain
 
     if not cfg.ledger.enabled or (cfg.ledger.rpc_url is None and chain is None):
-        return []  # no ledger, or the embedded chain (its relayer is funded)
+        return None
     if chain is None:
         assert cfg.ledger.rpc_url is not None
         chain = rpc_chain(cfg.ledger.rpc_url, timeout_s=timeout)
+    return chain
+
+
+def _ledger_checks(cfg: NodeConfig, chain: Chain | None, timeout: float) -> list[Check]:
+    chain = _ledger_chain(cfg, chain, timeout)
+    if chain is None:
+        return []
     checks = check_ledger(cfg, chain=chain, timeout=timeout)
     # Another swarm's contract is only worth a warning in doctor; a node would commit into
     # the wrong swarm's records, so here it is a failure.
-    checks = [
+    return [
         Check(c.name, "fail", c.detail, c.fix) if c.name == "contract" and c.status == "warn" else c
         for c in checks
     ]
-    if any(c.failed for c in checks):
-        return checks
-    payer = _payer(cfg, node, relayer)
-    if payer is not None:
-        checks.append(check_funds(chain, payer[0], who=payer[1]))
-    return checks
 
 
 def raise_first_failure(checks: Sequence[Check]) -> None:
@@ -165,24 +169,17 @@ def raise_first_failure(checks: Sequence[Check]) -> None:
 
 
 def run_startup_checks(
-    cfg: NodeConfig,
-    node: str,
-    *,
-    relayer: str | None = None,
-    chain: Chain | None = None,
-    timeout: float = DOCTOR_CONNECT_TIMEOUT_S,
+    cfg: NodeConfig, *, chain: Chain | None = None, timeout: float = DOCTOR_CONNECT_TIMEOUT_S
 ) -> list[Check]:
-    """Run the node's start-up checks; raise the first failure.
+    """Check the servers and the contract before anything heavy loads; raise the first failure.
 
     Args:
         cfg: the node's settings.
-        node: the node's address (it pays for its commitments unless a relayer does).
-        relayer: the address of the relayer that pays instead (None: the node pays).
         chain: the ledger's chain instead of one on ``ledger.rpc_url`` (tests).
         timeout: seconds per server connection or request.
 
     Returns:
-        The checks, all passed.
+        The checks, all passed (metrics port, NATS, RPC, chain id, contract).
 
     Raises:
         TransportUnavailable, LedgerUnavailable, ConfigError: see :func:`raise_first_failure`.
@@ -199,6 +196,39 @@ def run_startup_checks(
         serving = [c for c in nats if c.name.startswith("jetstream ") and not c.failed]
         checks += serving or [c for c in nats if c.failed]
         raise_first_failure(checks)
-    checks += _ledger_checks(cfg, node, relayer, chain, timeout)
+    checks += _ledger_checks(cfg, chain, timeout)
     raise_first_failure(checks)
     return checks
+
+
+def require_funds(
+    cfg: NodeConfig,
+    node: str,
+    *,
+    relayer: str | None = None,
+    chain: Chain | None = None,
+    timeout: float = DOCTOR_CONNECT_TIMEOUT_S,
+) -> Check | None:
+    """Check that whoever pays for the node's commitments can pay for one; raise if not.
+
+    Args:
+        cfg: the node's settings.
+        node: the node's address (it pays unless a relayer does).
+        relayer: the address of the relayer that pays instead (None: the node pays).
+        chain: the ledger's chain instead of one on ``ledger.rpc_url`` (tests).
+        timeout: seconds per request.
+
+    Returns:
+        The passed check, or None when nobody pays (no ledger, the embedded chain, or a
+        relaying service).
+
+    Raises:
+        ConfigError: the payer cannot afford one commitment; the fix says how to fund it.
+    """
+    chain = _ledger_chain(cfg, chain, timeout)
+    payer = _payer(cfg, node, relayer)
+    if chain is None or payer is None:
+        return None
+    check = check_funds(chain, payer[0], who=payer[1])
+    raise_first_failure([check])
+    return check

@@ -19,7 +19,7 @@ from sapo_async.ledger.anvil import ANVIL_DEV_ADDRESS, ANVIL_DEV_KEY, AnvilProce
 from sapo_async.ledger.deploy import deploy_ledger
 from sapo_async.ledger.rpc import rpc_chain
 from sapo_async.ops.config import load_config
-from sapo_async.ops.startup import run_startup_checks
+from sapo_async.ops.startup import require_funds, run_startup_checks
 from sapo_async.process import free_port
 from tests.badinput.conftest import PASSWORD, Sandbox
 from tests.badinput.harness import assert_refused, invoke
@@ -140,12 +140,11 @@ def test_a_funded_node_passes_the_start_up_checks(
         node={"data_dir": str(sandbox.data_dir)},
         ledger={"rpc_url": anvil_chain.url, "contract_address": address, "chain_id": 31337},
     )
-    checks = run_startup_checks(cfg, ANVIL_DEV_ADDRESS)
-    assert [(c.name.split(" ")[0], c.status) for c in checks] == [
-        ("rpc", "ok"),
-        ("contract", "ok"),
-        ("funds", "ok"),
-    ]
+    checks = run_startup_checks(cfg)
+    assert [(c.name.split(" ")[0], c.status) for c in checks] == [("rpc", "ok"), ("contract", "ok")]
+    funds = require_funds(cfg, ANVIL_DEV_ADDRESS)
+    assert funds is not None
+    assert funds.status == "ok"
 
 
 @pytest.mark.evm
@@ -159,9 +158,9 @@ def test_a_funded_relayer_pays_for_an_empty_node(
         ledger={"rpc_url": anvil_chain.url, "contract_address": address},
     )
     empty = Account.create().address
-    checks = run_startup_checks(cfg, empty, relayer=ANVIL_DEV_ADDRESS)
-    assert checks[-1].name == "funds"
-    assert f"the relayer {ANVIL_DEV_ADDRESS}" in checks[-1].detail
+    funds = require_funds(cfg, empty, relayer=ANVIL_DEV_ADDRESS)
+    assert funds is not None
+    assert f"the relayer {ANVIL_DEV_ADDRESS}" in funds.detail
 
 
 def test_node_refuses_a_metrics_port_in_use(sandbox: Sandbox) -> None:
