@@ -21,7 +21,8 @@ below, never up, and the ports never import each other:
    :mod:`.node.swarm`, which assembles a node from a :class:`NodeSpec`.
 5. :mod:`.ops`: what a volunteer's machine needs around a node (config files, identity,
    doctor, devnet, hardware choice, metrics, status).
-6. :mod:`.experiment` and :mod:`.cli`: entry points.
+6. :mod:`.experiment`, :mod:`.explorer` and :mod:`.cli`: entry points (the explorer is
+   a web app over the ledger and the logs).
 
 A round flows task -> generate (policy) -> publish (fabric) -> collect (fabric) ->
 sample (node) -> train (policy) -> commit (ledger). docs/layout.md draws the map.
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
     from sapo_async.fabric.collector import Collector
     from sapo_async.fabric.publisher import Publisher
     from sapo_async.fabric.transport import EmbeddedNats, MemoryBroker, NatsOptions, StartAt
-    from sapo_async.ledger.audit import audit_node, audit_swarm, verify_rollout
+    from sapo_async.ledger.audit import audit_node, audit_swarm, ledger_scores, verify_rollout
     from sapo_async.ledger.journal import Journal
     from sapo_async.ledger.recorder import Recorder
     from sapo_async.ledger.types import RoundCommitment
@@ -95,6 +96,7 @@ _LAZY = {
     "audit_node": "sapo_async.ledger.audit",
     "audit_swarm": "sapo_async.ledger.audit",
     "build_learner": "sapo_async.node.learner",
+    "ledger_scores": "sapo_async.ledger.audit",
     "load_config": "sapo_async.ops.config",
     "select_backend": "sapo_async.ops.hardware",
     "sign_group": "sapo_async.wire.signing",
@@ -143,6 +145,7 @@ __all__ = [
     "audit_node",
     "audit_swarm",
     "build_learner",
+    "ledger_scores",
     "load_config",
     "select_backend",
     "sign_group",

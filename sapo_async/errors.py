@@ -18,7 +18,8 @@ inherits it too, so ``except ValueError`` keeps working for callers who do not k
     │       └── PublishRefused              ... and never will (too large): do not retry
     ├── LedgerError
     │   ├── LedgerUnavailable (ConnectionError)
-    │   └── CommitmentRejected              the chain reverted a commitment (carries tx hash)
+    │   ├── CommitmentRejected              the chain reverted a commitment (carries tx hash)
+    │   └── JournalError                    the local journal cannot be opened, read or written
     ├── GenerationError
     │   └── WeightSyncError                 engine weights disagree with the trainer's
     └── TrainingError
@@ -39,6 +40,7 @@ __all__ = [
     "ConfigError",
     "GenerationError",
     "IdentityError",
+    "JournalError",
     "LedgerError",
     "LedgerUnavailable",
     "PublishError",
@@ -164,6 +166,18 @@ class CommitmentRejected(LedgerError):
         super().__init__(message)
         self.tx_hash = tx_hash
         self.reason = reason
+
+
+class JournalError(LedgerError):
+    """The node's local journal (SQLite) is damaged, not a database, or cannot be opened.
+
+    Attributes:
+        path: the journal file.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class GenerationError(SapoError):

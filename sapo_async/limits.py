@@ -57,6 +57,14 @@ CONSUMER_STALL_CHECKS = 3
 """After 3 empty fetches in a row the consumer asks the server whether it is still alive
 and bound (nats.py issue #504: a pull subscription can go silent after a restart)."""
 
+CONSUMER_REPAIR_BASE_S = 0.5
+"""A consumer re-creation the server refused is tried again after 0.5 s, doubling: a
+deleted consumer is back within a second when the stream is still there."""
+
+CONSUMER_REPAIR_MAX_S = 30.0
+"""Repairs back off to one try per 30 s: a stream the operator removed and re-creates is
+picked up within half a minute, without hammering the server meanwhile."""
+
 PUBLISH_RETRIES = 5
 """A publish is tried 5 times with backoff (0.2 s doubling: ~6 s), covering a server restart."""
 
@@ -170,6 +178,11 @@ LEDGER_RPC_TIMEOUT_S = 10.0
 LEDGER_VIEW_PAGE = 256
 """Addresses or rounds read per view call: keeps each eth_call far below RPC gas caps."""
 
+LEDGER_CREDIT_WAIT_ATTEMPTS = 12
+"""Sends of a commitment refused because a credited producer's round is not on chain yet,
+before the recorder gives the round up: the producer lands its own round asynchronously, and
+12 backed-off retries (0.5 s doubling to 30 s: about 4 minutes) outlast any honest delay."""
+
 LEDGER_MAX_ATTEMPTS_LOGGED = 3
 """Failed sends of one commitment logged at warning level before the recorder goes quiet."""
 
@@ -194,3 +207,25 @@ state take ~6 GB; even the tiny model needs room for a few."""
 
 METRICS_STOP_TIMEOUT_S = 5.0
 """The metrics HTTP server's shutdown waits at most 5 s for in-flight scrapes."""
+
+MAX_SWARM_SEED = 4095
+"""Largest swarm seed: a question's reasoning-gym seed is ``swarm_seed << 52`` plus an index
+below 2**52 (sapo_async/tasks/source.py), and it travels in ``TaskRef.seed``, a msgpack
+integer of at most 64 bits; seed 4096 would need 65 bits and the node could not encode its
+first group."""
+
+# --- explorer -----------------------------------------------------------------------
+
+EXPLORER_REFRESH_S = 1.0
+"""The explorer reuses a swarm snapshot for 1 s: rounds take seconds, so a page is never
+more than a round behind, and any number of open pages cost the chain one read a second."""
+
+EXPLORER_POLL_S = 0.5
+"""The live stream looks for a new snapshot twice a second (each look is a cache hit
+unless :data:`EXPLORER_REFRESH_S` passed), so a change reaches the page within ~1.5 s."""
+
+EXPLORER_START_TIMEOUT_S = 15.0
+"""uvicorn answers within milliseconds of binding; 15 s covers a loaded CI machine."""
+
+EXPLORER_SHUTDOWN_S = 2.0
+"""Open live streams get 2 s to end when the explorer stops (they end within one poll)."""

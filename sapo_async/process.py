@@ -17,14 +17,24 @@ Invariants:
     * readiness is polled on the :data:`READY_POLL` backoff schedule, under a deadline,
       and a failed start leaves no child running;
     * :meth:`ChildProcess.stop` is idempotent; :func:`live_children` lists every child
-      started here that has not been seen to exit (test fixtures fail a test that leaks one).
+      started here that has not been seen to exit (test fixtures fail a test that leaks one);
+    * on Linux a child dies with its parent: it is spawned with ``PR_SET_PDEATHSIG`` set to
+      its stop signal (through a small launcher that then execs it), so a parent killed with
+      SIGKILL (no chance to stop anything) does not leave a nats-server or anvil holding
+      its port and store. The kernel sends that signal
+      when the *thread* that spawned the child ends, so it is set only for children spawned
+      from the main thread (where the event loop of a node runs); a child spawned from
+      another thread is stopped as before, by :meth:`ChildProcess.stop`.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -48,6 +58,29 @@ READY_POLL = Backoff(SERVER_POLL_BASE_S, SERVER_POLL_MAX_S)
 """How often a starting child is probed: 10 ms doubling up to 0.2 s."""
 
 _LIVE: dict[int, ChildProcess] = {}
+
+_DIE_WITH_PARENT = (
+    "import ctypes, os, sys\n"
+    "parent, sig = int(sys.argv[1]), int(sys.argv[2])\n"
+    "ctypes.CDLL(None).prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG\n"
+    "if os.getppid() != parent:  # the parent died before prctl took effect\n"
+    "    os.kill(os.getpid(), sig)\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)
+"""Launcher run as ``python -I -S -c`` in front of a child's command line: it sets the
+parent-death signal, then execs the server in its own place (same pid; the setting survives
+exec). A launcher rather than ``preexec_fn``, which is unsafe in a process with threads."""
+
+
+def _die_with_parent(argv: list[str], sig: signal.Signals) -> list[str]:
+    """``argv`` behind the launcher above, where the parent-death signal can be relied on
+    (Linux, main thread: see the module docstring); ``argv`` itself elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return argv
+    if threading.current_thread() is not threading.main_thread():
+        return argv
+    launcher = [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT]
+    return [*launcher, str(os.getpid()), str(int(sig)), *argv]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -141,7 +174,10 @@ class ChildProcess(StopOnExit):
         # Popen duplicates the file descriptor, so our handle can close at once.
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+                _die_with_parent(self.argv, self._stop_signal),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         _LIVE[self._proc.pid] = self
 

@@ -26,4 +26,13 @@ if [ -f package.json ]; then
     npm ci --no-audit --no-fund --loglevel=error
   fi
 fi
+# The explorer's browser tests drive Debian's chromium through playwright's
+# executable_path: no browser download (`playwright install` cannot reach its CDN here).
+# Installed when missing and we are root (CI is); elsewhere the browser tests skip.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "bootstrap: installing chromium (apt) for the explorer's browser tests"
+  export DEBIAN_FRONTEND=noninteractive
+  apt_install="apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core"
+  $apt_install >/dev/null 2>&1 || { apt-get update -q >/dev/null && $apt_install >/dev/null; }
+fi
 echo "bootstrap: ready (.venv, node_modules)"

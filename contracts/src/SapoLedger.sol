@@ -13,12 +13,22 @@ import {Nonces} from "@openzeppelin/contracts/utils/Nonces.sol";
  * with per-producer usage counts, so anyone can audit contributions and prove that a given
  * rollout was committed.
  *
- * @dev Design (see docs/ledger.md):
+ * @dev Design (see docs/ledger.md and docs/security.md):
  * - Gas per commitment is constant in the number of rollouts: only roots and counts are stored.
  *   Per-producer usage is a short, capped, address-sorted list (one entry per *producer*, not per
  *   rollout); each entry adds to the producer's running credit and is emitted for indexers.
  * - Rounds strictly increase per node: a round can be committed at most once and never below the
- *   node's last committed round (no overwrite, no back-fill).
+ *   node's last committed round (no overwrite, no back-fill), and at most `MAX_ROUND_STEP` above it
+ *   (so no node can commit round 2**64-1 and lock itself out of every later round).
+ * - Credit rules: a usage entry `(producer, producerRound, count)` credits `producer` only if that
+ *   producer committed `producerRound` with a non-zero rollout root, never the committing node
+ *   itself, and the consumer's credit to one (producer, producerRound) summed over all its
+ *   commitments never exceeds the rollout count that producer committed for that round. Credit
+ *   therefore always names a round that exists, is bounded by what the producer shared, and cannot
+ *   be minted for an address that shared nothing. Counts are bounded by `MAX_ROLLOUTS_PER_ROUND`
+ *   (the chain cannot count a Merkle tree's leaves from its root; this is the check it can make).
+ *   What the rules cannot see (credit redirected to another producer that committed a round, a
+ *   clique crediting its members' real or padded roots) is left to the audit's contribution score.
  * - A commitment (or registration) is sent by the node itself or by any relayer carrying the
  *   node's EIP-712 signature; the signed struct includes a per-node nonce and the domain binds
  *   chain id and contract address, so a signature cannot be replayed.
@@ -36,6 +46,7 @@ contract SapoLedger is EIP712, Nonces {
         bytes32 externalRoot;
         uint32 externalCount;
         address[] producers;
+        uint64[] producerRounds;
         uint32[] counts;
     }
 
@@ -60,13 +71,22 @@ contract SapoLedger is EIP712, Nonces {
         uint64 creditReceived;
     }
 
-    /// @notice Most producers one commitment may credit; bounds the gas of a commitment.
+    /// @notice Most usage entries (producer, producer round) one commitment may carry; bounds its gas.
     uint256 public constant MAX_PRODUCERS = 64;
+
+    /// @notice Most rollouts (groups) one round may commit or use: a node's buffer holds at most 4096
+    /// groups (sapo_async.limits.BUFFER_MAX_GROUPS), so an honest round never comes near it.
+    uint32 public constant MAX_ROLLOUTS_PER_ROUND = 4096;
+
+    /// @notice Most a node's round may jump above its last committed round (and the highest first
+    /// round): 2**32 rounds leave 2**32 steps before 2**64-1, more than any node can ever commit.
+    uint64 public constant MAX_ROUND_STEP = 2 ** 32;
 
     /// @notice EIP-712 type of a relayed commitment.
     bytes32 public constant COMMITMENT_TYPEHASH = keccak256(
         "Commitment(address node,uint64 round,uint64 policyVersion,bytes32 rolloutRoot,uint32 rolloutCount,"
-        "bytes32 externalRoot,uint32 externalCount,address[] producers,uint32[] counts,uint256 nonce)"
+        "bytes32 externalRoot,uint32 externalCount,address[] producers,uint64[] producerRounds,uint32[] counts,"
+        "uint256 nonce)"
     );
 
     /// @notice EIP-712 type of a relayed registration.
@@ -79,6 +99,7 @@ contract SapoLedger is EIP712, Nonces {
     mapping(address node => string) private _metadata;
     mapping(address node => mapping(uint64 round => Commitment)) private _commitments;
     mapping(address node => uint64[]) private _rounds;
+    mapping(address consumer => mapping(address producer => mapping(uint64 round => uint32))) private _credited;
 
     /// @notice A node registered (or was registered by a relayer) with its metadata.
     event NodeRegistered(address indexed node, string metadata);
@@ -95,8 +116,11 @@ contract SapoLedger is EIP712, Nonces {
         address relayer
     );
 
-    /// @notice `consumer` trained on `count` rollouts of `producer` in its round `round`.
-    event UsageCredited(address indexed producer, address indexed consumer, uint64 indexed round, uint32 count);
+    /// @notice `consumer` trained, in its round `round`, on `count` rollouts `producer` committed
+    /// in its round `producerRound`.
+    event UsageCredited(
+        address indexed producer, address indexed consumer, uint64 indexed round, uint64 producerRound, uint32 count
+    );
 
     /// @notice `node` is not registered.
     error SapoLedgerNotRegistered(address node);
@@ -108,11 +132,15 @@ contract SapoLedger is EIP712, Nonces {
     error SapoLedgerInvalidSigner(address signer, address node);
     /// @notice A root is zero while its count is not, or the other way round.
     error SapoLedgerRootCountMismatch(bytes32 root, uint32 count);
-    /// @notice `producers` and `counts` differ in length.
-    error SapoLedgerUsageLengthMismatch(uint256 producers, uint256 counts);
+    /// @notice `round` is more than `MAX_ROUND_STEP` above the node's last round (`maxRound` is the highest allowed).
+    error SapoLedgerRoundTooFar(address node, uint64 round, uint64 maxRound);
+    /// @notice A rollout or external count above `MAX_ROLLOUTS_PER_ROUND`.
+    error SapoLedgerCountTooLarge(uint32 count, uint32 max);
+    /// @notice `producers`, `producerRounds` and `counts` differ in length.
+    error SapoLedgerUsageLengthMismatch(uint256 producers, uint256 producerRounds, uint256 counts);
     /// @notice More producers than `MAX_PRODUCERS`.
     error SapoLedgerTooManyProducers(uint256 producers, uint256 max);
-    /// @notice Producers must be strictly ascending (sorted, no duplicates, none zero).
+    /// @notice Entries must be strictly ascending by (producer, producer round): sorted, no duplicates, none zero.
     error SapoLedgerProducersNotSorted(address previous, address producer);
     /// @notice A node cannot credit itself.
     error SapoLedgerSelfUsage(address node);
@@ -120,6 +148,11 @@ contract SapoLedger is EIP712, Nonces {
     error SapoLedgerZeroUsage(address producer);
     /// @notice The per-producer counts do not add up to `externalCount`.
     error SapoLedgerUsageSumMismatch(uint256 sum, uint32 externalCount);
+    /// @notice `producer` has no commitment with rollouts for `producerRound`: there is nothing to credit.
+    error SapoLedgerProducerRoundNotCommitted(address producer, uint64 producerRound);
+    /// @notice Crediting would bring this consumer's credit for (`producer`, `producerRound`) to `credited`,
+    /// above the `shared` rollouts the producer committed for that round.
+    error SapoLedgerCreditExceedsShared(address producer, uint64 producerRound, uint256 credited, uint32 shared);
 
     /**
      * @param swarm_ Identifier of the swarm this ledger serves (for example keccak256 of its name).
@@ -208,6 +241,11 @@ contract SapoLedger is EIP712, Nonces {
         return _info[producer].creditReceived;
     }
 
+    /// @notice Rollouts of `producer`'s round `producerRound` that `consumer` has credited so far.
+    function creditedBy(address consumer, address producer, uint64 producerRound) external view returns (uint32) {
+        return _credited[consumer][producer][producerRound];
+    }
+
     /// @notice The commitment of `node` for `round`; `committedAt == 0` when there is none.
     function commitmentOf(address node, uint64 round) external view returns (Commitment memory) {
         return _commitments[node][round];
@@ -272,6 +310,7 @@ contract SapoLedger is EIP712, Nonces {
                 c.externalRoot,
                 c.externalCount,
                 keccak256(abi.encodePacked(c.producers)),
+                keccak256(abi.encodePacked(c.producerRounds)),
                 keccak256(abi.encodePacked(c.counts)),
                 nonce
             )
@@ -296,6 +335,15 @@ contract SapoLedger is EIP712, Nonces {
         // Compared with the last round rather than a "next round" counter, so round 2**64-1 cannot overflow.
         if (info.roundsCommitted != 0 && c.round <= info.lastRound) {
             revert SapoLedgerRoundNotIncreasing(node, c.round, info.lastRound);
+        }
+        // The first round is at most 2**32 and each adds at most 2**32: overflowing needs 2**32 - 1 commitments.
+        uint64 maxRound = info.roundsCommitted == 0 ? MAX_ROUND_STEP : info.lastRound + MAX_ROUND_STEP;
+        if (c.round > maxRound) revert SapoLedgerRoundTooFar(node, c.round, maxRound);
+        if (c.rolloutCount > MAX_ROLLOUTS_PER_ROUND) {
+            revert SapoLedgerCountTooLarge(c.rolloutCount, MAX_ROLLOUTS_PER_ROUND);
+        }
+        if (c.externalCount > MAX_ROLLOUTS_PER_ROUND) {
+            revert SapoLedgerCountTooLarge(c.externalCount, MAX_ROLLOUTS_PER_ROUND);
         }
         if ((c.rolloutRoot == bytes32(0)) != (c.rolloutCount == 0)) {
             revert SapoLedgerRootCountMismatch(c.rolloutRoot, c.rolloutCount);
@@ -331,25 +379,49 @@ contract SapoLedger is EIP712, Nonces {
             msg.sender
         );
         for (uint256 i = 0; i < c.producers.length; ++i) {
-            NodeInfo storage producer = _info[c.producers[i]];
-            producer.creditReceived += c.counts[i];
-            emit UsageCredited(c.producers[i], node, c.round, c.counts[i]);
+            _credit(node, c.round, c.producers[i], c.producerRounds[i], c.counts[i]);
         }
+    }
+
+    /// @dev The credit rules of one entry (checked entries are sorted, so each (producer, round) appears once).
+    function _credit(address consumer, uint64 round, address producer, uint64 producerRound, uint32 count) private {
+        Commitment storage shared = _commitments[producer][producerRound];
+        if (shared.committedAt == 0 || shared.rolloutCount == 0) {
+            revert SapoLedgerProducerRoundNotCommitted(producer, producerRound);
+        }
+        uint256 credited = uint256(_credited[consumer][producer][producerRound]) + count;
+        if (credited > shared.rolloutCount) {
+            revert SapoLedgerCreditExceedsShared(producer, producerRound, credited, shared.rolloutCount);
+        }
+        // casting to 'uint32' is safe because credited <= rolloutCount <= MAX_ROLLOUTS_PER_ROUND
+        // forge-lint: disable-next-line(unsafe-typecast)
+        _credited[consumer][producer][producerRound] = uint32(credited);
+        _info[producer].creditReceived += count;
+        emit UsageCredited(producer, consumer, round, producerRound, count);
     }
 
     function _checkUsage(address node, CommitmentInput calldata c) private pure {
         uint256 n = c.producers.length;
-        if (n != c.counts.length) revert SapoLedgerUsageLengthMismatch(n, c.counts.length);
+        if (n != c.counts.length || n != c.producerRounds.length) {
+            revert SapoLedgerUsageLengthMismatch(n, c.producerRounds.length, c.counts.length);
+        }
         if (n > MAX_PRODUCERS) revert SapoLedgerTooManyProducers(n, MAX_PRODUCERS);
         address previous = address(0);
+        uint64 previousRound = 0;
         uint256 sum = 0;
         for (uint256 i = 0; i < n; ++i) {
             address producer = c.producers[i];
-            if (producer <= previous) revert SapoLedgerProducersNotSorted(previous, producer);
+            uint64 producerRound = c.producerRounds[i];
+            // Strictly ascending by (producer, producerRound): a producer may appear once per round it shared.
+            if (
+                producer == address(0) || producer < previous
+                    || (i != 0 && producer == previous && producerRound <= previousRound)
+            ) revert SapoLedgerProducersNotSorted(previous, producer);
             if (producer == node) revert SapoLedgerSelfUsage(node);
             if (c.counts[i] == 0) revert SapoLedgerZeroUsage(producer);
             sum += c.counts[i];
             previous = producer;
+            previousRound = producerRound;
         }
         if (sum != c.externalCount) revert SapoLedgerUsageSumMismatch(sum, c.externalCount);
     }

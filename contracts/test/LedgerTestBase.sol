@@ -12,21 +12,53 @@ abstract contract LedgerTestBase is CheatTest {
         c.rolloutRoot = root;
         c.rolloutCount = count;
         c.producers = new address[](0);
+        c.producerRounds = new uint64[](0);
         c.counts = new uint32[](0);
     }
 
+    /// @dev `c` with one usage entry: `count` rollouts of `producer`'s round `producerRound`.
+    function _usage1(SapoLedger.CommitmentInput memory c, address producer, uint64 producerRound, uint32 count)
+        internal
+        pure
+        returns (SapoLedger.CommitmentInput memory)
+    {
+        address[] memory producers = new address[](1);
+        producers[0] = producer;
+        uint64[] memory rounds = new uint64[](1);
+        rounds[0] = producerRound;
+        uint32[] memory counts = new uint32[](1);
+        counts[0] = count;
+        return _withUsage(c, producers, rounds, counts);
+    }
+
+    /// @dev `c` with usage entries crediting each producer's round 1.
     function _withUsage(SapoLedger.CommitmentInput memory c, address[] memory producers, uint32[] memory counts)
         internal
         pure
         returns (SapoLedger.CommitmentInput memory)
     {
-        uint32 sum = 0;
+        uint64[] memory rounds = new uint64[](producers.length);
+        for (uint256 i = 0; i < rounds.length; ++i) {
+            rounds[i] = 1;
+        }
+        return _withUsage(c, producers, rounds, counts);
+    }
+
+    function _withUsage(
+        SapoLedger.CommitmentInput memory c,
+        address[] memory producers,
+        uint64[] memory producerRounds,
+        uint32[] memory counts
+    ) internal pure returns (SapoLedger.CommitmentInput memory) {
+        uint256 sum = 0;
         for (uint256 i = 0; i < counts.length; ++i) {
             sum += counts[i];
         }
         c.producers = producers;
+        c.producerRounds = producerRounds;
         c.counts = counts;
-        c.externalCount = sum;
+        // forge-lint: disable-next-line(unsafe-typecast)
+        c.externalCount = uint32(sum); // tests that overflow it want the contract's own refusal
         c.externalRoot = sum == 0 ? bytes32(0) : keccak256(abi.encode("external", c.round));
         return c;
     }

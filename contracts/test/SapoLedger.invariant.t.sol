@@ -32,6 +32,15 @@ contract LedgerHandler is LedgerTestBase {
 
     Sent[] internal _sent;
 
+    struct Credit {
+        address consumer;
+        address producer;
+        uint64 producerRound;
+    }
+
+    Credit[] public credits;
+    mapping(address producer => uint256) public ghostCredit;
+
     constructor(SapoLedger ledger_) {
         ledger = ledger_;
         for (uint256 i = 0; i < 3; ++i) {
@@ -89,6 +98,28 @@ contract LedgerHandler is LedgerTestBase {
         } catch {}
     }
 
+    /// `nodes[who]` commits a round crediting `count` rollouts of `nodes[producer]`'s round `producerRound`:
+    /// lands only within the credit rules; what lands is tracked so the invariants can check the bounds.
+    function credit(uint256 who, uint256 producer, uint64 round, uint64 producerRound, uint32 count) external {
+        address consumer = nodes[who % 3];
+        address p = nodes[producer % 3];
+        SapoLedger.CommitmentInput memory c =
+            _usage1(_input(_small(round), bytes32(0), 0), p, _small(producerRound), uint32(bound(count, 1, 8)));
+        if (_attempt(consumer, c, false)) {
+            credits.push(Credit(consumer, p, c.producerRounds[0]));
+            ghostCredit[p] += c.counts[0];
+        }
+    }
+
+    /// A node commits the highest round it can name, trying to lock itself out.
+    function commitFar(uint256 who, uint64 round) external {
+        _attempt(nodes[who % 3], _input(round, keccak256("far"), 1), false);
+    }
+
+    function creditCount() external view returns (uint256) {
+        return credits.length;
+    }
+
     function landedCount() external view returns (uint256) {
         return landed.length;
     }
@@ -110,6 +141,9 @@ contract LedgerHandler is LedgerTestBase {
     ) private returns (bool ok) {
         uint64[] storage rounds = _ghostRounds[node];
         bool allowed = rounds.length == 0 || c.round > rounds[rounds.length - 1];
+        if (c.round > uint256(rounds.length == 0 ? 0 : rounds[rounds.length - 1]) + ledger.MAX_ROUND_STEP()) {
+            allowed = false;
+        }
         if (relayed) {
             try ledger.commitBySig(node, c, nonce, sig) {
                 ok = true;
@@ -127,9 +161,9 @@ contract LedgerHandler is LedgerTestBase {
         }
     }
 
-    /// Rounds from a small range, so repeats and back-fills are tried often.
+    /// Rounds from a small range, so repeats, back-fills and credit of existing rounds are tried often.
     function _small(uint64 round) private pure returns (uint64) {
-        return uint64(round % 256);
+        return uint64(round % 16);
     }
 
     function _nonZero(bytes32 root) private pure returns (bytes32) {
@@ -178,6 +212,31 @@ contract SapoLedgerInvariantTest is LedgerTestBase {
             SapoLedger.NodeInfo memory info = ledger.nodeInfo(node);
             assertEq(info.roundsCommitted, rounds.length, "rounds committed total");
             if (rounds.length > 0) assertEq(info.lastRound, rounds[rounds.length - 1], "last round");
+        }
+    }
+
+    /// No consumer's credit for a producer round exceeds what the producer committed for it, every credit
+    /// names a round with rollouts, and the producers' totals are exactly the credit that landed.
+    function invariant_creditNeverExceedsWhatWasShared() public view {
+        uint256 n = handler.creditCount();
+        for (uint256 i = 0; i < n; ++i) {
+            (address consumer, address producer, uint64 round) = handler.credits(i);
+            assertTrue(consumer != producer, "self credit landed");
+            SapoLedger.Commitment memory shared = ledger.commitmentOf(producer, round);
+            assertTrue(shared.committedAt != 0 && shared.rolloutCount != 0, "credit for a round never shared");
+            assertTrue(ledger.creditedBy(consumer, producer, round) <= shared.rolloutCount, "credit above shared");
+        }
+        for (uint256 k = 0; k < 3; ++k) {
+            address node = handler.nodes(k);
+            assertEq(ledger.creditReceived(node), handler.ghostCredit(node), "credit total");
+        }
+    }
+
+    /// No node ever reaches a round with no room above it: it can always commit again.
+    function invariant_noNodeLocksItselfOut() public view {
+        for (uint256 k = 0; k < 3; ++k) {
+            SapoLedger.NodeInfo memory info = ledger.nodeInfo(handler.nodes(k));
+            assertTrue(info.lastRound <= uint256(info.roundsCommitted) * ledger.MAX_ROUND_STEP(), "round ran away");
         }
     }
 

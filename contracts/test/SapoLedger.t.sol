@@ -140,12 +140,62 @@ contract SapoLedgerTest is LedgerTestBase {
         uint32[] memory counts = new uint32[](2);
         counts[0] = 3;
         counts[1] = 5;
+        vm.prank(carol);
+        ledger.register("model:carol");
+        _share(bob, 1, 5);
+        _share(carol, 1, 5);
         vm.prank(alice);
         ledger.commit(_withUsage(_input(1, keccak256("a"), 8), producers, counts));
         assertEq(ledger.creditReceived(lo), 3, "credit lo");
         assertEq(ledger.creditReceived(hi), 5, "credit hi");
         assertEq(ledger.nodeInfo(alice).externalUsed, 8, "external used");
         assertEq(ledger.creditReceived(alice), 0, "no self credit");
+    }
+
+    function test_CommitCreditsSeveralRoundsOfOneProducer() public {
+        _share(bob, 1, 2);
+        _share(bob, 2, 3);
+        address[] memory producers = new address[](2);
+        producers[0] = bob;
+        producers[1] = bob;
+        uint64[] memory rounds = new uint64[](2);
+        rounds[0] = 1;
+        rounds[1] = 2;
+        uint32[] memory counts = new uint32[](2);
+        counts[0] = 2;
+        counts[1] = 3;
+        vm.prank(alice);
+        ledger.commit(_withUsage(_input(1, bytes32(0), 0), producers, rounds, counts));
+        assertEq(ledger.creditReceived(bob), 5, "both rounds credited");
+        assertEq(ledger.creditedBy(alice, bob, 2), 3, "per round");
+        rounds[1] = 1; // the same (producer, round) twice
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerProducersNotSorted.selector, bob, bob));
+        vm.prank(alice);
+        ledger.commit(_withUsage(_input(2, bytes32(0), 0), producers, rounds, counts));
+    }
+
+    function test_RevertIf_CreditedProducerRoundHasNoRollouts() public {
+        vm.prank(bob);
+        ledger.commit(_input(1, bytes32(0), 0)); // an empty round is committed but shared nothing
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerProducerRoundNotCommitted.selector, bob, 1));
+        vm.prank(alice);
+        ledger.commit(_usage1(_input(1, bytes32(0), 0), bob, 1, 1));
+    }
+
+    function test_GasPerCreditDoesNotDependOnRolloutCount() public {
+        _share(bob, 1, 8);
+        _share(bob, 2, 4096);
+        _share(bob, 3, 8);
+        vm.startPrank(alice);
+        ledger.commit(_usage1(_input(1, keccak256("warm"), 1), bob, 3, 1)); // first write to alice's slots
+        uint256 g0 = gasleft();
+        ledger.commit(_usage1(_input(2, keccak256("a"), 8), bob, 1, 8));
+        uint256 small = g0 - gasleft();
+        g0 = gasleft();
+        ledger.commit(_usage1(_input(3, keccak256("b"), 4096), bob, 2, 4096));
+        uint256 large = g0 - gasleft();
+        vm.stopPrank();
+        assertTrue(large <= small + 200 && small <= large + 200, "credit gas independent of rollout count");
     }
 
     function test_RevertIf_ProducersUnsortedOrDuplicated() public {
@@ -165,6 +215,7 @@ contract SapoLedgerTest is LedgerTestBase {
         producers[0] = alice;
         uint32[] memory counts = new uint32[](1);
         counts[0] = 1;
+        _share(alice, 0, 1); // alice shared a round: crediting it herself is still refused
         vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerSelfUsage.selector, alice));
         vm.prank(alice);
         ledger.commit(_withUsage(_input(1, keccak256("a"), 1), producers, counts));
@@ -186,7 +237,7 @@ contract SapoLedgerTest is LedgerTestBase {
         SapoLedger.CommitmentInput memory c = _input(1, keccak256("a"), 1);
         c.producers = new address[](1);
         c.producers[0] = bob;
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerUsageLengthMismatch.selector, 1, 0));
+        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerUsageLengthMismatch.selector, 1, 0, 0));
         vm.prank(alice);
         ledger.commit(c);
     }
@@ -197,6 +248,7 @@ contract SapoLedgerTest is LedgerTestBase {
         uint32[] memory counts = new uint32[](1);
         SapoLedger.CommitmentInput memory c = _input(1, keccak256("a"), 1);
         c.producers = producers;
+        c.producerRounds = new uint64[](1);
         c.counts = counts;
         vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerZeroUsage.selector, bob));
         vm.prank(alice);
@@ -315,6 +367,8 @@ contract SapoLedgerTest is LedgerTestBase {
     // ------------------------------------------------------------------ fuzz
 
     function testFuzz_RoundsStrictlyIncrease(uint64 first, uint64 second) public {
+        first = uint64(bound(first, 0, ledger.MAX_ROUND_STEP()));
+        second = uint64(bound(second, 0, uint256(first) + ledger.MAX_ROUND_STEP()));
         vm.startPrank(alice);
         ledger.commit(_input(first, keccak256("first"), 1));
         if (second <= first) {
@@ -363,19 +417,97 @@ contract SapoLedgerTest is LedgerTestBase {
     }
 
     function testFuzz_CreditAccumulates(uint32 x, uint32 y) public {
-        x = uint32(bound(x, 1, type(uint32).max / 4));
-        y = uint32(bound(y, 1, type(uint32).max / 4));
-        address[] memory producers = new address[](1);
-        producers[0] = bob;
-        uint32[] memory counts = new uint32[](1);
-        counts[0] = x;
+        x = uint32(bound(x, 1, ledger.MAX_ROLLOUTS_PER_ROUND()));
+        y = uint32(bound(y, 1, ledger.MAX_ROLLOUTS_PER_ROUND()));
+        _share(bob, 1, x);
+        _share(bob, 2, y);
         vm.prank(alice);
-        ledger.commit(_withUsage(_input(1, keccak256("a"), 1), producers, counts));
-        counts[0] = y;
+        ledger.commit(_usage1(_input(1, keccak256("a"), 1), bob, 1, x));
         vm.prank(alice);
-        ledger.commit(_withUsage(_input(2, keccak256("b"), 1), producers, counts));
+        ledger.commit(_usage1(_input(2, keccak256("b"), 1), bob, 2, y));
         assertEq(ledger.creditReceived(bob), uint256(x) + y, "credit is the sum of usage");
         assertEq(ledger.nodeInfo(alice).externalUsed, uint256(x) + y, "external used is the same sum");
+    }
+
+    // ------------------------------------------------------------------ credit rules (fuzz)
+
+    /// Credit for one producer round, summed over a consumer's commitments, never passes what was shared.
+    function testFuzz_CreditNeverExceedsWhatTheProducerShared(uint32 shared, uint32 first, uint32 second) public {
+        shared = uint32(bound(shared, 1, ledger.MAX_ROLLOUTS_PER_ROUND()));
+        first = uint32(bound(first, 1, ledger.MAX_ROLLOUTS_PER_ROUND()));
+        second = uint32(bound(second, 1, ledger.MAX_ROLLOUTS_PER_ROUND()));
+        _share(bob, 7, shared);
+        SapoLedger.CommitmentInput memory c = _usage1(_input(1, bytes32(0), 0), bob, 7, first);
+        if (first > shared) {
+            vm.expectRevert(
+                abi.encodeWithSelector(SapoLedger.SapoLedgerCreditExceedsShared.selector, bob, 7, first, shared)
+            );
+        }
+        vm.prank(alice);
+        ledger.commit(c);
+        uint256 credited = first > shared ? 0 : first;
+        c = _usage1(_input(2, bytes32(0), 0), bob, 7, second);
+        if (credited + second > shared) {
+            vm.expectRevert(
+                abi.encodeWithSelector(
+                    SapoLedger.SapoLedgerCreditExceedsShared.selector, bob, 7, credited + second, shared
+                )
+            );
+        } else {
+            credited += second;
+        }
+        vm.prank(alice);
+        ledger.commit(c);
+        assertEq(ledger.creditedBy(alice, bob, 7), credited, "credited by alice");
+        assertEq(ledger.creditReceived(bob), credited, "credit received");
+        assertTrue(credited <= shared, "credit within what was shared");
+    }
+
+    /// Credit names a producer round that exists: any other round of the producer is refused.
+    function testFuzz_RevertIf_CreditedRoundNotCommitted(uint64 sharedRound, uint64 creditedRound) public {
+        sharedRound = uint64(bound(sharedRound, 0, ledger.MAX_ROUND_STEP()));
+        vm.assume(creditedRound != sharedRound);
+        _share(bob, sharedRound, 4);
+        vm.expectRevert(
+            abi.encodeWithSelector(SapoLedger.SapoLedgerProducerRoundNotCommitted.selector, bob, creditedRound)
+        );
+        vm.prank(alice);
+        ledger.commit(_usage1(_input(1, bytes32(0), 0), bob, creditedRound, 1));
+    }
+
+    /// A round more than MAX_ROUND_STEP above the last is refused, so a node can always commit again.
+    function testFuzz_RoundStepIsBounded(uint64 first, uint64 next) public {
+        uint64 step = ledger.MAX_ROUND_STEP();
+        first = uint64(bound(first, 0, step));
+        vm.startPrank(alice);
+        ledger.commit(_input(first, keccak256("first"), 1));
+        if (next > first + step) {
+            vm.expectRevert(
+                abi.encodeWithSelector(SapoLedger.SapoLedgerRoundTooFar.selector, alice, next, first + step)
+            );
+            ledger.commit(_input(next, keccak256("next"), 1));
+            next = first + step;
+        }
+        if (next > first) ledger.commit(_input(next, keccak256("next"), 1));
+        vm.stopPrank();
+        uint64 last = ledger.nodeInfo(alice).lastRound;
+        assertTrue(last < type(uint64).max, "a later round is always possible");
+    }
+
+    /// Counts above MAX_ROLLOUTS_PER_ROUND are refused whatever the root.
+    function testFuzz_RevertIf_CountAboveBound(uint32 count, bytes32 root) public {
+        vm.assume(root != bytes32(0));
+        count = uint32(bound(count, uint256(ledger.MAX_ROLLOUTS_PER_ROUND()) + 1, type(uint32).max));
+        vm.expectRevert(
+            abi.encodeWithSelector(SapoLedger.SapoLedgerCountTooLarge.selector, count, ledger.MAX_ROLLOUTS_PER_ROUND())
+        );
+        vm.prank(alice);
+        ledger.commit(_input(1, root, count));
+    }
+
+    function _share(address producer, uint64 round, uint32 count) private {
+        vm.prank(producer);
+        ledger.commit(_input(round, keccak256(abi.encode(producer, round)), count));
     }
 
     function _domainSeparator() private view returns (bytes32) {

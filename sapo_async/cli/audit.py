@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -48,20 +49,30 @@ def _ledger(rpc: str, address: str) -> EvmLedger:
     return EvmLedger(rpc_chain(rpc), address)
 
 
-def audit(
+def audit(  # noqa: PLR0917 - typer maps each parameter to an option
     node: Annotated[str | None, typer.Argument(help="Node address to audit.")] = None,
     swarm: Annotated[bool, typer.Option("--swarm", help="Audit every registered node.")] = False,
     rpc: _Rpc = "http://127.0.0.1:8545",
     ledger: _LedgerAddress = "",
+    trust: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trust",
+            help="A consumer whose credit weighs fully in the score (repeatable; "
+            "default: every consumer). See docs/ledger.md.",
+        ),
+    ] = None,
     as_json: _Json = False,
 ) -> None:
-    """Show what a node (or every node) committed on the ledger and the credit it received."""
+    """Show what a node (or every node) committed on the ledger, the credit it received and
+    its contribution score."""
     import anyio
     from rich.console import Console
     from rich.table import Table
 
     from sapo_async.errors import SapoError
     from sapo_async.ledger.audit import NodeAudit, audit_node, audit_swarm, swarm_table
+    from sapo_async.ops.status import print_unclipped
 
     if (node is None) == (not swarm):
         raise _fail("give a NODE address or --swarm (not both)")
@@ -71,16 +82,16 @@ def audit(
         client = _ledger(rpc, ledger)
         audits: list[NodeAudit]
         if node is None:
-            audits = anyio.run(audit_swarm, client)
+            audits = anyio.run(partial(audit_swarm, client, trusted=trust))
         else:
-            audits = [anyio.run(audit_node, client, node)]
+            audits = [anyio.run(partial(audit_node, client, node, trusted=trust))]
     except SapoError as exc:
         raise _fail(f"audit failed: {exc}") from exc
     if as_json:
         typer.echo(json.dumps([_audit_json(a) for a in audits], indent=1))
         return
     console = Console()
-    console.print(swarm_table(audits))
+    print_unclipped(console, swarm_table(audits))
     if not swarm:
         a = audits[0]
         for title, rows in (
@@ -92,7 +103,7 @@ def audit(
             table.add_column("rollouts", justify="right")
             for other, count in sorted(rows.items()):
                 table.add_row(other, str(count))
-            console.print(table)
+            print_unclipped(console, table)
 
 
 def _audit_json(a: Any) -> dict[str, Any]:
@@ -108,17 +119,48 @@ def _audit_json(a: Any) -> dict[str, Any]:
         "credit_received": p.credit_received,
         "credit_by_consumer": a.credit_by_consumer,
         "usage_by_producer": a.usage_by_producer,
+        "score": None if a.score is None else a.score.score,
+        "score_from_trusted": None if a.score is None else a.score.from_trusted,
+        "standing": None if a.score is None else a.score.standing,
     }
 
 
-def verify(
+def verify(  # noqa: PLR0917 - typer maps parameters to options
     rollout_hash: Annotated[str, typer.Argument(help="0x-prefixed 32-byte rollout hash.")],
     journal: Annotated[
         list[Path] | None,
-        typer.Option("--journal", help="Journal(s) to look the hash up in (repeatable)."),
+        typer.Option(
+            "--journal",
+            help="Journal(s) to look the hash up in (repeatable; default: $SAPO_JOURNAL, else "
+            "the journal the node of --config writes, <data_dir>/journal/journal.sqlite).",
+        ),
     ] = None,
-    rpc: _Rpc = "http://127.0.0.1:8545",
-    ledger: _LedgerAddress = "",
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="node.toml whose journal, RPC and contract to use (default: ./node.toml if "
+            "any, else defaults and SAPO_* environment).",
+        ),
+    ] = None,
+    rpc: Annotated[
+        str | None,
+        typer.Option(
+            "--rpc",
+            envvar="SAPO_LEDGER_RPC",
+            help="JSON-RPC URL of the chain (default: the config's ledger.rpc_url, else "
+            "http://127.0.0.1:8545).",
+        ),
+    ] = None,
+    ledger: Annotated[
+        str | None,
+        typer.Option(
+            "--ledger",
+            envvar="SAPO_LEDGER_ADDRESS",
+            help="Address of the SapoLedger (default: the config's ledger.contract_address).",
+        ),
+    ] = None,
     as_json: _Json = False,
 ) -> None:
     """Find the commitment(s) naming ROLLOUT_HASH and check the inclusion proof on chain."""
@@ -126,7 +168,8 @@ def verify(
 
     from sapo_async.errors import SapoError
     from sapo_async.ledger.audit import verify_rollout
-    from sapo_async.ledger.journal import DEFAULT_JOURNAL_PATH, Journal
+    from sapo_async.ledger.journal import Journal
+    from sapo_async.ops.config import load_config
 
     text = rollout_hash.removeprefix("0x")
     try:
@@ -135,14 +178,29 @@ def verify(
         digest = b""
     if len(digest) != 32:
         raise _fail(f"ROLLOUT_HASH must be 32 bytes of hex, got {rollout_hash!r}")
+    if config is None and Path("node.toml").is_file():
+        config = Path("node.toml")
+    given = {"contract_address": ledger, "rpc_url": rpc}
+    try:
+        # The node writes its journal where its config says; read the same one. What the
+        # command line gives wins over the file (and completes it).
+        cfg = load_config(config, ledger={k: v for k, v in given.items() if v})
+    except SapoError as exc:
+        raise _fail(f"verify: {exc}") from exc
+    ledger = ledger or cfg.ledger.contract_address
+    rpc = rpc or cfg.ledger.rpc_url or "http://127.0.0.1:8545"
     if not ledger:
-        raise _fail("no ledger address: pass --ledger or set SAPO_LEDGER_ADDRESS")
-    paths = journal or [Path(os.environ.get("SAPO_JOURNAL", str(DEFAULT_JOURNAL_PATH)))]
+        raise _fail(
+            "no ledger address: pass --ledger, set SAPO_LEDGER_ADDRESS or ledger.contract_address"
+        )
+    from_env = os.environ.get("SAPO_JOURNAL")
+    paths = journal or [Path(from_env) if from_env else cfg.journal_path]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
-        raise _fail(f"journal not found: {', '.join(missing)}")
-    journals = [Journal(p) for p in paths]
+        raise _fail(f"journal not found: {', '.join(missing)} (pass --journal or --config)")
+    journals: list[Journal] = []
     try:
+        journals.extend(Journal(p) for p in paths)  # JournalError names a damaged one
         results = anyio.run(verify_rollout, _ledger(rpc, ledger), journals, digest)
     except SapoError as exc:
         raise _fail(f"verify failed: {exc}") from exc

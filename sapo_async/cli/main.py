@@ -21,6 +21,7 @@ __all__ = ["build_app", "main"]
 _COMMAND_MODULES: tuple[str, ...] = (
     # one line per command module, e.g. "sapo_async.cli.train"
     "sapo_async.cli.audit",
+    "sapo_async.cli.explorer",
     "sapo_async.cli.hardware",
     "sapo_async.cli.node",
     "sapo_async.cli.swarm",

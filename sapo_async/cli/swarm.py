@@ -10,7 +10,9 @@ Owns argument parsing, the live display and the logs; the work is in
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,10 @@ def swarm(
     ledger: bool = typer.Option(True, help="Record commitments on the embedded EVM."),
     log_dir: Path = typer.Option(Path("runs/swarm"), help="Per-node JSONL logs go here."),
     threads: int = typer.Option(2, min=1, help="Worker threads for generation and training."),
+    explorer: bool = typer.Option(
+        False, "--explorer", help="Serve the contribution explorer while the swarm runs."
+    ),
+    explorer_port: int = typer.Option(8787, min=0, max=65535, help="The explorer's port."),
 ) -> None:
     """Run a local swarm of NODES nodes sharing rollouts, with a live progress display."""
     import anyio
@@ -66,6 +72,8 @@ def swarm(
             "ledger": ledger,
             "log_dir": log_dir,
             "threads": threads,
+            "explorer": explorer,
+            "explorer_port": explorer_port,
         },
     )
     first, last = summary["first"], summary["last"]
@@ -81,7 +89,6 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
     import anyio
     import torch
     from rich.console import Console
-    from rich.live import Live
     from rich.table import Table
 
     from sapo_async.node.embedded import embedded_ledger
@@ -89,6 +96,7 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
     from sapo_async.node.report import RoundReport
     from sapo_async.node.spec import NodeSpec
     from sapo_async.node.swarm import Swarm
+    from sapo_async.ops.status import live_table, print_unclipped
 
     torch.set_num_threads(1)
     import sys
@@ -159,10 +167,11 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
                     fh.flush()
                     sink()
 
-        with Live(table(), console=console, refresh_per_second=2) as live:
-            async with anyio.create_task_group() as tg:
-                for n in nodes:
-                    tg.start_soon(follow, n, lambda: live.update(table()))
+        async with _explorer(opts, console):
+            with live_table(table(), console=console) as live:
+                async with anyio.create_task_group() as tg:
+                    for n in nodes:
+                        tg.start_soon(follow, n, lambda: live.update(table()))
         for n in nodes:
             history.append([r.reward_mean for r in n.reports])
         if opts["ledger"]:
@@ -173,7 +182,9 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
             if handle is not None:
                 from sapo_async.ledger.audit import audit_swarm, swarm_table
 
-                console.print(swarm_table(await audit_swarm(handle.ledger, breakdown=False)))
+                print_unclipped(
+                    console, swarm_table(await audit_swarm(handle.ledger, breakdown=False))
+                )
     finally:
         for n in reversed(nodes):
             await n.leave()
@@ -182,6 +193,19 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
     first = sum(sum(h[:window]) for h in history) / max(1, window * len(history))
     last = sum(sum(h[rounds - window : rounds]) for h in history) / max(1, window * len(history))
     return {"first": first, "last": last, "window": window, "seconds": time.perf_counter() - t0}
+
+
+@contextlib.asynccontextmanager
+async def _explorer(opts: dict[str, Any], console: Any) -> AsyncIterator[None]:
+    """Serve the explorer over this swarm while the block runs (``--explorer``)."""
+    if not opts["explorer"]:
+        yield
+        return
+    from sapo_async.explorer.demo import serve_embedded
+
+    async with serve_embedded(opts["name"], opts["log_dir"], port=opts["explorer_port"]) as url:
+        console.print(f"[bold]explorer[/]: {url}")
+        yield
 
 
 def _mean(node: Any, k: int) -> float:

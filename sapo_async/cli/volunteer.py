@@ -7,7 +7,7 @@ and a non-zero exit; heavy imports happen inside the command so ``--help`` stays
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -48,12 +48,12 @@ def init(
     typer.echo(f"wrote {path}; edit it, then run: sapo-async node --config {path}")
 
 
-def _load(config: Path | None) -> NodeConfig:
+def _load(config: Path | None, **overrides: Any) -> NodeConfig:
     from sapo_async.ops.config import load_config
 
     if config is None and Path("node.toml").exists():
         config = Path("node.toml")
-    return load_config(config)
+    return load_config(config, **overrides)
 
 
 def doctor(
@@ -93,7 +93,9 @@ def identity(
     from sapo_async.ops.identity import load_or_create_identity
 
     try:
-        cfg = _load(config)
+        # The address is needed before the contract exists (to be funded for it), so the
+        # [ledger] settings a node needs are not asked for here.
+        cfg = _load(config, ledger={"enabled": False})
         account = load_or_create_identity(cfg)
     except SapoError as exc:
         typer.echo(f"identity: {exc}", err=True)

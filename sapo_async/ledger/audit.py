@@ -6,18 +6,22 @@ Owns the audit read model (:class:`NodeAudit`), rollout verification against the
 the CLI and the local swarm print. It reads only through the :class:`Ledger` port and, for
 verification, local journals (the chain stores roots, not rollout hashes, so finding which
 (node, round) committed a hash needs an index of published hashes: the journal is one).
+The contribution score (what a clique of colluding addresses cannot inflate) is computed by
+:func:`sapo_async.ledger.score.contribution_scores` from the chain's credit events.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rich.table import Table
+from rich.text import Text
 
 from sapo_async.ledger.base import Ledger
 from sapo_async.ledger.journal import Journal
+from sapo_async.ledger.score import ContributionScore, contribution_scores
 from sapo_async.ledger.types import RoundCommitment, checksum
 
 __all__ = [
@@ -27,6 +31,7 @@ __all__ = [
     "audit_node",
     "audit_swarm",
     "expected_participation",
+    "ledger_scores",
     "swarm_table",
     "verify_rollout",
 ]
@@ -56,6 +61,7 @@ class NodeAudit:
     Attributes:
         credit_by_consumer: who trained on this node's rollouts, and how many (from events).
         usage_by_producer: whose rollouts this node trained on, and how many (from events).
+        score: the node's contribution score (None when the events were not read).
     """
 
     node: str
@@ -65,9 +71,28 @@ class NodeAudit:
     participation: Participation
     credit_by_consumer: dict[str, int] = field(default_factory=dict)
     usage_by_producer: dict[str, int] = field(default_factory=dict)
+    score: ContributionScore | None = None
 
 
-async def audit_node(ledger: Ledger, node: str, *, breakdown: bool = True) -> NodeAudit:
+async def ledger_scores(
+    ledger: Ledger, trusted: Iterable[str] | None = None
+) -> dict[str, ContributionScore]:
+    """Contribution scores of every node, from the chain's ``UsageCredited`` events and each
+    consumer's rounds (see :mod:`sapo_async.ledger.score`; ``trusted`` as there).
+
+    Raises:
+        RejectedInput: a trusted entry is not an address.
+        LedgerUnavailable: the chain cannot be reached.
+    """
+    credits = await ledger.usage_credits()
+    nodes = set(await ledger.nodes()) | {u.consumer for u in credits}
+    rounds = {n: (await ledger.node_stats(n)).rounds_committed for n in sorted(nodes)}
+    return contribution_scores(credits, rounds, None if trusted is None else list(trusted))
+
+
+async def audit_node(
+    ledger: Ledger, node: str, *, breakdown: bool = True, trusted: Iterable[str] | None = None
+) -> NodeAudit:
     """Read ``node``'s totals and usage credit from the chain.
 
     Args:
@@ -75,7 +100,8 @@ async def audit_node(ledger: Ledger, node: str, *, breakdown: bool = True) -> No
         node: the node's address.
         breakdown: also read the per-consumer and per-producer usage from the
             ``UsageCredited`` events (an event scan from the deployment block; the totals
-            come from view calls and are always read).
+            come from view calls and are always read), and the contribution score.
+        trusted: consumers whose credit weighs fully in the score (None: all).
 
     Raises:
         RejectedInput: ``node`` is not an address.
@@ -85,11 +111,13 @@ async def audit_node(ledger: Ledger, node: str, *, breakdown: bool = True) -> No
     stats = await ledger.node_stats(address)
     credit: Counter[str] = Counter()
     usage: Counter[str] = Counter()
+    score = None
     if breakdown:
         for u in await ledger.usage_credits(producer=address):
             credit[u.consumer] += u.count
         for u in await ledger.usage_credits(consumer=address):
             usage[u.producer] += u.count
+        score = (await ledger_scores(ledger, trusted)).get(address)
     return NodeAudit(
         node=address,
         registered=stats.registered,
@@ -103,14 +131,37 @@ async def audit_node(ledger: Ledger, node: str, *, breakdown: bool = True) -> No
         ),
         credit_by_consumer=dict(credit),
         usage_by_producer=dict(usage),
+        score=score,
     )
 
 
-async def audit_swarm(ledger: Ledger, *, breakdown: bool = True) -> list[NodeAudit]:
-    """Audit every registered node, in registration order (``breakdown`` as in
-    :func:`audit_node`; the in-process EVM scans events slowly, so the local swarm's
+async def audit_swarm(
+    ledger: Ledger, *, breakdown: bool = True, trusted: Iterable[str] | None = None
+) -> list[NodeAudit]:
+    """Audit every registered node, in registration order (``breakdown`` and ``trusted`` as
+    in :func:`audit_node`; the in-process EVM scans events slowly, so the local swarm's
     closing table reads the totals only)."""
-    return [await audit_node(ledger, node, breakdown=breakdown) for node in await ledger.nodes()]
+    audits = [await audit_node(ledger, node, breakdown=False) for node in await ledger.nodes()]
+    if not breakdown:
+        return audits
+    scores = await ledger_scores(ledger, trusted)
+    out = []
+    for a in audits:
+        credit: Counter[str] = Counter()
+        usage: Counter[str] = Counter()
+        for u in await ledger.usage_credits(producer=a.node):
+            credit[u.consumer] += u.count
+        for u in await ledger.usage_credits(consumer=a.node):
+            usage[u.producer] += u.count
+        out.append(
+            replace(
+                a,
+                credit_by_consumer=dict(credit),
+                usage_by_producer=dict(usage),
+                score=scores.get(a.node),
+            )
+        )
+    return out
 
 
 def expected_participation(commitments: Iterable[RoundCommitment]) -> dict[str, Participation]:
@@ -128,7 +179,7 @@ def expected_participation(commitments: Iterable[RoundCommitment]) -> dict[str, 
         rounds[c.node] += 1
         rollouts[c.node] += len(c.rollout_hashes)
         used[c.node] += c.external_count
-        for producer, hashes in c.external_hashes.items():
+        for producer, _, hashes in c.usage():
             credit[producer] += len(hashes)
     return {
         node: Participation(rounds[node], rollouts[node], used[node], credit[node])
@@ -190,7 +241,8 @@ async def verify_rollout(
 
 _CAPTION = (
     "rounds: commitments; last: last round; shared: rollouts committed; "
-    "used: external rollouts trained on; credit: own rollouts others trained on"
+    "used: external rollouts trained on; credit: own rollouts others trained on; "
+    "score: consumer rounds that used the node, weighted by the consumer's standing"
 )
 
 
@@ -200,17 +252,18 @@ def swarm_table(audits: Sequence[NodeAudit], *, title: str = "swarm ledger audit
     table.add_column("node", no_wrap=True, min_width=42)  # an address must stay copyable
     table.add_column("metadata", max_width=14, overflow="ellipsis", no_wrap=True)
     # Short headers and no wrapping keep the numbers whole in an 80-column terminal.
-    for header in ("rounds", "last", "shared", "used", "credit"):
+    for header in ("rounds", "last", "shared", "used", "credit", "score"):
         table.add_column(header, justify="right", no_wrap=True)
     for a in audits:
         p = a.participation
         table.add_row(
             a.node,
-            a.metadata,
+            Text(a.metadata),  # any node registers any metadata: plain text, never markup
             str(p.rounds_committed),
             "-" if a.last_round is None else str(a.last_round),
             str(p.rollouts_committed),
             str(p.external_used),
             str(p.credit_received),
+            "-" if a.score is None else f"{a.score.score:.2f}",
         )
     return table

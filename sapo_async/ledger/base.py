@@ -78,6 +78,11 @@ class Ledger(Protocol):
         """Same for the external rollouts ``node`` trained on in ``round_``."""
         ...
 
+    async def credited_by(self, consumer: str, producer: str, producer_round: int) -> int:
+        """Rollouts of ``producer``'s round ``producer_round`` that ``consumer`` has credited
+        (never above what the producer committed for that round)."""
+        ...
+
     async def usage_credits(
         self, *, producer: str | None = None, consumer: str | None = None
     ) -> list[UsageCredit]:

@@ -256,6 +256,13 @@ class EvmLedger:
         call = self._contract.functions.creditReceived(checksum(producer))
         return int(await self.chain.run(call.call))
 
+    async def credited_by(self, consumer: str, producer: str, producer_round: int) -> int:
+        """Rollouts of ``producer``'s round ``producer_round`` that ``consumer`` has credited."""
+        call = self._contract.functions.creditedBy(
+            checksum(consumer), checksum(producer), producer_round
+        )
+        return int(await self.chain.run(call.call))
+
     async def nonce(self, node: str) -> int:
         """Next EIP-712 nonce of ``node``."""
         return int(await self.chain.run(self._contract.functions.nonces(checksum(node)).call))
@@ -281,6 +288,7 @@ class EvmLedger:
                     round=int(log["args"]["round"]),
                     count=int(log["args"]["count"]),
                     block_number=int(log["blockNumber"]),
+                    producer_round=int(log["args"]["producerRound"]),
                 )
                 for log in logs
             ]

@@ -14,6 +14,11 @@ Invariants:
   (node, round) is rejected;
 - states only move pending -> landed or pending -> failed.
 
+Damage: a file that is not SQLite, or a database SQLite finds malformed (checked with
+``PRAGMA quick_check`` at open, and caught on any later read or write), raises
+:class:`~sapo_async.errors.JournalError` naming the file and what to do, never sqlite3's own
+error; the journal never deletes, truncates or rewrites a damaged file.
+
 Threads: every method is synchronous (the CLI and the audit use it as is). A write commits
 with an fsync, which can take milliseconds to seconds on a busy disk, so async callers run
 writes through :meth:`Journal.write`: in a worker thread, one write at a time per journal
@@ -38,13 +43,10 @@ from typing import ParamSpec, TypeVar
 
 import anyio
 
-from sapo_async.errors import RejectedInput
+from sapo_async.errors import JournalError, RejectedInput
 from sapo_async.ledger.types import RoundCommitment, checksum
 
-__all__ = ["DEFAULT_JOURNAL_PATH", "EntryState", "Journal", "JournalEntry", "RolloutLocation"]
-
-DEFAULT_JOURNAL_PATH = Path(".sapo") / "ledger-journal.sqlite"
-"""Where a node keeps its journal unless configured otherwise (``.sapo/`` is git-ignored)."""
+__all__ = ["EntryState", "Journal", "JournalEntry", "RolloutLocation"]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -128,28 +130,55 @@ class Journal:
     Use as a context manager or call :meth:`close`.
 
     Raises:
-        ConfigError: never; an unusable path raises ``sqlite3``'s own error at open, which
-            is a local set-up fault rather than a ledger one.
+        JournalError: the file is not a SQLite database, is malformed, or cannot be
+            opened (the message names it and what to do; the file is left as it was).
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         in_memory = str(path) == ":memory:"
-        if not in_memory:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
-        # ":memory:" is private to its connection, so reads share the writer's there.
-        self._read_lock = self._lock if in_memory else threading.Lock()
-        self._reader = (
-            self._db
-            if in_memory
-            else sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        )
+        self._db: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        with self._guard("open"):
+            if not in_memory:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock = threading.Lock()
+            self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+            # Read before anything is written: a file that is not SQLite fails here.
+            (verdict,) = self._db.execute("PRAGMA quick_check").fetchone()
+            if verdict != "ok":
+                found = " ".join(str(verdict).split())[:200]
+                raise sqlite3.DatabaseError(f"database disk image is malformed ({found})")
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+            # ":memory:" is private to its connection, so reads share the writer's there.
+            self._read_lock = self._lock if in_memory else threading.Lock()
+            self._reader = (
+                self._db
+                if in_memory
+                else sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+            )
         self._writer = anyio.CapacityLimiter(1)
+
+    @contextmanager
+    def _guard(self, action: str) -> Iterator[None]:
+        """Translate sqlite3's errors (and a mangled entry body) into JournalError."""
+        try:
+            yield
+        except (sqlite3.DatabaseError, OSError, ValueError) as exc:
+            if isinstance(exc, RejectedInput):
+                raise
+            if action == "open":
+                for conn in (self._reader, self._db):
+                    if conn is not None:
+                        conn.close()
+            raise JournalError(
+                f"cannot {action} the ledger journal {self.path}: {exc}. The file was left "
+                "as it is: restore it from a backup, or move it aside and the node starts a "
+                "new journal (commitments in it that never reached the chain are then lost)",
+                path=str(self.path),
+            ) from exc
 
     def __enter__(self) -> Journal:
         return self
@@ -165,10 +194,20 @@ class Journal:
     def close(self) -> None:
         """Close the database (idempotent)."""
         with self._lock:
-            self._db.close()
+            self._conn.close()
         if self._reader is not self._db:
             with self._read_lock:
-                self._reader.close()
+                self._reading.close()
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        assert self._db is not None  # set by __init__, or __init__ raised
+        return self._db
+
+    @property
+    def _reading(self) -> sqlite3.Connection:
+        assert self._reader is not None  # set by __init__, or __init__ raised
+        return self._reader
 
     async def write(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Run ``fn`` (one of this journal's writes, e.g. ``journal.append``) off the event
@@ -189,14 +228,16 @@ class Journal:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+        with self._guard("write"), self._lock:
+            db = self._conn
+            db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
+                yield db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            db.execute("COMMIT")
 
     # ------------------------------------------------------------------ writes
 
@@ -246,7 +287,7 @@ class Journal:
             ]
             rows += [
                 (h, commitment.node, commitment.round, "external", producer)
-                for producer, hashes in commitment.external_hashes.items()
+                for producer, _, hashes in commitment.usage()
                 for h in hashes
             ]
             db.executemany(
@@ -305,25 +346,26 @@ class Journal:
     # ------------------------------------------------------------------ reads
 
     def _entries(self, where: str, args: tuple[object, ...]) -> list[JournalEntry]:
-        with self._read_lock:
-            query = (
-                "SELECT body, state, attempts, last_error, tx_hash, block_number, created_at, "  # noqa: S608 - `where` is one of our fixed clauses
-                f"settled_at FROM commitments WHERE {where} ORDER BY node, round"
-            )
-            rows = self._reader.execute(query, args).fetchall()
-        return [
-            JournalEntry(
-                commitment=RoundCommitment.from_json(r[0]),
-                state=EntryState(r[1]),
-                attempts=r[2],
-                last_error=r[3],
-                tx_hash=r[4],
-                block_number=r[5],
-                created_at=r[6],
-                settled_at=r[7],
-            )
-            for r in rows
-        ]
+        with self._guard("read"):
+            with self._read_lock:
+                query = (
+                    "SELECT body, state, attempts, last_error, tx_hash, block_number, created_at, "  # noqa: S608 - `where` is one of our fixed clauses
+                    f"settled_at FROM commitments WHERE {where} ORDER BY node, round"
+                )
+                rows = self._reading.execute(query, args).fetchall()
+            return [
+                JournalEntry(
+                    commitment=RoundCommitment.from_json(r[0]),
+                    state=EntryState(r[1]),
+                    attempts=r[2],
+                    last_error=r[3],
+                    tx_hash=r[4],
+                    block_number=r[5],
+                    created_at=r[6],
+                    settled_at=r[7],
+                )
+                for r in rows
+            ]
 
     def pending(self, node: str | None = None) -> list[JournalEntry]:
         """Pending entries (of ``node``, or all), by node then ascending round."""
@@ -344,8 +386,8 @@ class Journal:
 
     def find_rollout(self, rollout_hash: bytes) -> list[RolloutLocation]:
         """Every (node, round) whose commitment names ``rollout_hash``."""
-        with self._read_lock:
-            rows = self._reader.execute(
+        with self._guard("read"), self._read_lock:
+            rows = self._reading.execute(
                 "SELECT node, round, kind, producer FROM rollouts WHERE rollout_hash = ? "
                 "ORDER BY kind DESC, node, round",
                 (bytes(rollout_hash),),
@@ -355,8 +397,8 @@ class Journal:
     def counts(self, node: str | None = None) -> dict[EntryState, int]:
         """Number of entries per state (of ``node``, or all)."""
         where, args = ("node = ?", (checksum(node),)) if node else ("1 = 1", ())
-        with self._read_lock:
-            rows = self._reader.execute(
+        with self._guard("read"), self._read_lock:
+            rows = self._reading.execute(
                 f"SELECT state, COUNT(*) FROM commitments WHERE {where} GROUP BY state",  # noqa: S608 - fixed clauses only
                 args,
             ).fetchall()

@@ -13,9 +13,13 @@ backend, the in-process EVM and anvil.
 
 Invariants (those of the contract):
 - a node commits only once registered; its rounds strictly increase (no overwrite, no
-  back-fill); a root is zero exactly when its count is;
-- usage lists are at most ``MAX_PRODUCERS`` long, address-ascending, without the node
-  itself or zero counts, and add up to the external count; each entry credits its producer;
+  back-fill) and jump at most ``MAX_ROUND_STEP`` (no lock-out at 2**64-1); a root is zero
+  exactly when its count is; counts are at most ``MAX_ROLLOUTS_PER_ROUND``;
+- usage lists are at most ``MAX_PRODUCERS`` entries, ascending by (producer, producer
+  round), without the node itself or zero counts, and add up to the external count;
+- credit rules: each entry credits a producer round that was committed with rollouts, and a
+  consumer's credit to one producer round, over all its commitments, never exceeds the
+  rollout count committed for it;
 - a relayed registration or commitment carries the node's EIP-712 signature over this
   ledger's domain (chain id, address) and consumes the node's nonce, so it cannot be replayed.
 
@@ -57,6 +61,8 @@ from sapo_async.ledger.signing import (
 )
 from sapo_async.ledger.types import (
     MAX_PRODUCERS,
+    MAX_ROLLOUTS_PER_ROUND,
+    MAX_ROUND_STEP,
     CommitmentPayload,
     NodeStats,
     OnChainCommitment,
@@ -125,6 +131,7 @@ class MemoryLedger:
         self._nonces: dict[str, int] = {}
         self._recorded: list[OnChainCommitment] = []
         self._credited: list[UsageCredit] = []
+        self._credited_by: dict[tuple[str, str, int], int] = {}
 
     @property
     def address(self) -> str:
@@ -345,10 +352,21 @@ class MemoryLedger:
             raise reverted(
                 "SapoLedgerRoundNotIncreasing", node=node, round=c.round, lastRound=t.last_round
             )
+        max_round = t.last_round + MAX_ROUND_STEP if t.rounds_committed else MAX_ROUND_STEP
+        if c.round > max_round:
+            raise reverted("SapoLedgerRoundTooFar", node=node, round=c.round, maxRound=max_round)
+        for count in (c.rollout_count, c.external_count):
+            if count > MAX_ROLLOUTS_PER_ROUND:
+                raise reverted("SapoLedgerCountTooLarge", count=count, max=MAX_ROLLOUTS_PER_ROUND)
         for root, count in ((c.rollout_root, c.rollout_count), (c.external_root, c.external_count)):
             if (root == _ZERO_ROOT) != (count == 0):
                 raise reverted("SapoLedgerRootCountMismatch", root=root, count=count)
         producers = _check_usage(node, c)
+        # The contract checks each entry's credit rules while crediting and reverts the
+        # whole call on the first failure; checking all of them first is the same outcome.
+        entries = list(zip(producers, c.producer_rounds, c.counts, strict=True))
+        for producer, producer_round, count in entries:
+            self._check_credit(node, producer, producer_round, count)
         receipt = self._mine(f"commit:{node}:{c.round}:{sender}")
         stored = OnChainCommitment(
             node=node,
@@ -372,34 +390,75 @@ class MemoryLedger:
             external_used=t.external_used + c.external_count,
         )
         self._recorded.append(stored)
-        for producer, count in zip(producers, c.counts, strict=True):
+        for producer, producer_round, count in entries:
+            key = (node, producer, producer_round)
+            self._credited_by[key] = self._credited_by.get(key, 0) + count
             credited = self._totals_of(producer)
             self._totals[producer] = replace(
                 credited, credit_received=credited.credit_received + count
             )
             self._credited.append(
-                UsageCredit(producer, node, c.round, count, block_number=receipt.block_number)
+                UsageCredit(
+                    producer,
+                    node,
+                    c.round,
+                    count,
+                    block_number=receipt.block_number,
+                    producer_round=producer_round,
+                )
             )
         return receipt
+
+    def _check_credit(self, consumer: str, producer: str, producer_round: int, count: int) -> None:
+        """``SapoLedger._credit``'s checks of one usage entry."""
+        shared = self._stored.get((producer, producer_round))
+        if shared is None or shared.rollout_count == 0:
+            raise reverted(
+                "SapoLedgerProducerRoundNotCommitted",
+                producer=producer,
+                producerRound=producer_round,
+            )
+        credited = self._credited_by.get((consumer, producer, producer_round), 0) + count
+        if credited > shared.rollout_count:
+            raise reverted(
+                "SapoLedgerCreditExceedsShared",
+                producer=producer,
+                producerRound=producer_round,
+                credited=credited,
+                shared=shared.rollout_count,
+            )
+
+    async def credited_by(self, consumer: str, producer: str, producer_round: int) -> int:
+        """``SapoLedger.creditedBy``: rollouts of ``producer``'s round ``consumer`` credited."""
+        await anyio.lowlevel.checkpoint()
+        return self._credited_by.get((checksum(consumer), checksum(producer), producer_round), 0)
 
 
 def _check_usage(node: str, c: CommitmentPayload) -> list[str]:
     """``SapoLedger._checkUsage``; returns the producers checksummed."""
     n = len(c.producers)
-    if n != len(c.counts):
-        raise reverted("SapoLedgerUsageLengthMismatch", producers=n, counts=len(c.counts))
+    if n != len(c.counts) or n != len(c.producer_rounds):
+        raise reverted(
+            "SapoLedgerUsageLengthMismatch",
+            producers=n,
+            producerRounds=len(c.producer_rounds),
+            counts=len(c.counts),
+        )
     if n > MAX_PRODUCERS:
         raise reverted("SapoLedgerTooManyProducers", producers=n, max=MAX_PRODUCERS)
     producers = [checksum(p) for p in c.producers]
-    previous = "0x" + "00" * 20
-    for producer, count in zip(producers, c.counts, strict=True):
-        if int(producer, 16) <= int(previous, 16):
+    previous, previous_round = "0x" + "00" * 20, 0
+    for i, (producer, producer_round, count) in enumerate(
+        zip(producers, c.producer_rounds, c.counts, strict=True)
+    ):
+        key, last = int(producer, 16), int(previous, 16)
+        if key == 0 or key < last or (i and key == last and producer_round <= previous_round):
             raise reverted("SapoLedgerProducersNotSorted", previous=previous, producer=producer)
         if producer == node:
             raise reverted("SapoLedgerSelfUsage", node=node)
         if count == 0:
             raise reverted("SapoLedgerZeroUsage", producer=producer)
-        previous = producer
+        previous, previous_round = producer, producer_round
     if sum(c.counts) != c.external_count:
         raise reverted(
             "SapoLedgerUsageSumMismatch", sum=sum(c.counts), externalCount=c.external_count
@@ -415,6 +474,7 @@ def _check_abi_widths(c: CommitmentPayload) -> None:
         ("policyVersion", c.policy_version, "uint64"),
         ("rolloutCount", c.rollout_count, "uint32"),
         ("externalCount", c.external_count, "uint32"),
+        *(("producerRounds", r, "uint64") for r in c.producer_rounds),
         *(("counts", n, "uint32") for n in c.counts),
     ]
     for name, value, kind in fields:

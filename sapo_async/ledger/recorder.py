@@ -14,6 +14,12 @@ to the journaled one means "already landed" and is marked so, never re-sent; a d
 one is a conflict; none while a later round is stored means the round was superseded and
 can never land. Those last two are marked failed and logged, and the sender moves on.
 
+Credit waits: the contract credits a producer only for a round that producer committed, and
+producers land their rounds on their own schedule, so a consumer's round may arrive first.
+``SapoLedgerProducerRoundNotCommitted`` is therefore retried with backoff, up to
+``limits.LEDGER_CREDIT_WAIT_ATTEMPTS`` attempts; a producer that never lands its round (it
+died) costs the consumer that one round's record, which is then marked failed.
+
 Life cycle (:class:`~sapo_async.actors.Actor`): created -> starting -> running -> draining
 -> stopped (or failed, surfacing as ActorFailed). Drain gives the sender up to
 ``drain_timeout_s`` to land what is pending; what is left stays journaled for the next
@@ -335,6 +341,11 @@ class Recorder(Actor[None]):
     async def _reject(self, entry: JournalEntry, exc: CommitmentRejected) -> None:
         if exc.reason == "InvalidAccountNonce":
             raise exc  # another relay used the node's nonce first: retry with a fresh one
+        if (
+            exc.reason == "SapoLedgerProducerRoundNotCommitted"
+            and entry.attempts < limits.LEDGER_CREDIT_WAIT_ATTEMPTS
+        ):
+            raise exc  # the producer lands its round on its own schedule: wait for it
         if exc.reason == "SapoLedgerRoundNotIncreasing":
             reason = "superseded: a later round of this node is already on chain"
         else:

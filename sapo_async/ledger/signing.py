@@ -43,6 +43,7 @@ COMMITMENT_TYPES: dict[str, list[dict[str, str]]] = {
         {"name": "externalRoot", "type": "bytes32"},
         {"name": "externalCount", "type": "uint32"},
         {"name": "producers", "type": "address[]"},
+        {"name": "producerRounds", "type": "uint64[]"},
         {"name": "counts", "type": "uint32[]"},
         {"name": "nonce", "type": "uint256"},
     ]
@@ -74,6 +75,7 @@ def commitment_typed_data(
         "externalRoot": payload.external_root,
         "externalCount": payload.external_count,
         "producers": list(payload.producers),
+        "producerRounds": list(payload.producer_rounds),
         "counts": list(payload.counts),
         "nonce": nonce,
     }

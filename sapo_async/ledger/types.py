@@ -4,8 +4,10 @@ Owns validation of a round's commitment and its reduction to what goes on chain 
 counts, the address-sorted usage list). Knows nothing about web3, journals or actors.
 
 Invariants: a :class:`RoundCommitment` is valid once constructed (32-byte unique hashes,
-checksummed addresses, no self-usage, at most ``MAX_PRODUCERS`` producers, rounds and counts
-within the contract's integer widths); :meth:`RoundCommitment.payload` is deterministic.
+checksummed addresses, no self-usage, at most ``MAX_PRODUCERS`` usage entries (one per
+producer round), counts within ``MAX_ROLLOUTS_PER_ROUND``, rounds within the contract's
+integer widths); :meth:`RoundCommitment.payload` is deterministic. Whether each credited
+producer round exists on chain (the contract's credit rules) is the ledger's to check.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from sapo_async.ledger.merkle import MerkleTree
 
 __all__ = [
     "MAX_PRODUCERS",
+    "MAX_ROLLOUTS_PER_ROUND",
+    "MAX_ROUND_STEP",
     "CommitmentPayload",
     "NodeStats",
     "OnChainCommitment",
@@ -32,7 +36,16 @@ __all__ = [
 ]
 
 MAX_PRODUCERS = 64
-"""Mirror of ``SapoLedger.MAX_PRODUCERS``: producers one commitment may credit."""
+"""Mirror of ``SapoLedger.MAX_PRODUCERS``: usage entries (producer, producer round) one
+commitment may carry."""
+
+MAX_ROLLOUTS_PER_ROUND = 4096
+"""Mirror of ``SapoLedger.MAX_ROLLOUTS_PER_ROUND``: most rollouts a round may commit or use
+(equal to ``limits.BUFFER_MAX_GROUPS``: no node holds more groups of a round)."""
+
+MAX_ROUND_STEP = 2**32
+"""Mirror of ``SapoLedger.MAX_ROUND_STEP``: most a node's round may jump above its last (and
+the highest first round), so no node can lock itself out by committing round 2**64-1."""
 
 _UINT64 = 2**64 - 1
 _UINT32 = 2**32 - 1
@@ -66,6 +79,7 @@ class CommitmentPayload:
     external_root: bytes
     external_count: int
     producers: tuple[str, ...]
+    producer_rounds: tuple[int, ...]
     counts: tuple[int, ...]
 
     def as_abi(self) -> tuple[Any, ...]:
@@ -78,6 +92,7 @@ class CommitmentPayload:
             self.external_root,
             self.external_count,
             list(self.producers),
+            list(self.producer_rounds),
             list(self.counts),
         )
 
@@ -91,14 +106,16 @@ class RoundCommitment:
         round: the node's own round counter (strictly increasing per node on chain).
         policy_version: the policy version the round's local rollouts were generated with.
         rollout_hashes: keccak-256 hashes of the groups this node shared this round.
-        external_hashes: hashes of the external groups this node trained on, by producer.
+        external_hashes: hashes of the external groups this node trained on, by producer and
+            by the producer's round that shared them (``{producer: {producer_round: hashes}}``):
+            the contract credits a producer only for a round it committed.
     """
 
     node: str
     round: int
     policy_version: int
     rollout_hashes: Sequence[bytes] = ()
-    external_hashes: Mapping[str, Sequence[bytes]] = field(default_factory=dict)
+    external_hashes: Mapping[str, Mapping[int, Sequence[bytes]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         node = checksum(self.node)
@@ -106,8 +123,8 @@ class RoundCommitment:
         _uint(self.round, _UINT64, "round")
         _uint(self.policy_version, _UINT64, "policy_version")
         object.__setattr__(self, "rollout_hashes", tuple(bytes(h) for h in self.rollout_hashes))
-        external: dict[str, tuple[bytes, ...]] = {}
-        for producer, hashes in self.external_hashes.items():
+        external: dict[str, dict[int, tuple[bytes, ...]]] = {}
+        for producer, by_round in self.external_hashes.items():
             address = checksum(producer)
             if address == node:
                 raise RejectedInput(
@@ -115,23 +132,46 @@ class RoundCommitment:
                 )
             if address in external:
                 raise RejectedInput("duplicate_producer", address, producer=address)
-            if hashes:
-                external[address] = tuple(bytes(h) for h in hashes)
-        if len(external) > MAX_PRODUCERS:
+            if not isinstance(by_round, Mapping):
+                raise RejectedInput(
+                    "bad_external_hashes",
+                    f"external_hashes[{address}] must map producer rounds to hashes",
+                    producer=address,
+                )
+            rounds = {
+                _uint(r, _UINT64, "producer_round"): tuple(bytes(h) for h in hashes)
+                for r, hashes in by_round.items()
+                if hashes
+            }
+            if rounds:
+                external[address] = dict(sorted(rounds.items()))
+        entries = sum(len(rounds) for rounds in external.values())
+        if entries > MAX_PRODUCERS:
             raise RejectedInput(
-                "too_many_producers", f"{len(external)} producers, at most {MAX_PRODUCERS}"
+                "too_many_producers",
+                f"{entries} usage entries (producer rounds), at most {MAX_PRODUCERS}",
             )
         object.__setattr__(self, "external_hashes", external)
         # Building the trees validates every hash (32 bytes, no duplicates) up front, so a
         # bad commitment fails at the trainer, not later in the recorder.
-        _uint(len(self.rollout_hashes), _UINT32, "rollout_count")
+        _uint(len(self.rollout_hashes), MAX_ROLLOUTS_PER_ROUND, "rollout_count")
+        _uint(self.external_count, MAX_ROLLOUTS_PER_ROUND, "external_count")
         MerkleTree.from_hashes(self.rollout_hashes)
-        MerkleTree.from_hashes(h for hashes in external.values() for h in hashes)
+        self.external_tree()
 
     @property
     def external_count(self) -> int:
         """Number of external rollouts trained on."""
-        return sum(len(h) for h in self.external_hashes.values())
+        return sum(len(h) for _, _, h in self.usage())
+
+    def usage(self) -> list[tuple[str, int, tuple[bytes, ...]]]:
+        """``(producer, producer_round, hashes)`` entries in the contract's order: ascending by
+        producer address, then by round."""
+        return [
+            (producer, r, tuple(self.external_hashes[producer][r]))
+            for producer in sorted(self.external_hashes, key=lambda a: int(a, 16))
+            for r in sorted(self.external_hashes[producer])
+        ]
 
     def rollout_tree(self) -> MerkleTree:
         """Merkle tree of this round's own rollout hashes."""
@@ -139,11 +179,11 @@ class RoundCommitment:
 
     def external_tree(self) -> MerkleTree:
         """Merkle tree of every external rollout hash trained on this round."""
-        return MerkleTree.from_hashes(h for hs in self.external_hashes.values() for h in hs)
+        return MerkleTree.from_hashes(h for _, _, hs in self.usage() for h in hs)
 
     def payload(self) -> CommitmentPayload:
-        """Reduce to what goes on chain: roots, counts and the address-sorted usage list."""
-        producers = sorted(self.external_hashes, key=lambda a: int(a, 16))
+        """Reduce to what goes on chain: roots, counts and the sorted usage list."""
+        usage = self.usage()
         return CommitmentPayload(
             round=self.round,
             policy_version=self.policy_version,
@@ -151,8 +191,9 @@ class RoundCommitment:
             rollout_count=len(self.rollout_hashes),
             external_root=self.external_tree().root,
             external_count=self.external_count,
-            producers=tuple(producers),
-            counts=tuple(len(self.external_hashes[p]) for p in producers),
+            producers=tuple(p for p, _, _ in usage),
+            producer_rounds=tuple(r for _, r, _ in usage),
+            counts=tuple(len(hs) for _, _, hs in usage),
         )
 
     def to_json(self) -> str:
@@ -164,7 +205,8 @@ class RoundCommitment:
                 "policy_version": self.policy_version,
                 "rollout_hashes": [h.hex() for h in self.rollout_hashes],
                 "external_hashes": {
-                    p: [h.hex() for h in hs] for p, hs in self.external_hashes.items()
+                    p: {str(r): [h.hex() for h in hs] for r, hs in rounds.items()}
+                    for p, rounds in self.external_hashes.items()
                 },
             },
             sort_keys=True,
@@ -185,10 +227,11 @@ class RoundCommitment:
                 policy_version=data["policy_version"],
                 rollout_hashes=[bytes.fromhex(h) for h in data["rollout_hashes"]],
                 external_hashes={
-                    p: [bytes.fromhex(h) for h in hs] for p, hs in data["external_hashes"].items()
+                    p: {int(r): [bytes.fromhex(h) for h in hs] for r, hs in rounds.items()}
+                    for p, rounds in data["external_hashes"].items()
                 },
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, RejectedInput):
                 raise
             raise RejectedInput("bad_commitment_json", str(exc)) from exc
@@ -240,13 +283,15 @@ class NodeStats:
 
 @dataclass(frozen=True, slots=True)
 class UsageCredit:
-    """One ``UsageCredited`` event: ``consumer`` trained on ``count`` rollouts of ``producer``."""
+    """One ``UsageCredited`` event: ``consumer``, in its round ``round``, trained on ``count``
+    rollouts ``producer`` committed in its round ``producer_round``."""
 
     producer: str
     consumer: str
     round: int
     count: int
     block_number: int
+    producer_round: int
 
 
 @dataclass(frozen=True, slots=True)

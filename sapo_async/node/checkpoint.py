@@ -13,6 +13,12 @@ and only then named in ``LATEST`` (``os.replace``), so a crash leaves either the
 checkpoint or the new one, never a torn one; the loader re-checks file digests anyway.
 No pickle anywhere: tensors go to safetensors, everything else to JSON.
 
+Damage (a flipped byte, a truncated file, a missing manifest) is found by the digests
+before anything is loaded. The loader then falls back to the newest older checkpoint that
+checks out, and moves each damaged one aside as ``<dir>/damaged-round-…`` (out of the
+rotation, so nothing later deletes or overwrites it) for the volunteer to inspect or
+delete; with no good checkpoint left it raises, naming the paths and what to do.
+
 Deliberately does not know what a round does. Resuming restores everything the next round
 depends on: with the round-keyed seeds of :mod:`sapo_async.node.learner`, a resumed node's next
 round equals an uninterrupted run's (tested).
@@ -20,6 +26,7 @@ round equals an uninterrupted run's (tested).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -37,7 +44,14 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from sapo_async.errors import CheckpointError
 
-__all__ = ["FORMAT_VERSION", "CheckpointState", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointState",
+    "DamagedCheckpoint",
+    "has_checkpoint",
+    "load_checkpoint",
+    "save_checkpoint",
+]
 
 FORMAT_VERSION = 1
 _LATEST = "LATEST"
@@ -52,12 +66,29 @@ class CheckpointState:
         policy_version: optimizer steps taken.
         path: the checkpoint's directory.
         extra: caller data saved with it.
+        damaged: newer checkpoints that were damaged and skipped (moved aside).
     """
 
     round: int
     policy_version: int
     path: Path
     extra: dict[str, Any] = field(default_factory=dict)
+    damaged: tuple[DamagedCheckpoint, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DamagedCheckpoint:
+    """A checkpoint the loader skipped.
+
+    Attributes:
+        path: where it was.
+        reason: what was wrong with it.
+        kept_as: where it was moved (``damaged-<name>`` beside it).
+    """
+
+    path: Path
+    reason: str
+    kept_as: Path
 
 
 def _sha256(path: Path) -> str:
@@ -182,29 +213,114 @@ def _restore_rng(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None
     np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
+class _Damaged(Exception):
+    """A checkpoint's files do not check out (internal: the loader falls back)."""
+
+
+def _verified_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of the checkpoint at ``path`` once every file matches its digest.
+
+    Raises:
+        _Damaged: missing directory or manifest, unreadable manifest, or a file that is
+            missing or torn.
+        CheckpointError: another format version (not damage: an older release wrote it).
+    """
+    try:
+        loaded = json.loads((path / "manifest.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise _Damaged(f"no readable manifest ({exc})") from exc
+    files = loaded.get("files") if isinstance(loaded, dict) else None
+    if not isinstance(files, dict):
+        raise _Damaged("no readable manifest (no map of files and digests)")
+    manifest: dict[str, Any] = loaded
+    if manifest.get("format") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {path} has format {manifest.get('format')}, this release reads "
+            f"{FORMAT_VERSION}: run the release that wrote it, or move {path.parent} aside "
+            "to start from round 0"
+        )
+    for f, digest in files.items():
+        try:
+            ok = _sha256(path / f) == digest
+        except OSError:
+            ok = False
+        if not ok:
+            raise _Damaged(f"file {f} is missing or torn (its digest does not match)")
+    return manifest
+
+
+def _move_aside(path: Path) -> Path:
+    target = path.with_name(f"damaged-{path.name}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"damaged-{path.name}-{n}")
+    os.rename(path, target)
+    return target
+
+
+def has_checkpoint(directory: Path) -> bool:
+    """Whether ``directory`` holds a checkpoint to resume from (a LATEST pointer, or a
+    checkpoint directory when the pointer itself was lost)."""
+    directory = Path(directory)
+    return (directory / _LATEST).is_file() or any(p.is_dir() for p in directory.glob("round-*"))
+
+
 def load_checkpoint(
     directory: Path, *, model: Any, optimizer: torch.optim.Optimizer | None = None
 ) -> CheckpointState:
     """Load the checkpoint LATEST names into ``model`` (and ``optimizer``), restoring RNGs.
 
+    A damaged checkpoint (torn or missing files, unreadable manifest) is skipped for the
+    newest older one that checks out, and moved aside (see the module docstring); the
+    returned state lists what was skipped.
+
     Raises:
-        CheckpointError: no checkpoint, a digest mismatch (torn or altered files), another
-            format version, or tensors that do not fit the model or optimizer.
+        CheckpointError: no checkpoint, no undamaged one (the message names each and what
+            to do), another format version, or tensors that do not fit the model or
+            optimizer.
     """
     directory = Path(directory)
     latest = directory / _LATEST
-    if not latest.is_file():
-        raise CheckpointError(f"no checkpoint in {directory} (no {_LATEST} file)")
-    path = directory / latest.read_text().strip()
     try:
-        manifest = json.loads((path / "manifest.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint {path} has no readable manifest: {exc}") from exc
-    if manifest.get("format") != FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint {path} has format {manifest.get('format')}")
-    for f, digest in manifest["files"].items():
-        if not (path / f).is_file() or _sha256(path / f) != digest:
-            raise CheckpointError(f"checkpoint file {path / f} is missing or torn")
+        named = latest.read_text().strip() if latest.is_file() else ""
+    except (OSError, UnicodeDecodeError):
+        named = ""  # a damaged pointer: the round-* directories themselves still tell
+    if named and (os.sep in named or not named.startswith("round-")):
+        named = ""
+    others = sorted(
+        (p for p in directory.glob("round-*") if p.is_dir() and p.name != named), reverse=True
+    )
+    candidates = ([directory / named] if named else []) + others
+    if not candidates:
+        raise CheckpointError(f"no checkpoint in {directory} (no {_LATEST} file)")
+    skipped: list[tuple[Path, str]] = []
+    for path in candidates:
+        try:
+            manifest = _verified_manifest(path)
+        except _Damaged as why:
+            skipped.append((path, str(why)))
+            continue
+        state = _load_verified(path, manifest, model=model, optimizer=optimizer)
+        damaged = tuple(
+            DamagedCheckpoint(p, reason, _move_aside(p) if p.exists() else p)
+            for p, reason in skipped
+        )
+        return dataclasses.replace(state, damaged=damaged)
+    listed = "; ".join(f"{p}: {reason}" for p, reason in skipped)
+    raise CheckpointError(
+        f"no usable checkpoint in {directory}: {listed}. Nothing was changed: restore the "
+        f"directory from a backup, or move it aside to start again from round 0"
+    )
+
+
+def _load_verified(
+    path: Path,
+    manifest: dict[str, Any],
+    *,
+    model: Any,
+    optimizer: torch.optim.Optimizer | None,
+) -> CheckpointState:
     try:
         load_model(model, str(path / "model.safetensors"), strict=True)
         tensors = load_file(str(path / "optimizer.safetensors"))

@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 
 from sapo_async.errors import ConfigError
-from sapo_async.node.checkpoint import load_checkpoint, save_checkpoint
+from sapo_async.node.checkpoint import CheckpointState, load_checkpoint, save_checkpoint
 from sapo_async.node.groups import (
     GeneratedGroup,
     generate_groups,
@@ -277,15 +277,19 @@ class Learner:
             policy_version=self.policy_version,
         )
 
-    def restore(self, directory: Path) -> None:
-        """Restore the latest checkpoint in ``directory`` into this node.
+    def restore(self, directory: Path) -> CheckpointState:
+        """Restore the latest good checkpoint in ``directory`` into this node.
+
+        Returns:
+            What was loaded, and which damaged newer checkpoints were skipped.
 
         Raises:
-            CheckpointError: missing, torn or incompatible checkpoint.
+            CheckpointError: no usable checkpoint, or an incompatible one.
         """
         state = load_checkpoint(directory, model=self.model, optimizer=self.trainer.optimizer)
         self.round = state.round
         self.trainer.policy_version = state.policy_version
+        return state
 
 
 def run_rounds(

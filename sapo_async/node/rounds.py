@@ -394,9 +394,12 @@ class RoundLoop:
         """
         if self.recorder is None:
             return 0, 0
-        by_producer: dict[str, list[bytes]] = {}
+        # Keyed by the producer's own round: the ledger credits a producer only for a round
+        # it committed, and never for more rollouts than it committed in that round.
+        by_producer: dict[str, dict[int, list[bytes]]] = {}
         for c in chosen:
-            by_producer.setdefault(c.producer, []).append(c.buffered.rollout_hash)
+            by_round = by_producer.setdefault(c.producer, {})
+            by_round.setdefault(c.buffered.group.producer_round, []).append(c.buffered.rollout_hash)
         commitment = RoundCommitment(
             node=self.address,
             round=shared.round,
@@ -439,8 +442,14 @@ class RoundLoop:
         t2 = time.perf_counter()
         used: Counter[str] = Counter(c.producer for c in chosen)
         self._used.update(used)
-        pending, confirmed = await self._commit(shared, chosen)
         self.learner.round = shared.round + 1
+        if self.recorder is not None:
+            # Checkpoint before the commitment: a node killed at any point then resumes at
+            # or after every round it committed, with the weights it trained, so it never
+            # commits a policy version lower than one already on chain and never skips
+            # rounds it trained (a restart from an older checkpoint did both).
+            await self.save_checkpoint()
+        pending, confirmed = await self._commit(shared, chosen)
         received, rejections = self._collected()
         rewards = [c.reward for g in shared.local for c in g.completions]
         staleness = [choice.newest[c.producer] - c.buffered.group.producer_round for c in chosen]

@@ -31,7 +31,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from sapo_async.errors import ConfigError
-from sapo_async.limits import ACTOR_DRAIN_TIMEOUT_S, BUFFER_MAX_AGE_S, NATS_JOIN_TIMEOUT_S
+from sapo_async.limits import (
+    ACTOR_DRAIN_TIMEOUT_S,
+    BUFFER_MAX_AGE_S,
+    MAX_SWARM_SEED,
+    NATS_JOIN_TIMEOUT_S,
+)
 
 if TYPE_CHECKING:
     import anyio
@@ -180,7 +185,12 @@ class TrainingSpec:
         _check(
             self.rounds is None or self.rounds >= 0, "training.rounds", "None or >= 0", self.rounds
         )
-        _check(self.seed >= 0, "training.seed", ">= 0", self.seed)
+        _check(
+            0 <= self.seed <= MAX_SWARM_SEED,
+            "training.seed",
+            f"in 0..{MAX_SWARM_SEED} (it fills the top 12 bits of the 64-bit TaskRef.seed)",
+            self.seed,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +256,7 @@ class LedgerSpec:
     enabled: bool = True
     rpc_url: str | None = None
     contract_address: str | None = None
-    relayer_key: str | None = None
+    relayer_key: str | None = field(default=None, repr=False)  # a secret: never in logs
     journal_path: Path | None = None
 
     def __post_init__(self) -> None:
@@ -277,7 +287,8 @@ class CheckpointSpec:
     Attributes:
         dir: checkpoints go here, and the node resumes from the latest one (model,
             optimizer, round, RNG states); None: no checkpoints.
-        every: rounds between checkpoints (one is also saved on leave).
+        every: rounds between checkpoints (one is also saved on leave); a node with a
+            ledger recorder checkpoints every round, before its commitment.
     """
 
     dir: Path | None = None

@@ -37,6 +37,7 @@ from sapo_async.ledger.journal import Journal
 from sapo_async.ledger.recorder import Recorder
 from sapo_async.limits import NATS_JOIN_BACKOFF_BASE_S, NATS_JOIN_BACKOFF_MAX_S
 from sapo_async.logs import get_logger
+from sapo_async.node.checkpoint import has_checkpoint
 from sapo_async.node.embedded import EMBEDDED
 from sapo_async.node.learner import Learner, build_learner
 from sapo_async.node.lifecycle import Node, default_name
@@ -183,13 +184,24 @@ async def _prepare_learner(spec: NodeSpec, learner: Learner, address: str) -> No
         await engine.probe()  # engine and trainer must start from the same weights
         learner.generator = engine
     directory = spec.checkpoint.dir
-    if directory is not None and (Path(directory) / "LATEST").is_file():
-        await anyio.to_thread.run_sync(learner.restore, Path(directory))
+    if directory is not None and await anyio.to_thread.run_sync(has_checkpoint, Path(directory)):
+        state = await anyio.to_thread.run_sync(learner.restore, Path(directory))
+        for damaged in state.damaged:
+            _log.warning(
+                "checkpoint_damaged",
+                node=address,
+                path=str(damaged.path),
+                reason=damaged.reason,
+                kept_as=str(damaged.kept_as),
+                resumed_from=str(state.path),
+                advice="nothing was deleted: inspect or delete the damaged copy",
+            )
         _log.info(
             "node_resumed",
             node=address,
             round=learner.round,
             policy_version=learner.policy_version,
+            checkpoint=str(state.path),
         )
 
 
@@ -298,5 +310,16 @@ async def _make_recorder(
 
     cleanups.append(close_journal)
     journaled = [e.round for e in journal.entries(account.address)]
-    learner.round = max(learner.round, max(journaled, default=-1) + 1)
+    after_journal = max(journaled, default=-1) + 1
+    if after_journal > learner.round:
+        # Only when the checkpoint is older than the journal (a node that checkpoints
+        # before each commitment, as the round loop does, is never here after a crash).
+        _log.warning(
+            "resumed_behind_journal",
+            node=account.address,
+            checkpoint_round=learner.round,
+            journal_round=after_journal,
+            skipped_rounds=after_journal - learner.round,
+        )
+        learner.round = after_journal
     return Recorder(ledger, journal, account, metadata=learner.model_id)

@@ -138,6 +138,12 @@ class NodeConfig(BaseSettings):
         return self.node.data_dir / "journal"
 
     @property
+    def journal_path(self) -> Path:
+        """The node's ledger journal: ``<data_dir>/journal/journal.sqlite`` (``verify`` reads
+        it)."""
+        return self.journal_dir / "journal.sqlite"
+
+    @property
     def log_dir(self) -> Path:
         """Where log files go: ``<data_dir>/logs``."""
         return self.node.data_dir / "logs"
@@ -206,7 +212,8 @@ class NodeConfig(BaseSettings):
                 enabled=ledger.enabled,
                 rpc_url=ledger.rpc_url,
                 contract_address=ledger.contract_address,
-                journal_path=self.journal_dir / "journal.sqlite",
+                relayer_key=ledger.read_relayer_key() if ledger.enabled else None,
+                journal_path=self.journal_path,
             ),
             checkpoint=CheckpointSpec(dir=self.checkpoint_dir, every=self.node.checkpoint_every),
         )

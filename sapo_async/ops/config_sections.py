@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
+from sapo_async.errors import ConfigError
+from sapo_async.limits import MAX_SWARM_SEED
+
 if TYPE_CHECKING:
     from sapo_async.fabric.transport.embedded import NatsOptions
 
@@ -125,12 +128,22 @@ class NodeSection(_Section):
         Path("~/.sapo"),
         description="Directory for this node's keystore, checkpoints, ledger journal and logs.",
     )
-    seed: int = Field(0, ge=0, description="Seed for task sampling and generation RNGs.")
+    seed: int = Field(
+        0,
+        ge=0,
+        le=MAX_SWARM_SEED,
+        description="Seed for task sampling and generation RNGs (0..4095: it fills the top "
+        "12 bits of a 64-bit wire field).",
+    )
     rounds: int | None = Field(
         None, ge=1, description="Rounds to run, then stop; unset runs until stopped."
     )
     checkpoint_every: int = Field(
-        10, ge=1, description="Write a checkpoint (model, optimizer, round, RNG) every N rounds."
+        10,
+        ge=1,
+        description="Write a checkpoint (model, optimizer, round, RNG) every N rounds; with "
+        "the ledger on, every round, before its commitment (a restart then never commits a "
+        "lower policy version than the chain has).",
     )
     drain_timeout_s: float = Field(
         10.0,
@@ -276,6 +289,44 @@ class LedgerSection(_Section):
     chain_id: int | None = Field(
         None, ge=1, description="Expected chain id; the node refuses a chain that differs."
     )
+    relayer_key_file: Path | None = Field(
+        None,
+        description="File whose first line is the private key of an account that pays gas "
+        "for this node's commitments: the node signs each one (EIP-712), the relayer sends "
+        "it. Unset: the node pays its own gas.",
+    )
+
+    @field_validator("relayer_key_file")
+    @classmethod
+    def _expand_key_file(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
+
+    def read_relayer_key(self) -> str | None:
+        """The relayer's private key from ``relayer_key_file`` (None when unset).
+
+        Raises:
+            ConfigError: the file cannot be read or its first line is not a private key
+                (0x and 64 hex digits); the message never shows the file's content.
+        """
+        path = self.relayer_key_file
+        if path is None:
+            return None
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"cannot read ledger.relayer_key_file {path}: {exc}",
+                field="ledger.relayer_key_file",
+            ) from exc
+        key = lines[0].strip() if lines else ""
+        digits = key.removeprefix("0x")
+        if len(digits) != 64 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+            raise ConfigError(
+                f"ledger.relayer_key_file {path}: the first line must be a private key "
+                "(0x followed by 64 hex digits)",
+                field="ledger.relayer_key_file",
+            )
+        return "0x" + digits
 
     @field_validator("rpc_url")
     @classmethod

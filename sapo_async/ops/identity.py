@@ -123,6 +123,51 @@ def _write_keystore(path: Path, keystore: dict[str, Any]) -> None:
         tmp.unlink()
 
 
+_DAMAGED_ADVICE = (
+    "nothing was changed: restore it from your backup; without one, move it aside and run "
+    "`sapo-async identity` for a new key (a new address: what the old one earned stays "
+    "with the old one)"
+)
+
+_KEYSTORE_FIELDS = ("cipher", "cipherparams", "ciphertext", "kdf", "kdfparams", "mac")
+
+
+def _read_keystore(path: Path) -> dict[str, Any]:
+    """Read a keystore and check its shape, before anyone is asked for a password.
+
+    Raises:
+        IdentityError: unreadable, not JSON, or not a version-3 Ethereum key file.
+    """
+    try:
+        keystore = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise IdentityError(
+            f"cannot read keystore {path}: {exc}", field="identity.keystore"
+        ) from exc
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise IdentityError(
+            f"keystore {path} is damaged (not JSON: {exc}); {_DAMAGED_ADVICE}",
+            field="identity.keystore",
+        ) from exc
+    if not isinstance(keystore, dict):
+        raise IdentityError(
+            f"keystore {path} is not an encrypted Ethereum key file (a JSON "
+            f"{type(keystore).__name__}, not an object); {_DAMAGED_ADVICE}",
+            field="identity.keystore",
+        )
+    checked: dict[str, Any] = keystore
+    crypto = checked.get("crypto", checked.get("Crypto"))
+    missing = [f for f in _KEYSTORE_FIELDS if not isinstance(crypto, dict) or f not in crypto]
+    version = checked.get("version")
+    if version != 3 or missing:
+        problem = f"version {version!r}, not 3" if version != 3 else f"no {', '.join(missing)}"
+        raise IdentityError(
+            f"keystore {path} is not an encrypted Ethereum key file ({problem}); {_DAMAGED_ADVICE}",
+            field="identity.keystore",
+        )
+    return checked
+
+
 def load_or_create_identity(
     cfg: NodeConfig,
     *,
@@ -151,20 +196,21 @@ def load_or_create_identity(
 
     path = cfg.keystore_path
     if path.exists():
-        try:
-            keystore = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise IdentityError(
-                f"keystore {path} is not readable JSON: {exc}", field="identity.keystore"
-            ) from exc
+        keystore = _read_keystore(path)
         password = resolve_password(cfg, creating=False, prompt=prompt, interactive=interactive)
         try:
             key = Account.decrypt(keystore, password)
-        except ValueError as exc:
-            # eth-keyfile says "MAC mismatch" for a wrong password.
+        except (KeyError, TypeError, ValueError, NotImplementedError) as exc:
+            # eth-keyfile says "MAC mismatch" when the derived key does not fit the file.
+            if "MAC mismatch" in str(exc):
+                raise IdentityError(
+                    f"wrong password for keystore {path} (or the file was altered): check "
+                    f"${cfg.identity.password_env} or identity.password_file; the keystore "
+                    "is unchanged",
+                    field="identity.keystore",
+                ) from exc
             raise IdentityError(
-                f"cannot decrypt keystore {path}: wrong password, or the file is not an "
-                f"encrypted Ethereum key ({exc})",
+                f"keystore {path} is damaged ({type(exc).__name__}: {exc}); {_DAMAGED_ADVICE}",
                 field="identity.keystore",
             ) from exc
         account: LocalAccount = Account.from_key(key)

@@ -49,7 +49,7 @@ the chain's gas price would train, fail every send and end with nothing on chain
 
 _FUND_FIX = (
     "send it some ETH on this chain (locally: `sapo-async devnet --fund {address}`), or "
-    "configure a relayer that pays for the node's commitments"
+    "set ledger.relayer_key_file to an account that pays for the node's commitments"
 )
 
 
@@ -101,17 +101,10 @@ def check_metrics_port(cfg: NodeConfig) -> Check | None:
     return Check("metrics", "ok", f"{host}:{port} is free")
 
 
-def _payer(cfg: NodeConfig, node: str, relayer: str | None) -> tuple[str, str] | None:
-    """Who pays for commitments: (address, "relayer"|"node"), or None when nobody needs to.
-
-    Hook for a relayer option: a relayer address (from the relayer's key) is checked
-    instead of the node; a ``ledger.relayer_url`` (a relaying service) pays for itself.
-    """
-    if relayer is not None:
-        return relayer, "relayer"
-    if getattr(cfg.ledger, "relayer_url", None):
-        return None
-    return node, "node"
+def _payer(node: str, relayer: str | None) -> tuple[str, str]:
+    """Who pays for commitments: the relayer (``ledger.relayer_key_file``) if any, else the
+    node itself."""
+    return (relayer, "relayer") if relayer is not None else (node, "node")
 
 
 def _ledger_chain(cfg: NodeConfig, chain: Chain | None, timeout: float) -> Chain | None:
@@ -219,16 +212,15 @@ def require_funds(
         timeout: seconds per request.
 
     Returns:
-        The passed check, or None when nobody pays (no ledger, the embedded chain, or a
-        relaying service).
+        The passed check, or None when nobody pays (no ledger, or the embedded chain).
 
     Raises:
         ConfigError: the payer cannot afford one commitment; the fix says how to fund it.
     """
     chain = _ledger_chain(cfg, chain, timeout)
-    payer = _payer(cfg, node, relayer)
-    if chain is None or payer is None:
+    if chain is None:
         return None
+    payer = _payer(node, relayer)
     check = check_funds(chain, payer[0], who=payer[1])
     raise_first_failure([check])
     return check

@@ -14,18 +14,30 @@ from __future__ import annotations
 
 import io
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
+from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from sapo_async.logs import get_logger
 from sapo_async.node.report import RoundReport
 from sapo_async.ops.service import Service
 
-__all__ = ["StatusState", "StatusView", "render_status", "render_text", "report_log_fields"]
+__all__ = [
+    "StatusState",
+    "StatusView",
+    "live_table",
+    "print_unclipped",
+    "render_status",
+    "render_text",
+    "report_log_fields",
+]
 
 
 def _log() -> Any:
@@ -80,10 +92,11 @@ def render_status(state: StatusState) -> Table:
     """
     last = state.last
     title = "sapo-async node"
+    # Titles and cells given as str are rich markup: escape what a user or peer chose.
     if state.node:
-        title += f" {state.node}"
+        title += f" {escape(state.node)}"
     if state.swarm:
-        title += f" in swarm {state.swarm!r}"
+        title += f" in swarm {escape(repr(state.swarm))}"
     table = Table(title=title, show_header=True, header_style="bold", expand=False)
     table.add_column("", style="bold")
     table.add_column("last round", justify="right")
@@ -109,7 +122,9 @@ def render_status(state: StatusState) -> Table:
         table.add_row("rejections", "0", "0")
     for reason in sorted(state.rejections):
         table.add_row(
-            f"rejected: {reason}", str(this_round.get(reason, 0)), str(state.rejections[reason])
+            f"rejected: {escape(reason)}",
+            str(this_round.get(reason, 0)),
+            str(state.rejections[reason]),
         )
     table.add_row("round time (s)", cell("round_s", ".2f"), "")
     return table
@@ -121,6 +136,40 @@ def render_text(state: StatusState, *, width: int = 80) -> str:
     console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
     console.print(render_status(state))
     return buffer.getvalue()
+
+
+def print_unclipped(console: Console, renderable: RenderableType) -> None:
+    """Print ``renderable``; off a terminal, as wide as it needs.
+
+    rich assumes 80 columns when output is piped or redirected and shrinks a table to fit,
+    cutting 42-character addresses that must stay copyable. A pipe has no width, so off a
+    terminal the table gets its natural width; on a terminal the terminal's width rules.
+    """
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    natural = Measurement.get(console, console.options.update_width(10_000), renderable)
+    width = console.width
+    console.width = max(width, natural.maximum)  # print(width=) is capped at console.width
+    try:
+        console.print(renderable)
+    finally:
+        console.width = width
+
+
+@contextmanager
+def live_table(
+    renderable: RenderableType, *, console: Console, refresh_per_second: float = 2
+) -> Iterator[Live]:
+    """rich's ``Live`` that leaves the output on a fresh line when it ends.
+
+    Off a terminal, ``Live`` writes its last frame without a final newline, so whatever is
+    printed next (the closing audit table's title) would start on the frame's bottom border.
+    """
+    with Live(renderable, console=console, refresh_per_second=refresh_per_second) as live:
+        yield live
+    if not console.is_terminal:
+        console.line()
 
 
 def report_log_fields(report: RoundReport) -> dict[str, Any]:
@@ -197,3 +246,5 @@ class StatusView(Service):
         if self._live is not None:
             live, self._live = self._live, None
             live.stop()
+            if not live.console.is_terminal:
+                live.console.line()  # see live_table

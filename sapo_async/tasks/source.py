@@ -40,6 +40,7 @@ from typing import Any, Literal
 import reasoning_gym
 
 from sapo_async.errors import ConfigError, RejectedInput
+from sapo_async.limits import MAX_SWARM_SEED
 from sapo_async.tasks.spec import FamilySpec, config_digest
 from sapo_async.wire import TaskRef
 
@@ -88,10 +89,15 @@ def dataset_seed(swarm_seed: int) -> int:
     """The reasoning-gym dataset seed of a swarm (``swarm_seed << 52``).
 
     Raises:
-        ConfigError: negative swarm seed.
+        ConfigError: a swarm seed outside ``0..MAX_SWARM_SEED`` (a larger one would not fit
+            the 64-bit ``TaskRef.seed`` wire field).
     """
-    if swarm_seed < 0:
-        raise ConfigError(f"swarm seed must be >= 0, got {swarm_seed}", field="seed")
+    if not 0 <= swarm_seed <= MAX_SWARM_SEED:
+        raise ConfigError(
+            f"swarm seed must be in 0..{MAX_SWARM_SEED} (it is shifted into a 64-bit wire "
+            f"field), got {swarm_seed}",
+            field="seed",
+        )
     return swarm_seed << 52
 
 

@@ -59,6 +59,7 @@ from sapo_async.wire.rollout import (
 
 __all__ = [
     "EIP191_PREFIX",
+    "SECP256K1_N",
     "DecodedEnvelope",
     "VerifiedGroup",
     "decode_body",
@@ -79,6 +80,15 @@ EIP191_PREFIX = b"\x19Ethereum Signed Message:\n32"
 
 _ENVELOPE_OVERHEAD = 128
 """msgpack framing of the envelope around body and signature (a few bytes; generous)."""
+
+SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+"""Order of the secp256k1 group."""
+
+_HALF_N = SECP256K1_N // 2
+"""The largest s a signature may carry. For every valid (r, s, v) there is a second valid
+signature (r, n - s, v ^ 1) of the same digest; OpenZeppelin's ``ECDSA.recover`` (and
+EIP-2) refuse the upper half so each message has one signature. We refuse it too, so what
+the fabric accepts is exactly what the contract would accept."""
 
 
 class VerifiedGroup(NamedTuple):
@@ -160,11 +170,15 @@ def sign_group(account: LocalAccount, group: RolloutGroup) -> SignedGroup:
 def recover_signer(hash32: bytes, signature: bytes) -> str:
     """Recover the checksummed address that signed ``hash32`` under EIP-191.
 
-    Equivalent to ``Account.recover_message(encode_defunct(primitive=hash32), signature)``.
+    Equivalent to OpenZeppelin's ``ECDSA.recover`` over the EIP-191 digest: what
+    ``Account.recover_message(encode_defunct(primitive=hash32), signature)`` recovers, except
+    that a signature whose s is in the upper half of the curve order (the malleable twin of
+    a valid one, which eth-account accepts and OpenZeppelin refuses) is rejected.
     Memoised (bounded LRU); failures are not cached.
 
     Raises:
-        RejectedInput: ``bad_signature`` when the signature is malformed or unrecoverable.
+        RejectedInput: ``bad_signature`` when the signature is malformed or unrecoverable,
+            ``high_s_signature`` when its s value is above n/2.
     """
     return _recover_cached(bytes(hash32), bytes(signature))
 
@@ -179,6 +193,10 @@ def _recover_cached(hash32: bytes, signature: bytes) -> str:
         v -= 27
     if v not in (0, 1):
         raise RejectedInput("bad_signature", f"recovery id v={signature[64]} is invalid")
+    if int.from_bytes(signature[32:64], "big") > _HALF_N:
+        raise RejectedInput(
+            "high_s_signature", "s is above n/2 (a malleable signature; OpenZeppelin refuses it)"
+        )
     digest = signing_digest(hash32)
     try:
         point = coincurve.PublicKey.from_signature_and_message(
@@ -246,7 +264,8 @@ def verify(signed: SignedGroup, *, max_bytes: int = MAX_GROUP_BYTES) -> Verified
 
     Raises:
         RejectedInput: ``oversize``, ``schema_version``, ``malformed_group``,
-            ``bad_signature`` or ``signer_mismatch`` (the reason attribute says which).
+            ``bad_signature``, ``high_s_signature`` or ``signer_mismatch`` (the reason
+            attribute says which).
     """
     group = decode_body(signed.body, max_bytes=max_bytes)
     digest = rollout_hash(signed.body)

@@ -123,7 +123,7 @@ def test_node_without_funds_for_gas_is_refused_with_the_fund_command(
         "funds",
         "has 0 ETH",
         "sapo-async devnet --fund 0x",
-        "relayer",
+        "ledger.relayer_key_file",
         code=2,
     )
     keystore = json.loads((sandbox.data_dir / "key.json").read_text())  # made, to be funded
@@ -188,5 +188,24 @@ def test_node_refuses_max_new_tokens_beyond_the_models_context(sandbox: Sandbox)
         "training.max_new_tokens",
         "100",
         "64 tokens",
+        code=2,
+    )
+
+
+@pytest.mark.evm
+@pytest.mark.anvil
+def test_node_with_an_empty_relayer_is_refused_naming_the_relayer(
+    sandbox: Sandbox, anvil_chain: AnvilProcess
+) -> None:
+    address = _deploy(anvil_chain, "local")
+    relayer = Account.create()
+    key_file = sandbox.root / "relayer.key"
+    key_file.write_text(relayer.key.hex() + "\n")
+    _node(
+        sandbox,
+        f'[ledger]\nrpc_url = "{anvil_chain.url}"\ncontract_address = "{address}"\n'
+        f'relayer_key_file = "{key_file}"\n',
+        "funds",
+        f"the relayer {relayer.address} has 0 ETH",
         code=2,
     )

@@ -270,6 +270,76 @@ def test_a_torn_checkpoint_is_refused(tiny_lm: Any, tmp_path: Path) -> None:
         load_checkpoint(tmp_path / "empty", model=tiny_lm.model)
 
 
+def _flip_a_byte(path: Path) -> bytes:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def test_a_flipped_byte_falls_back_to_the_previous_checkpoint_and_keeps_the_damaged_one(
+    tiny_lm: Any, tmp_path: Path
+) -> None:
+    # A flipped byte in the newest checkpoint stopped the node with a traceback although
+    # the previous checkpoint (kept by the rotation) was intact.
+    node = _node(tiny_lm)
+    node.round = 2
+    node.save(tmp_path / "ck")
+    at_round_2 = _state(node.model)
+    with torch.no_grad():
+        for p in node.model.parameters():
+            p.add_(1.0)
+    node.round = 4
+    newest = node.save(tmp_path / "ck")
+    flipped = _flip_a_byte(newest / "model.safetensors")
+
+    fresh = _node(tiny_lm)
+    state = fresh.restore(tmp_path / "ck")
+    assert (state.round, fresh.round) == (2, 2)
+    assert state.path == tmp_path / "ck" / "round-00000002"
+    restored = _state(fresh.model)
+    assert all(torch.equal(restored[k], at_round_2[k]) for k in at_round_2)
+    (damaged,) = state.damaged
+    assert damaged.path == newest
+    assert "torn" in damaged.reason
+    assert damaged.kept_as == tmp_path / "ck" / "damaged-round-00000004"
+    assert (damaged.kept_as / "model.safetensors").read_bytes() == flipped
+    # The next save neither overwrites nor rotates the damaged copy away.
+    fresh.round = 4
+    fresh.save(tmp_path / "ck")
+    fresh.round = 6
+    fresh.save(tmp_path / "ck")
+    assert (damaged.kept_as / "model.safetensors").read_bytes() == flipped
+
+
+def test_a_damaged_latest_pointer_still_finds_the_newest_checkpoint(
+    tiny_lm: Any, tmp_path: Path
+) -> None:
+    node = _node(tiny_lm)
+    node.round = 3
+    node.save(tmp_path / "ck")
+    (tmp_path / "ck" / "LATEST").write_bytes(b"\xff\xfe round-0000")
+    state = _node(tiny_lm).restore(tmp_path / "ck")
+    assert state.round == 3
+    assert state.damaged == ()
+
+
+def test_with_no_good_checkpoint_left_the_error_names_each_and_changes_nothing(
+    tiny_lm: Any, tmp_path: Path
+) -> None:
+    node = _node(tiny_lm)
+    path = node.save(tmp_path / "ck")
+    (path / "manifest.json").write_text("{")
+    before = sorted(p.name for p in (tmp_path / "ck").iterdir())
+    with pytest.raises(CheckpointError) as caught:
+        _node(tiny_lm).restore(tmp_path / "ck")
+    message = str(caught.value)
+    assert str(path) in message
+    assert "manifest" in message
+    assert "move it aside" in message
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == before
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_grpo_rounds_raise_training_reward_on_a_fixed_seed(tiny_lm: Any) -> None:

@@ -43,23 +43,34 @@ async def _swarm_rounds(ledger: EvmLedger, journal: Journal, rounds: int, seed: 
     """Four nodes record `rounds` rounds each, training on random shares of each other's output."""
     rng = random.Random(seed)
     nodes = [Account.create() for _ in range(4)]
-    published: dict[str, list[bytes]] = {n.address: [] for n in nodes}
+    published: dict[str, list[tuple[int, bytes]]] = {n.address: [] for n in nodes}
+    # A node trains on each rollout at most once (the collector hands it out once), which is
+    # what the ledger's credit bound (never above what a producer round shared) relies on.
+    used: dict[str, set[bytes]] = {n.address: set() for n in nodes}
     async with AsyncExitStack() as stack:  # recorders close in reverse order: scopes nest
         recorders = [
-            await stack.enter_async_context(Recorder(ledger, journal, n, metadata=f"model:{i}"))
+            await stack.enter_async_context(
+                # Short backoff: a consumer's round waits for its producers' rounds to land.
+                Recorder(
+                    ledger, journal, n, metadata=f"model:{i}", retry_base_s=0.05, retry_max_s=0.5
+                )
+            )
             for i, n in enumerate(nodes)
         ]
         for r in range(rounds):
             for node, rec in zip(nodes, recorders, strict=True):
                 own = [h() for _ in range(rng.randint(0, 6))]
-                external = {}
+                external: dict[str, dict[int, list[bytes]]] = {}
                 for other in nodes:
-                    pool = published[other.address]
+                    pool = [x for x in published[other.address] if x[1] not in used[node.address]]
                     if other is not node and pool and rng.random() < 0.7:
                         k = rng.randint(1, min(3, len(pool)))
-                        external[other.address] = rng.sample(pool, k)
+                        for producer_round, rollout in rng.sample(pool, k):
+                            by_round = external.setdefault(other.address, {})
+                            by_round.setdefault(producer_round, []).append(rollout)
+                            used[node.address].add(rollout)
                 rec.record_nowait(RoundCommitment(node.address, r, r, own, external))
-                published[node.address].extend(own)
+                published[node.address].extend((r, x) for x in own)
         for rec in recorders:
             await rec.wait_idle(120)
     return nodes
@@ -104,7 +115,7 @@ async def test_verify_rollout_proves_own_and_external_hashes_on_chain(
     shared = h()
     commitments = [
         RoundCommitment(a.address, 1, 1, [shared, h(), h()]),
-        RoundCommitment(b.address, 3, 1, [h()], {a.address: [shared]}),
+        RoundCommitment(b.address, 3, 1, [h()], {a.address: {1: [shared]}}),
     ]
     with Journal(tmp_path / "j.sqlite") as journal, Journal(tmp_path / "liar.sqlite") as liar:
         for node, c in zip((a, b), commitments, strict=True):
@@ -142,7 +153,7 @@ def test_cli_deploys_audits_and_verifies_on_anvil(anvil: Anvil, tmp_path: Path, 
         with Journal(journal_path) as journal:
             for node, c in (
                 (a, RoundCommitment(a.address, 0, 0, [shared, h()])),
-                (b, RoundCommitment(b.address, 0, 0, [h()], {a.address: [shared]})),
+                (b, RoundCommitment(b.address, 0, 0, [h()], {a.address: {0: [shared]}})),
             ):
                 async with Recorder(ledger, journal, node) as rec:
                     rec.record_nowait(c)
@@ -157,6 +168,11 @@ def test_cli_deploys_audits_and_verifies_on_anvil(anvil: Anvil, tmp_path: Path, 
     assert report["rollouts_committed"] == 2
     assert report["credit_received"] == 1
     assert report["credit_by_consumer"] == {b.address: 1}
+    assert report["score"] == 1.0  # one consumer round, every consumer trusted by default
+    out = runner.invoke(app, ["audit", a.address, *common, "--trust", a.address, "--json"])
+    assert out.exit_code == 0, out.output
+    (report,) = json.loads(out.stdout)
+    assert report["score"] == 0.0  # b is neither trusted nor used by a trusted consumer
     assert report == json.loads(json.dumps(report))  # plain JSON types only
 
     out = runner.invoke(app, ["audit", "--swarm", *common])

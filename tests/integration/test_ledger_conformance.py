@@ -19,7 +19,12 @@ from sapo_async.errors import CommitmentRejected, LedgerUnavailable
 from sapo_async.ledger import EvmLedger, Ledger, MemoryLedger, RoundCommitment, fund, rpc_chain
 from sapo_async.ledger.merkle import MerkleTree, hash_pair, leaf_hash
 from sapo_async.ledger.signing import commitment_typed_data, sign_commitment
-from sapo_async.ledger.types import MAX_PRODUCERS, CommitmentPayload
+from sapo_async.ledger.types import (
+    MAX_PRODUCERS,
+    MAX_ROLLOUTS_PER_ROUND,
+    MAX_ROUND_STEP,
+    CommitmentPayload,
+)
 from tests.fixtures.ledger import LedgerBackend, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.evm]
@@ -40,6 +45,14 @@ async def relayed_ledger(backend: LedgerBackend) -> EvmLedger | MemoryLedger:
 
 def rejection(info: pytest.ExceptionInfo[CommitmentRejected]) -> str | None:
     return info.value.reason
+
+
+async def share(ledger: Ledger, node: LocalAccount, round_: int, n: int) -> list[bytes]:
+    """Register ``node`` if needed and commit ``n`` own rollouts for ``round_``; return them."""
+    own = hashes(n)
+    await ledger.register(node)
+    await ledger.submit(node, RoundCommitment(node.address, round_, round_, own).payload())
+    return own
 
 
 async def test_every_backend_implements_the_port(ledger_backend: LedgerBackend):
@@ -88,7 +101,7 @@ async def test_python_eip712_digest_matches_the_contract(ledger_backend: LedgerB
     ledger = await relayed_ledger(ledger_backend)
     node, producer = Account.create(), Account.create()
     payload = RoundCommitment(
-        node.address, 9, 3, hashes(3), {producer.address: hashes(2)}
+        node.address, 9, 3, hashes(3), {producer.address: {5: hashes(2)}}
     ).payload()
     domain, types, message = commitment_typed_data(
         ledger.chain_id, ledger.address, node.address, payload, 7
@@ -101,8 +114,8 @@ async def test_python_eip712_digest_matches_the_contract(ledger_backend: LedgerB
 async def test_python_built_proofs_verify_on_chain(ledger_backend: LedgerBackend, n: int):
     ledger = await relayed_ledger(ledger_backend)
     node, producer = Account.create(), Account.create()
-    own, external = hashes(n), hashes(n + 1)
-    commitment = RoundCommitment(node.address, 1, 1, own, {producer.address: external})
+    own, external = hashes(n), await share(ledger, producer, 1, n + 1)
+    commitment = RoundCommitment(node.address, 1, 1, own, {producer.address: {1: external}})
     await ledger.register(node)
     await ledger.submit(node, commitment.payload())
     tree, ext_tree = commitment.rollout_tree(), commitment.external_tree()
@@ -135,27 +148,83 @@ async def test_internal_merkle_node_is_not_accepted_as_a_rollout(ledger_backend:
 async def test_usage_credit_reaches_producers_and_events(ledger_backend: LedgerBackend):
     ledger = await relayed_ledger(ledger_backend)
     a, b, c = Account.create(), Account.create(), Account.create()
-    for node in (a, b, c):
-        await ledger.register(node)
+    await ledger.register(a)
+    c_shared = await share(ledger, c, 1, 5)
+    await ledger.register(b)
+    await ledger.submit(
+        b, RoundCommitment(b.address, 1, 1, hashes(3), {c.address: {1: c_shared[:4]}}).payload()
+    )
     await ledger.submit(
         a,
         RoundCommitment(
-            a.address, 1, 1, hashes(2), {b.address: hashes(3), c.address: hashes(1)}
+            a.address, 1, 1, hashes(2), {b.address: {1: hashes(3)}, c.address: {1: hashes(1)}}
         ).payload(),
-    )
-    await ledger.submit(
-        b, RoundCommitment(b.address, 1, 1, hashes(2), {c.address: hashes(4)}).payload()
     )
     assert (await ledger.node_stats(b.address)).credit_received == 3
     assert await ledger.credit_received(c.address) == 5
     assert (await ledger.node_stats(a.address)).external_used == 4
     credits = await ledger.usage_credits(producer=c.address)
-    assert sorted((u.consumer, u.count) for u in credits) == sorted(
-        [(a.address, 1), (b.address, 4)]
+    assert sorted((u.consumer, u.count, u.producer_round) for u in credits) == sorted(
+        [(a.address, 1, 1), (b.address, 4, 1)]
     )
     assert [u.count for u in await ledger.usage_credits(consumer=b.address)] == [4]
+    assert await ledger.credited_by(b.address, c.address, 1) == 4
     events = await ledger.commitments()
-    assert [(e.node, e.round) for e in events] == [(a.address, 1), (b.address, 1)]
+    assert [(e.node, e.round) for e in events] == [(c.address, 1), (b.address, 1), (a.address, 1)]
+
+
+async def test_credit_rules_bound_credit_by_what_the_producer_committed(
+    ledger_backend: LedgerBackend,
+):
+    ledger = await relayed_ledger(ledger_backend)
+    consumer, producer, stranger = Account.create(), Account.create(), Account.create()
+    await ledger.register(consumer)
+    await ledger.register(stranger)
+    shared = await share(ledger, producer, 3, 2)
+
+    async def credit(round_: int, by_producer: dict[str, dict[int, list[bytes]]]) -> str | None:
+        c = RoundCommitment(consumer.address, round_, round_, [], by_producer)
+        try:
+            await ledger.submit(consumer, c.payload())
+        except CommitmentRejected as exc:
+            return exc.reason
+        return None
+
+    # Minted for an address that shared nothing, or for a round the producer never committed.
+    assert await credit(1, {stranger.address: {3: hashes(1)}}) == (
+        "SapoLedgerProducerRoundNotCommitted"
+    )
+    assert await credit(1, {producer.address: {4: hashes(1)}}) == (
+        "SapoLedgerProducerRoundNotCommitted"
+    )
+    # More than the producer shared, at once or summed over the consumer's rounds.
+    assert await credit(1, {producer.address: {3: hashes(3)}}) == "SapoLedgerCreditExceedsShared"
+    assert await credit(1, {producer.address: {3: shared[:1]}}) is None
+    assert await credit(2, {producer.address: {3: hashes(2)}}) == "SapoLedgerCreditExceedsShared"
+    assert await credit(2, {producer.address: {3: shared[1:]}}) is None
+    assert await credit(3, {producer.address: {3: hashes(1)}}) == "SapoLedgerCreditExceedsShared"
+    assert await ledger.credited_by(consumer.address, producer.address, 3) == 2
+    assert await ledger.credit_received(producer.address) == 2
+    assert await ledger.credit_received(stranger.address) == 0
+    assert await ledger.rounds_of(consumer.address) == [1, 2]
+
+
+async def test_no_round_can_lock_a_node_out(ledger_backend: LedgerBackend):
+    ledger = await relayed_ledger(ledger_backend)
+    node = Account.create()
+    await ledger.register(node)
+    for round_ in (2**64 - 1, MAX_ROUND_STEP + 1):
+        with pytest.raises(CommitmentRejected) as info:
+            await ledger.submit(node, RoundCommitment(node.address, round_, 1, hashes(1)).payload())
+        assert rejection(info) == "SapoLedgerRoundTooFar"
+    await ledger.submit(node, RoundCommitment(node.address, MAX_ROUND_STEP, 1, hashes(1)).payload())
+    far = RoundCommitment(node.address, 2 * MAX_ROUND_STEP + 1, 1, hashes(1))
+    with pytest.raises(CommitmentRejected) as info:
+        await ledger.submit(node, far.payload())
+    assert rejection(info) == "SapoLedgerRoundTooFar"
+    step = RoundCommitment(node.address, 2 * MAX_ROUND_STEP, 1, hashes(1))
+    await ledger.submit(node, step.payload())
+    assert await ledger.rounds_of(node.address) == [MAX_ROUND_STEP, 2 * MAX_ROUND_STEP]
 
 
 async def test_rounds_list_in_order_across_view_pages(
@@ -232,11 +301,19 @@ async def test_relayed_commitment_signed_by_another_key_or_replayed_is_rejected(
 def _malformed(valid: CommitmentPayload, node: str) -> dict[str, tuple[CommitmentPayload, str]]:
     """Payloads breaking one rule each, with the contract error that must refuse them."""
     p0, p1 = valid.producers
+    r0, r1 = valid.producer_rounds
     c0, c1 = valid.counts
     many = sorted(
         (Account.create().address for _ in range(MAX_PRODUCERS + 1)), key=lambda a: int(a, 16)
     )
+    big = MAX_ROLLOUTS_PER_ROUND + 1
     return {
+        "round too far": (replace(valid, round=MAX_ROUND_STEP + 1), "SapoLedgerRoundTooFar"),
+        "rollout count too large": (replace(valid, rollout_count=big), "SapoLedgerCountTooLarge"),
+        "external count too large": (
+            replace(valid, external_count=big, counts=(c0, big - c0)),
+            "SapoLedgerCountTooLarge",
+        ),
         "zero rollout root": (
             replace(valid, rollout_root=bytes(32)),
             "SapoLedgerRootCountMismatch",
@@ -247,24 +324,41 @@ def _malformed(valid: CommitmentPayload, node: str) -> dict[str, tuple[Commitmen
             "SapoLedgerRootCountMismatch",
         ),
         "usage lengths differ": (replace(valid, counts=(c0,)), "SapoLedgerUsageLengthMismatch"),
+        "usage rounds missing": (
+            replace(valid, producer_rounds=(r0,)),
+            "SapoLedgerUsageLengthMismatch",
+        ),
         "too many producers": (
-            replace(valid, producers=tuple(many), counts=(1,) * len(many)),
+            replace(
+                valid,
+                producers=tuple(many),
+                producer_rounds=(1,) * len(many),
+                counts=(1,) * len(many),
+            ),
             "SapoLedgerTooManyProducers",
         ),
         "producers unsorted": (
-            replace(valid, producers=(p1, p0), counts=(c1, c0)),
+            replace(valid, producers=(p1, p0), producer_rounds=(r1, r0), counts=(c1, c0)),
             "SapoLedgerProducersNotSorted",
         ),
-        "producer repeated": (
-            replace(valid, producers=(p0, p0), counts=(c0, c1)),
+        "producer round repeated": (
+            replace(valid, producers=(p0, p0), producer_rounds=(r0, r0), counts=(c0, c1)),
             "SapoLedgerProducersNotSorted",
         ),
         "node credits itself": (
-            replace(valid, producers=(node,), counts=(c0 + c1,)),
+            replace(valid, producers=(node,), producer_rounds=(1,), counts=(c0 + c1,)),
             "SapoLedgerSelfUsage",
         ),
         "zero usage": (replace(valid, counts=(0, c0 + c1)), "SapoLedgerZeroUsage"),
         "usage sum differs": (replace(valid, counts=(c0, c1 + 1)), "SapoLedgerUsageSumMismatch"),
+        "producer round not committed": (
+            replace(valid, producer_rounds=(r0 + 1, r1)),
+            "SapoLedgerProducerRoundNotCommitted",
+        ),
+        "credit above what was shared": (
+            replace(valid, counts=(c0 + 1, c1), external_count=c0 + c1 + 1),
+            "SapoLedgerCreditExceedsShared",
+        ),
     }
 
 
@@ -274,8 +368,9 @@ async def test_each_broken_commitment_rule_is_rejected_by_its_name(
     ledger = await relayed_ledger(ledger_backend)
     node, a, b = Account.create(), Account.create(), Account.create()
     await ledger.register(node)
+    a_shared, b_shared = await share(ledger, a, 1, 2), await share(ledger, b, 2, 1)
     valid = RoundCommitment(
-        node.address, 1, 1, hashes(3), {a.address: hashes(2), b.address: hashes(1)}
+        node.address, 1, 1, hashes(3), {a.address: {1: a_shared}, b.address: {2: b_shared}}
     ).payload()
     refused: dict[str, str | None] = {}
     expected: dict[str, str] = {}

@@ -290,3 +290,41 @@ async def test_open_embedded_ledger_serves_unfunded_nodes(tmp_path: Path):
             rec.record_nowait(round_of(node, 0))
             assert (await rec.wait_settled(0, 60)).state is EntryState.LANDED
     assert ledger.chain.w3.eth.get_balance(node.address) == 0
+
+
+async def test_consumer_round_waits_for_its_producer_round_then_lands(
+    embedded: EvmLedger, tmp_path: Path
+):
+    consumer, producer = Account.create(), Account.create()
+    shared = [os.urandom(32) for _ in range(2)]
+    used = round_of(consumer, 1, external_hashes={producer.address: {4: shared}})
+    with Journal(tmp_path / "j.sqlite") as journal:
+        async with Recorder(embedded, journal, consumer, retry_base_s=0.05, retry_max_s=0.2) as rec:
+            rec.record_nowait(used)
+            with anyio.fail_after(30):  # refused while the producer's round is not on chain
+                while rec.statistics().send_failures < 2:
+                    await anyio.sleep(0.05)
+            assert rec.statistics().pending == 1
+            async with Recorder(embedded, journal, producer) as prec:
+                prec.record_nowait(RoundCommitment(producer.address, 4, 4, shared))
+                await prec.wait_idle(60)
+            entry = await rec.wait_settled(1, 60)
+            assert entry.state is EntryState.LANDED
+    assert await embedded.credit_received(producer.address) == 2
+
+
+async def test_consumer_round_is_given_up_when_its_producer_never_lands(
+    embedded: EvmLedger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from sapo_async import limits
+
+    monkeypatch.setattr(limits, "LEDGER_CREDIT_WAIT_ATTEMPTS", 2)
+    consumer, ghost = Account.create(), Account.create()
+    orphan = round_of(consumer, 1, external_hashes={ghost.address: {0: [os.urandom(32)]}})
+    with Journal(tmp_path / "j.sqlite") as journal:
+        async with Recorder(embedded, journal, consumer, retry_base_s=0.05, retry_max_s=0.2) as rec:
+            rec.record_nowait(orphan)
+            rec.record_nowait(round_of(consumer, 2))
+            assert (await rec.wait_settled(1, 60)).state is EntryState.FAILED
+            assert (await rec.wait_settled(2, 60)).state is EntryState.LANDED
+    assert await embedded.rounds_of(consumer.address) == [2]

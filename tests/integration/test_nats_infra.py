@@ -199,22 +199,30 @@ async def test_leaf_node_with_example_nkey_reaches_the_cluster(
             seen.append(msg.data)
             got.set()
 
-        await hub.subscribe("sapo.main.leaf-smoke", cb=on_msg)
+        # A subject the volunteer permissions allow (infra/nats/accounts.conf): its rollouts.
+        await hub.subscribe(SUBJECT, cb=on_msg)
         await hub.flush()
         with anyio.fail_after(30):  # until the leaf has connected and learned the interest
             while not got.is_set():
-                await local.publish("sapo.main.leaf-smoke", b"hello from behind NAT")
+                await local.publish(SUBJECT, b"hello from behind NAT")
                 await local.flush()
                 with anyio.move_on_after(0.2):
                     await got.wait()
         assert seen[0] == b"hello from behind NAT"
 
         # JetStream API calls from the leaf are answered by the cluster's SAPO account.
+        hub_js = hub.jetstream()
+        before = (await hub_js.stream_info("SAPO_main")).state.messages
         js = local.jetstream(timeout=5)
         ack = await js.publish(SUBJECT, b"group via leaf", headers={"Nats-Msg-Id": "leaf-1"})
         assert ack.stream == "SAPO_main"
-        info = await hub.jetstream().stream_info("SAPO_main")
-        assert info.state.messages == 1
+        info = await hub_js.stream_info("SAPO_main")
+        assert info.state.messages == before + 1
+        # The leaf's volunteer credential cannot purge the stream: the request never reaches
+        # the JetStream API (no responders through the leaf, or no answer).
+        with pytest.raises((nats.errors.TimeoutError, ServiceUnavailableError)):
+            await local.jetstream(timeout=2).purge_stream("SAPO_main")
+        assert (await hub_js.stream_info("SAPO_main")).state.messages == before + 1
     finally:
         await local.close()
         await hub.close()

@@ -8,6 +8,8 @@ import pytest
 
 from sapo_async.fabric.transport.memory import MemoryBroker
 from sapo_async.node.swarm import Swarm
+from sapo_async.ops.metrics import NodeMetrics
+from sapo_async.ops.status import StatusState
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -42,3 +44,18 @@ async def test_round_reports_count_each_rejection_once_not_again_every_round():
             summed.update(report.rejections)
         assert sum(summed.values()) == 3
         assert summed == Counter(node.collector.statistics().rejected)
+        # What a volunteer reads: Prometheus' sapo_rejections_total and the live table's
+        # total (the issue saw 30 rejections logged and 7,037 in the metric).
+        metrics, state = NodeMetrics(), StatusState()
+        for report in node.reports:
+            metrics.observe_round(report, node="n")
+            state.update(report)
+        scraped = sum(
+            sample.value
+            for family in metrics.registry.collect()
+            if family.name == "sapo_rejections"
+            for sample in family.samples
+            if sample.name == "sapo_rejections_total"
+        )
+        assert scraped == 3
+        assert sum(state.rejections.values()) == 3

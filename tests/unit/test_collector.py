@@ -269,3 +269,19 @@ def test_a_thousand_hostile_messages_are_each_rejected_and_counted_then_valid_tr
     assert collector.statistics().accepted == 6
     assert collector.statistics().buffered == 6
     assert rollout_hash  # imported for readers: the buffer key
+
+
+def test_high_s_signature_is_rejected_and_counted_under_its_own_reason() -> None:
+    from sapo_async.wire.signing import SECP256K1_N
+
+    signed = sign_group(PEER, make_group(PEER))
+    s = int.from_bytes(signed.signature[32:64], "big")
+    twin = (
+        signed.signature[:32]
+        + (SECP256K1_N - s).to_bytes(32, "big")
+        + bytes([55 - signed.signature[64]])
+    )
+    collector = new_collector()
+    assert collector.ingest(encode_signed(SignedGroup(body=signed.body, signature=twin))) is None
+    assert collector.statistics().rejected == {"high_s_signature": 1}
+    assert collector.ingest(encode_signed(signed)) is not None

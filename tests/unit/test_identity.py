@@ -127,7 +127,7 @@ def test_corrupt_keystore_is_reported_not_replaced(
     monkeypatch.setenv("SAPO_KEY_PASSWORD", "pw")
     cfg.keystore_path.parent.mkdir(parents=True)
     cfg.keystore_path.write_text("{not json")
-    with pytest.raises(IdentityError, match="not readable JSON"):
+    with pytest.raises(IdentityError, match="is damaged \\(not JSON"):
         load_or_create_identity(cfg, scrypt_n=FAST_N)
     assert cfg.keystore_path.read_text() == "{not json"
 
@@ -146,3 +146,68 @@ def test_identity_command_prints_the_address_of_the_keystore(
     result = CliRunner().invoke(build_app(), ["identity", "--config", str(path)])
     assert result.exit_code == 1
     assert "SAPO_KEY_PASSWORD" in result.output
+
+
+def _damaged(good: str) -> dict[str, bytes]:
+    keystore = json.loads(good)
+    crypto = keystore["crypto"]
+    flipped = bytearray(good.encode())
+    at = good.index(crypto["ciphertext"]) + 3
+    flipped[at] = ord("0") if flipped[at] != ord("0") else ord("1")
+    return {
+        "truncated": good[: len(good) // 2].encode(),
+        "empty": b"",
+        "random bytes": bytes(range(256)),
+        "empty object": b"{}",
+        "a list": b"[]",
+        "no crypto": json.dumps({"version": 3}).encode(),
+        "empty crypto": json.dumps({**keystore, "crypto": {}}).encode(),
+        "version 4": json.dumps({**keystore, "version": 4}).encode(),
+        "unknown kdf": json.dumps({**keystore, "crypto": {**crypto, "kdf": "foo"}}).encode(),
+        "null kdfparams": json.dumps(
+            {**keystore, "crypto": {**crypto, "kdfparams": None}}
+        ).encode(),
+        "flipped ciphertext byte": bytes(flipped),
+    }
+
+
+DAMAGE = list(_damaged(json.dumps({"version": 3, "crypto": {"ciphertext": "00" * 8}})))
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_damaged_keystore_is_named_with_what_to_do_and_left_as_it_was(
+    cfg: NodeConfig, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    # Most of these raised KeyError or TypeError from eth-keyfile (a traceback).
+    monkeypatch.setenv("SAPO_KEY_PASSWORD", "pw")
+    load_or_create_identity(cfg, scrypt_n=FAST_N)
+    data = _damaged(cfg.keystore_path.read_text())[damage]
+    cfg.keystore_path.write_bytes(data)
+    with pytest.raises(IdentityError) as caught:
+        load_or_create_identity(cfg, scrypt_n=FAST_N)
+    message = str(caught.value)
+    assert str(cfg.keystore_path) in message
+    assert "\n" not in message
+    if damage == "flipped ciphertext byte":  # only the MAC can tell: it reads as a wrong password
+        assert "wrong password" in message
+        assert "altered" in message
+    else:
+        assert "restore it from your backup" in message
+    assert cfg.keystore_path.read_bytes() == data
+    assert sorted(p.name for p in cfg.keystore_path.parent.iterdir()) == ["key.json"]
+
+
+def test_identity_prints_the_address_before_any_contract_exists(
+    cfg: NodeConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A volunteer needs the address to be funded before the contract is deployed; identity
+    # refused a config with ledger.rpc_url but no ledger.contract_address.
+    monkeypatch.setenv("SAPO_KEY_PASSWORD", "pw")
+    account = load_or_create_identity(cfg, scrypt_n=FAST_N)
+    path = tmp_path / "node.toml"
+    path.write_text(
+        f'[node]\ndata_dir = "{cfg.node.data_dir}"\n[ledger]\nrpc_url = "http://127.0.0.1:8545"\n'
+    )
+    result = CliRunner().invoke(build_app(), ["identity", "--config", str(path)])
+    assert result.exit_code == 0, result.output
+    assert f"node address {account.address}" in result.output

@@ -26,6 +26,7 @@ FLOORS = {
     "node": 4,
     "ops": 5,
     "experiment": 6,
+    "explorer": 6,
     "cli": 6,
     "__main__": 6,
 }
@@ -108,7 +109,8 @@ def test_importing_the_wire_loads_no_heavy_dependency():
 def test_the_command_line_app_builds_without_heavy_dependencies():
     code = (
         "import sys; from sapo_async.cli.main import build_app; build_app();"
-        "print(','.join(m for m in ('torch', 'transformers', 'web3', 'nats', 'vllm')"
+        "print(','.join(m for m in ('torch', 'transformers', 'web3', 'nats', 'vllm',"
+        " 'starlette', 'uvicorn')"
         " if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -19,8 +19,8 @@ def h(n: int) -> list[bytes]:
 def test_expected_participation_counts_rounds_rollouts_usage_and_credit():
     commitments = [
         RoundCommitment(A, 0, 0, h(3)),
-        RoundCommitment(A, 1, 1, h(2), {B: h(4), C: h(1)}),
-        RoundCommitment(B, 0, 0, h(5), {A: h(2)}),
+        RoundCommitment(A, 1, 1, h(2), {B: {0: h(4)}, C: {0: h(1)}}),
+        RoundCommitment(B, 0, 0, h(5), {A: {0: h(2)}}),
     ]
     assert expected_participation(commitments) == {
         A: Participation(

@@ -27,6 +27,41 @@ def test_revert_data_decodes_to_the_custom_error_and_its_values():
 
 
 @pytest.mark.parametrize(
+    ("signature", "types", "values", "text"),
+    [
+        (
+            "SapoLedgerProducerRoundNotCommitted(address,uint64)",
+            ["address", "uint64"],
+            [NODE, 4],
+            f"SapoLedgerProducerRoundNotCommitted(producer={NODE}, producerRound=4)",
+        ),
+        (
+            "SapoLedgerCreditExceedsShared(address,uint64,uint256,uint32)",
+            ["address", "uint64", "uint256", "uint32"],
+            [NODE, 4, 9, 8],
+            f"SapoLedgerCreditExceedsShared(producer={NODE}, producerRound=4, credited=9, "
+            "shared=8)",
+        ),
+        (
+            "SapoLedgerCountTooLarge(uint32,uint32)",
+            ["uint32", "uint32"],
+            [2**32 - 1, 4096],
+            f"SapoLedgerCountTooLarge(count={2**32 - 1}, max=4096)",
+        ),
+        (
+            "SapoLedgerRoundTooFar(address,uint64,uint64)",
+            ["address", "uint64", "uint64"],
+            [NODE, 2**64 - 1, 2**32],
+            f"SapoLedgerRoundTooFar(node={NODE}, round={2**64 - 1}, maxRound={2**32})",
+        ),
+    ],
+)
+def test_credit_rule_reverts_decode_with_their_values(signature, types, values, text):
+    revert = keccak256(signature.encode())[:4] + encode(types, values)
+    assert decode_revert(revert) == (signature.split("(")[0], text)
+
+
+@pytest.mark.parametrize(
     "exc",
     [
         ContractCustomError("0x" + REVERT.hex(), data="0x" + REVERT.hex()),

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import anyio
 import pytest
 
-from sapo_async.errors import RejectedInput
+from sapo_async.errors import JournalError, RejectedInput
 from sapo_async.ledger.journal import EntryState, Journal
 from sapo_async.ledger.types import RoundCommitment
 from tests.fixtures.ledger import SlowFsyncJournal
@@ -80,9 +81,9 @@ def test_states_only_leave_pending_once(tmp_path: Path):
 def test_rollout_hashes_are_indexed_by_kind(tmp_path: Path):
     with Journal(tmp_path / "j.sqlite") as j:
         shared = os.urandom(32)
-        c = RoundCommitment(NODE, 1, 1, [shared], {OTHER: [os.urandom(32)]})
+        c = RoundCommitment(NODE, 1, 1, [shared], {OTHER: {1: [os.urandom(32)]}})
         j.append(c)
-        j.append(RoundCommitment(OTHER, 4, 1, [], {NODE: [shared]}))
+        j.append(RoundCommitment(OTHER, 4, 1, [], {NODE: {1: [shared]}}))
         found = j.find_rollout(shared)
         assert [(f.node.lower(), f.round, f.kind) for f in found] == [
             (NODE.lower(), 1, "own"),
@@ -131,3 +132,69 @@ async def test_writes_through_the_writer_keep_their_order_and_errors(tmp_path: P
             (1, EntryState.LANDED),
             (2, EntryState.PENDING),
         ]
+
+
+def _damage(good: bytes, how: str) -> bytes:
+    if how == "random bytes":
+        return bytes(random.Random(7).randbytes(len(good)))
+    if how == "truncated":
+        return good[: len(good) // 3]
+    if how == "a zeroed page":
+        return good[:4096] + b"\0" * 4096 + good[8192:]
+    flipped = bytearray(good)  # "flipped bytes": one in every 97 past the header page
+    for i in range(4096, len(flipped), 97):
+        flipped[i] ^= 0xFF
+    return bytes(flipped)
+
+
+@pytest.mark.parametrize("how", ["random bytes", "truncated", "a zeroed page", "flipped bytes"])
+def test_a_damaged_journal_is_named_with_what_to_do_and_left_as_it_was(
+    tmp_path: Path, how: str
+) -> None:
+    # These surfaced sqlite3.DatabaseError ("file is not a database", "malformed") as a
+    # traceback, at open or later, mid-run.
+    good = tmp_path / "good.sqlite"
+    with Journal(good) as j:
+        for r in range(40):
+            j.append(rc(r, n=20))
+    path = tmp_path / "journal.sqlite"
+    path.write_bytes(_damage(good.read_bytes(), how))
+    before = path.read_bytes()
+    with pytest.raises(JournalError) as caught:
+        Journal(path)  # quick_check at open: found before the node runs a round
+    message = str(caught.value)
+    assert str(path) in message
+    assert "restore it from a backup, or move it aside" in message
+    assert "\n" not in message
+    assert caught.value.path == str(path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.sqlite", "journal.sqlite"]
+
+
+def test_a_journal_path_that_cannot_be_opened_is_a_journal_error(tmp_path: Path) -> None:
+    with pytest.raises(JournalError, match="cannot open the ledger journal"):
+        Journal(tmp_path)  # a directory
+
+
+def test_verify_names_a_damaged_journal_in_one_line_and_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from sapo_async.cli.main import build_app
+
+    # A ./node.toml without contract_address: --ledger completes it rather than failing.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "node.toml").write_text('[ledger]\nrpc_url = "http://127.0.0.1:9"\n')
+    for name in ("SAPO_JOURNAL", "SAPO_LEDGER_RPC", "SAPO_LEDGER_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "journal.sqlite"
+    path.write_bytes(random.Random(3).randbytes(8192))
+    out = CliRunner().invoke(
+        build_app(),
+        ["verify", "0x" + "ab" * 32, "--journal", str(path), "--ledger", "0x" + "1" * 40],
+    )
+    assert out.exit_code == 2, out.output
+    assert out.exception is None or isinstance(out.exception, SystemExit)
+    assert "cannot open the ledger journal" in out.output
+    assert str(path) in out.output

@@ -11,7 +11,7 @@ from web3 import Web3
 
 from sapo_async.errors import RejectedInput
 from sapo_async.ledger.merkle import EMPTY_ROOT, merkle_root
-from sapo_async.ledger.types import MAX_PRODUCERS, RoundCommitment
+from sapo_async.ledger.types import MAX_PRODUCERS, MAX_ROLLOUTS_PER_ROUND, RoundCommitment
 
 NODE = "0x" + "aa" * 20
 P1 = "0x" + "01" * 20
@@ -24,14 +24,16 @@ def h(n: int) -> list[bytes]:
 
 def test_payload_carries_roots_counts_and_address_sorted_usage():
     own, e1, e2 = h(3), h(2), h(5)
-    c = RoundCommitment(NODE.lower(), 7, 2, own, {P2: e2, P1: e1})
+    e3 = h(1)
+    c = RoundCommitment(NODE.lower(), 7, 2, own, {P2: {4: e2}, P1: {9: e3, 3: e1}})
     p = c.payload()
     assert c.node == Web3.to_checksum_address(NODE)
-    assert (p.round, p.policy_version, p.rollout_count, p.external_count) == (7, 2, 3, 7)
+    assert (p.round, p.policy_version, p.rollout_count, p.external_count) == (7, 2, 3, 8)
     assert p.rollout_root == merkle_root(own)
-    assert p.external_root == merkle_root(e1 + e2)
-    assert [x.lower() for x in p.producers] == [P1, P2]
-    assert p.counts == (2, 5)
+    assert p.external_root == merkle_root(e1 + e3 + e2)
+    assert [x.lower() for x in p.producers] == [P1, P1, P2]
+    assert p.producer_rounds == (3, 9, 4)
+    assert p.counts == (2, 1, 5)
 
 
 def test_empty_round_commits_zero_roots():
@@ -45,7 +47,8 @@ def test_empty_round_commits_zero_roots():
 
 
 def test_producers_with_no_hashes_are_dropped():
-    assert RoundCommitment(NODE, 1, 1, h(1), {P1: []}).payload().producers == ()
+    assert RoundCommitment(NODE, 1, 1, h(1), {P1: {}}).payload().producers == ()
+    assert RoundCommitment(NODE, 1, 1, h(1), {P1: {2: []}}).payload().producers == ()
 
 
 @pytest.mark.parametrize(
@@ -55,8 +58,12 @@ def test_producers_with_no_hashes_are_dropped():
         ({"round": -1}, "bad_round"),
         ({"round": 2**64}, "bad_round"),
         ({"policy_version": True}, "bad_policy_version"),
-        ({"external_hashes": {NODE: h(1)}}, "self_usage"),
-        ({"external_hashes": {"0x12": h(1)}}, "bad_address"),
+        ({"external_hashes": {NODE: {1: h(1)}}}, "self_usage"),
+        ({"external_hashes": {"0x12": {1: h(1)}}}, "bad_address"),
+        ({"external_hashes": {P1: h(1)}}, "bad_external_hashes"),
+        ({"external_hashes": {P1: {-1: h(1)}}}, "bad_producer_round"),
+        ({"rollout_hashes": h(MAX_ROLLOUTS_PER_ROUND + 1)}, "bad_rollout_count"),
+        ({"external_hashes": {P1: {1: h(MAX_ROLLOUTS_PER_ROUND + 1)}}}, "bad_external_count"),
         ({"rollout_hashes": [b"short"]}, "bad_rollout_hash"),
     ],
 )
@@ -75,9 +82,14 @@ def test_duplicate_rollouts_are_rejected():
 
 
 def test_too_many_producers_are_rejected():
-    usage = {f"0x{i + 1:040x}": h(1) for i in range(MAX_PRODUCERS + 1)}
+    usage = {f"0x{i + 1:040x}": {1: h(1)} for i in range(MAX_PRODUCERS + 1)}
     with pytest.raises(RejectedInput) as info:
         RoundCommitment(NODE, 1, 1, h(1), usage)
+    assert info.value.reason == "too_many_producers"
+    # The bound is on usage entries (producer rounds), not on distinct producers.
+    rounds = {P1: {r: h(1) for r in range(MAX_PRODUCERS + 1)}}
+    with pytest.raises(RejectedInput) as info:
+        RoundCommitment(NODE, 1, 1, h(1), rounds)
     assert info.value.reason == "too_many_producers"
 
 
@@ -87,7 +99,7 @@ def test_too_many_producers_are_rejected():
     st.lists(st.binary(min_size=32, max_size=32), unique=True, max_size=10),
 )
 def test_json_round_trip_keeps_the_commitment_and_its_payload(round_, version, own):
-    c = RoundCommitment(NODE, round_, version, own, {P1: [os.urandom(32)]})
+    c = RoundCommitment(NODE, round_, version, own, {P1: {round_: [os.urandom(32)]}})
     back = RoundCommitment.from_json(c.to_json())
     assert back == c
     assert back.payload() == c.payload()

@@ -23,6 +23,7 @@ from sapo_async.wire.rollout import (
 )
 from sapo_async.wire.signing import (
     EIP191_PREFIX,
+    SECP256K1_N,
     decode_envelope,
     decode_signed,
     encode_signed,
@@ -178,3 +179,23 @@ def test_decoding_an_envelope_twice_gives_the_same_verdict_and_failures_are_not_
         with pytest.raises(RejectedInput) as caught:
             decode_envelope(data[:-1])
         assert caught.value.reason == "malformed_envelope"
+
+
+def high_s_twin(signature: bytes) -> bytes:
+    """The malleable twin (r, n - s, v ^ 1) of a signature: valid secp256k1, high s."""
+    s = int.from_bytes(signature[32:64], "big")
+    v = signature[64]
+    return signature[:32] + (SECP256K1_N - s).to_bytes(32, "big") + bytes([55 - v])
+
+
+def test_high_s_twin_of_a_valid_signature_is_rejected_as_openzeppelin_does() -> None:
+    # eth-account recovers the producer from the twin; OpenZeppelin's ECDSA.recover reverts
+    # (ECDSAInvalidSignatureS). The fabric's check is documented to equal OpenZeppelin's.
+    signed = sign_group(ACCOUNT, make_group(ACCOUNT))
+    twin = high_s_twin(signed.signature)
+    digest = rollout_hash(signed.body)
+    assert reference_recover(digest, twin) == ACCOUNT.address  # a real signature, not noise
+    with pytest.raises(RejectedInput) as caught:
+        verify(SignedGroup(body=signed.body, signature=twin))
+    assert caught.value.reason == "high_s_signature"
+    assert verify(signed).signer == ACCOUNT.address

@@ -104,3 +104,60 @@ def test_live_view_draws_the_table_on_its_console() -> None:
     assert view.is_live
     assert "groups received" in buffer.getvalue()
     assert "bad_signature" in buffer.getvalue()
+
+
+def _piped() -> tuple[Console, io.StringIO]:
+    buffer = io.StringIO()
+    return Console(file=buffer, width=80, color_system=None, force_terminal=False), buffer
+
+
+def test_a_table_printed_after_the_live_table_starts_on_its_own_line() -> None:
+    # Off a terminal rich's Live ended its last frame without a newline: the closing audit
+    # table's title printed on the live table's bottom border ("└───┘ swarm ledger audit").
+    from rich.table import Table
+
+    from sapo_async.ops.status import live_table
+
+    console, buffer = _piped()
+    live = Table(title="live")
+    live.add_column("a")
+    with live_table(live, console=console):
+        pass
+    closing = Table(title="closing")
+    closing.add_column("a wide column")
+    console.print(closing)
+    lines = buffer.getvalue().splitlines()
+    border = next(i for i, line in enumerate(lines) if "┘" in line)
+    assert lines[border].strip().endswith("┘")
+    assert lines[border + 1].strip() == "closing"
+
+
+def test_a_piped_audit_table_keeps_full_addresses_and_shows_markup_as_text() -> None:
+    from sapo_async.ledger.audit import NodeAudit, Participation, swarm_table
+    from sapo_async.ops.status import print_unclipped
+
+    audits = [
+        NodeAudit(
+            node="0x" + f"{i:x}" * 40,
+            registered=True,
+            metadata=metadata,
+            last_round=1234,
+            participation=Participation(12345, 123456, 12345, 123456),
+        )
+        for i, metadata in enumerate(["Qwen/Qwen2.5-0.5B-Instruct", "[/]", "[red]"])
+    ]
+    console, buffer = _piped()
+    print_unclipped(console, swarm_table(audits))  # "[/]" raised MarkupError here
+    text = buffer.getvalue()
+    for a in audits:
+        assert a.node in text
+    assert "[/]" in text
+    assert "[red]" in text
+
+
+def test_status_title_and_reasons_are_shown_as_text_not_markup() -> None:
+    state = StatusState(node="[/]node", swarm="s")
+    state.update(round_report(rejections={"odd[/]": 1}))
+    text = render_text(state, width=120)
+    assert "[/]node" in text
+    assert "odd[/]" in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 import reasoning_gym
 
@@ -171,3 +172,27 @@ def test_format_reward_is_off_by_default_and_adds_a_bonus_for_tags() -> None:
     assert v.score(item, "xyz") == 0.0
     with pytest.raises(ConfigError):
         Verifier(format_reward=-1.0)
+
+
+def test_the_largest_swarm_seed_fits_the_wire_and_the_next_one_is_refused_by_name() -> None:
+    # node.seed 4096 used to build TaskRef.seed = 4096 << 52 >= 2**64, which msgpack cannot
+    # encode: the node crashed at round 0 with an OverflowError.
+    from sapo_async.limits import MAX_SWARM_SEED
+    from sapo_async.node.spec import NodeSpec
+    from sapo_async.ops.config import load_config
+    from sapo_async.wire import encode_group
+    from tests.fixtures.fabric import make_account, make_group
+
+    assert MAX_SWARM_SEED == 4095
+    item = TaskSource(CPU_PRESET, swarm_seed=MAX_SWARM_SEED).item(
+        "warmstart", (1 << 20) - 1, (1 << 20) - 1, (1 << 10) - 1
+    )
+    account = make_account(0)
+    encode_group(msgspec.structs.replace(make_group(account), task=item.ref))  # no overflow
+    with pytest.raises(ConfigError, match=r"0\.\.4095"):
+        TaskSource(CPU_PRESET, swarm_seed=4096)
+    with pytest.raises(ConfigError) as err:
+        NodeSpec.build(seed=4096)
+    assert err.value.field == "training.seed"
+    with pytest.raises(ConfigError, match=r"node\.seed"):
+        load_config(node={"seed": 4096})

@@ -1,7 +1,8 @@
 """JetStream transport: one stream per swarm, a pull consumer per node.
 
 Owns the JetStream adapter of the transport port: a connection to one swarm's stream
-(created or updated on connect, see :mod:`.jetstream_admin`), publishing with
+(created on connect when missing, otherwise used as its owner set it, see
+:mod:`.jetstream_admin`), publishing with
 ``Nats-Msg-Id`` = rollout hash and waiting for the ack, and handing out self-repairing pull
 consumers (:mod:`.jetstream_pull`). nats-py's publish errors are translated into the
 :class:`~sapo_async.errors.TransportError` family here.
@@ -83,11 +84,11 @@ class JetStreamTransport:
     async def connect(
         cls, options: NatsOptions, swarm: str, *, settings: StreamSettings | None = None
     ) -> Self:
-        """Connect, then create or update the swarm's stream.
+        """Connect, then create the swarm's stream if it is missing.
 
         Raises:
             TransportUnavailable: the server cannot be reached.
-            TransportError: the stream could not be created or updated.
+            TransportError: the stream could not be created.
         """
         nc = await connect_nats(options)
         transport = cls(nc, swarm, settings=settings, owns_connection=True)
@@ -109,10 +110,11 @@ class JetStreamTransport:
         return self._nc
 
     async def ensure_stream(self) -> None:
-        """Create the stream, or update it to these settings; safe to call from every node.
+        """Create the stream if it is missing (an existing one is left as it is); safe to
+        call from every node.
 
         Raises:
-            TransportError: the server refused both.
+            TransportError: the server refused to create it.
             TransportUnavailable: JetStream cannot be reached.
         """
         await ensure_stream(self.js, self._swarm, self.settings)
@@ -225,7 +227,7 @@ async def open_jetstream(
 
     Raises:
         TransportUnavailable: the server cannot be reached or started.
-        TransportError: the stream could not be created or updated.
+        TransportError: the stream could not be created.
     """
     async with nats_endpoint(options or NatsOptions()) as resolved:
         transport = await JetStreamTransport.connect(resolved, swarm, settings=settings)

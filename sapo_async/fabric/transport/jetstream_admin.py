@@ -4,7 +4,9 @@ Owns what the JetStream transport asks the server to keep: stream ``SAPO_<swarm>
 subjects ``sapo.<swarm>.rollouts.*`` (one subject per task family; a wildcard so a new
 family needs no stream update, consumers filter by family) with limits retention,
 ``max_age``, ``max_bytes`` (oldest discarded), ``duplicate_window``, ``max_msg_size`` and
-file storage; creating or updating that stream idempotently; the pull-consumer
+file storage; creating that stream when it is missing (an existing stream belongs to whoever
+created it, normally the swarm's operator: volunteers' credentials may not update, purge or
+delete it, see infra/nats/accounts.conf); the pull-consumer
 configuration for a start point; and reading the account's JetStream status (doctor).
 nats-py's management errors are translated into the
 :class:`~sapo_async.errors.TransportError` family here.
@@ -104,30 +106,50 @@ def _stream_config(swarm: str, settings: StreamSettings) -> api.StreamConfig:
     )
 
 
+_COMPARED = (
+    "subjects",
+    "max_age",
+    "max_bytes",
+    "max_msg_size",
+    "duplicate_window",
+    "num_replicas",
+)
+
+
 async def ensure_stream(js: JetStreamContext, swarm: str, settings: StreamSettings) -> None:
-    """Create ``swarm``'s stream, or update it to ``settings``; safe to call from every node.
+    """Create ``swarm``'s stream if it is missing; safe to call from every node.
+
+    An existing stream is used as it is, never updated: it belongs to whoever created it
+    (the operator, in a real swarm; a volunteer's credential may not change it). Settings
+    that differ from ``settings`` are logged (``stream_settings_differ``).
 
     Raises:
-        TransportError: the server refused both.
-        TransportUnavailable: JetStream cannot be reached.
+        TransportError: the stream is missing and the server refused to create it.
+        TransportUnavailable: JetStream cannot be reached, or the stream is missing and this
+            credential may not create it (the server does not answer a refused request).
     """
     stream = stream_name(swarm)
     config = _stream_config(swarm, settings)
     try:
         try:
-            await js.stream_info(stream)
+            info = await js.stream_info(stream)
         except nats.js.errors.NotFoundError:
             try:
                 await js.add_stream(config)
             except nats.js.errors.BadRequestError:
-                pass  # another node created it meanwhile, with other settings: update
+                info = await js.stream_info(stream)  # another node created it meanwhile
             else:
                 _log.info("stream_created", stream=stream)
                 return
-        await js.update_stream(config)
-        _log.debug("stream_updated", stream=stream)
+        differ = {
+            name: getattr(info.config, name)
+            for name in _COMPARED
+            if getattr(info.config, name) != getattr(config, name)
+        }
+        if differ:
+            _log.info("stream_settings_differ", stream=stream, **differ)
     except nats.js.errors.APIError as exc:
-        raise TransportError(f"cannot create or update stream {stream}: {exc}") from exc
+        raise TransportError(f"cannot create stream {stream}: {exc}") from exc
     except TRANSIENT as exc:
         raise TransportUnavailable(f"cannot reach JetStream: {exc!r}") from exc
 

@@ -12,12 +12,19 @@ that is gone is re-created from the last stream sequence this subscription deliv
 nothing is skipped; the collector drops what comes twice), and a consumer with messages
 pending that we did not receive gets a fresh subscription bound to it.
 
+Repair never ends the subscription: a re-creation the server refuses (the stream is gone
+for a while, the account is at its consumer limit, the consumer was deleted again) is
+counted, logged and tried again with backoff (:func:`sapo_async.backoff.retry_delay`,
+``CONSUMER_REPAIR_BASE_S`` doubling to ``CONSUMER_REPAIR_MAX_S``); meanwhile ``fetch``
+returns nothing after waiting, as on a quiet stream. Only closing ends it.
+
 Deliberately does not decode or verify payloads, nor choose the consumer's settings (see
 ``jetstream_admin.consumer_config``).
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -29,9 +36,12 @@ from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.client import JetStreamContext
 
-from sapo_async.errors import TransportError, TransportUnavailable
+from sapo_async.backoff import retry_delay
+from sapo_async.errors import TransportUnavailable
 from sapo_async.fabric.transport.jetstream_admin import TRANSIENT
 from sapo_async.limits import (
+    CONSUMER_REPAIR_BASE_S,
+    CONSUMER_REPAIR_MAX_S,
     CONSUMER_REPLACE_AFTER_FAILURES,
     CONSUMER_STALL_CHECKS,
     PUBLISH_ACK_TIMEOUT_S,
@@ -86,8 +96,12 @@ class JetStreamSubscription:
         self._empty_fetches = 0
         self._check_failures = 0
         self._closed = False
+        self._repair_attempt = 0
+        self._repair_due: float | None = None  # monotonic time of the next re-creation try
         self.repairs = 0
         """How many times the subscription was re-created (tests and statistics read it)."""
+        self.repair_failures = 0
+        """Re-creations the server refused or did not answer (each retried with backoff)."""
 
     @property
     def name(self) -> str:
@@ -112,6 +126,15 @@ class JetStreamSubscription:
         """See ``base.Subscription.fetch``; an unreachable server yields ``[]`` until back."""
         if self._closed or self._sub is None:
             raise TransportUnavailable(f"subscription {self._name} is closed")
+        if self._repair_due is not None:
+            wait = self._repair_due - time.monotonic()
+            if wait > 0:
+                # Backing off a refused repair: behave like a quiet stream meanwhile.
+                await anyio.sleep(min(wait, max_wait))
+                return []
+            await self._recreate()
+            if self._repair_due is not None:
+                return []
         try:
             msgs = await self._sub.fetch(max_messages, timeout=max_wait)
         except (nats.errors.TimeoutError, TimeoutError):
@@ -122,7 +145,12 @@ class JetStreamSubscription:
             # A dead connection fails fast; do not spin on it.
             await anyio.sleep(min(max_wait, 0.2))
         except nats.js.errors.APIError as exc:
-            raise TransportError(f"consumer {self._name} failed: {exc}") from exc
+            # The server refused the pull (the consumer was deleted or broken): check it
+            # now and repair, instead of ending the subscription and the node with it.
+            _log.info("fetch_refused", consumer=self._name, error=repr(exc))
+            self._empty_fetches = 0
+            await self._check_alive()
+            return []
         if not msgs:
             self._empty_fetches += 1
             if self._empty_fetches >= CONSUMER_STALL_CHECKS:
@@ -201,17 +229,37 @@ class JetStreamSubscription:
         await self._recreate()
 
     async def _recreate(self) -> None:
-        if self._last_seq:
-            self._config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
-            self._config.opt_start_seq = self._last_seq + 1
-            self._config.opt_start_time = None
         try:
+            if self._last_seq:
+                info = await self._js.stream_info(self._stream)
+                if info.state.last_seq < self._last_seq:
+                    # The stream was deleted and created again (its sequences restarted):
+                    # everything in it is new to us.
+                    self._last_seq = 0
+                    self._config.deliver_policy = api.DeliverPolicy.ALL
+                    self._config.opt_start_seq = None
+                else:
+                    self._config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+                    self._config.opt_start_seq = self._last_seq + 1
+                self._config.opt_start_time = None
             await self.create()
-        except TRANSIENT as exc:
-            _log.debug("consumer_recreate_failed", consumer=self._name, error=repr(exc))
+        except (nats.js.errors.APIError, *TRANSIENT) as exc:
+            delay = retry_delay(
+                self._repair_attempt, base_s=CONSUMER_REPAIR_BASE_S, max_s=CONSUMER_REPAIR_MAX_S
+            )
+            self._repair_attempt += 1
+            self._repair_due = time.monotonic() + delay
+            self.repair_failures += 1
+            _log.warning(
+                "consumer_recreate_failed",
+                consumer=self._name,
+                error=repr(exc),
+                attempt=self._repair_attempt,
+                retry_in_s=delay,
+            )
             return
-        except nats.js.errors.APIError as exc:
-            raise TransportError(f"cannot re-create consumer {self._name}: {exc}") from exc
+        self._repair_attempt = 0
+        self._repair_due = None
         self.repairs += 1
         _log.info("consumer_recreated", consumer=self._name, from_seq=self._last_seq + 1)
 
