@@ -37,6 +37,7 @@ from pydantic_settings import (
 from pydantic_settings.exceptions import SettingsError
 
 from sapo_async.errors import ConfigError
+from sapo_async.ops.config_checks import did_you_mean
 from sapo_async.ops.config_docs import render_example, render_reference
 from sapo_async.ops.config_sections import (
     SECTIONS,
@@ -48,7 +49,6 @@ from sapo_async.ops.config_sections import (
     NodeSection,
     TasksSection,
     TrainingSection,
-    did_you_mean,
 )
 
 if TYPE_CHECKING:

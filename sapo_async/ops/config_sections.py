@@ -10,10 +10,7 @@ Does not know files, the environment or how settings are used: :mod:`.config` lo
 
 from __future__ import annotations
 
-import difflib
 import json
-import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -22,6 +19,12 @@ from pydantic_settings import NoDecode
 
 from sapo_async.errors import ConfigError
 from sapo_async.limits import MAX_SWARM_SEED
+from sapo_async.ops.config_checks import (
+    check_host_port,
+    did_you_mean,
+    existing_file,
+    writable_dir,
+)
 
 if TYPE_CHECKING:
     from sapo_async.fabric.transport.embedded import NatsOptions
@@ -37,7 +40,6 @@ __all__ = [
     "StrList",
     "TasksSection",
     "TrainingSection",
-    "did_you_mean",
 ]
 
 
@@ -56,53 +58,6 @@ def _split_list(value: Any) -> Any:
 
 StrList = Annotated[list[str], NoDecode]
 """A list of strings that the environment may give as ``a,b`` or ``["a","b"]``."""
-
-
-def did_you_mean(name: str, allowed: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the allowed name closest to ``name``, or ``""``."""
-    close = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _existing_file(value: Path | None) -> Path | None:
-    """``value`` expanded, when it names a readable file (or is unset)."""
-    if value is None:
-        return None
-    path = value.expanduser()
-    if not path.is_file():
-        raise ValueError(f"no such file: {str(path)!r}")
-    if not os.access(path, os.R_OK):
-        raise ValueError(f"{str(path)!r} is not readable by this user")
-    return path
-
-
-def _writable_dir(value: Path) -> Path:
-    """``value`` expanded, when it is (or can be created as) a writable directory."""
-    path = value.expanduser()
-    anchor = path.absolute()
-    while not anchor.exists() and anchor != anchor.parent:
-        anchor = anchor.parent
-    if not anchor.is_dir():
-        raise ValueError(f"{str(anchor)!r} is not a directory, so {str(path)!r} cannot be one")
-    if not os.access(anchor, os.W_OK | os.X_OK):
-        raise ValueError(f"{str(anchor)!r} is not writable by this user")
-    return path
-
-
-def _check_host_port(url: str) -> None:
-    """Raise ValueError when ``url`` has no host or a port outside 1..65535."""
-    from urllib.parse import urlsplit
-
-    for one in url.split(","):
-        parts = urlsplit(one.strip())
-        try:
-            port = parts.port
-        except ValueError:
-            raise ValueError(f"{one!r} has a port outside 1..65535 or not a number") from None
-        if not parts.hostname:
-            raise ValueError(f"{one!r} names no host")
-        if port == 0:
-            raise ValueError(f"{one!r} has port 0; ports are 1..65535")
 
 
 class _Section(BaseModel):
@@ -155,7 +110,7 @@ class NodeSection(_Section):
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
-        return _writable_dir(value)
+        return writable_dir(value)
 
 
 class IdentitySection(_Section):
@@ -185,7 +140,7 @@ class IdentitySection(_Section):
     @field_validator("password_file")
     @classmethod
     def _readable(cls, value: Path | None) -> Path | None:
-        return _existing_file(value)
+        return existing_file(value)
 
 
 class NatsSection(_Section):
@@ -232,7 +187,7 @@ class NatsSection(_Section):
     @field_validator("creds_file", "nkey_seed_file", "tls_ca", "tls_cert", "tls_key")
     @classmethod
     def _readable(cls, value: Path | None) -> Path | None:
-        return _existing_file(value)
+        return existing_file(value)
 
     @field_validator("urls")
     @classmethod
@@ -243,7 +198,7 @@ class NatsSection(_Section):
                 raise ValueError(
                     f"{url!r} is not a NATS URL: expected nats://, tls://, ws:// or wss://"
                 )
-            _check_host_port(url)
+            check_host_port(url)
         return value
 
     @model_validator(mode="after")
@@ -334,7 +289,7 @@ class LedgerSection(_Section):
         if value is not None and not value.startswith(("http://", "https://", "ws://", "wss://")):
             raise ValueError(f"{value!r} is not an RPC URL: expected http(s):// or ws(s)://")
         if value is not None:
-            _check_host_port(value)
+            check_host_port(value)
         return value
 
     @field_validator("contract_address")
