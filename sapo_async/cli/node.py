@@ -18,18 +18,20 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from eth_account.signers.local import LocalAccount
-
     from sapo_async.node.lifecycle import Node
+    from sapo_async.node.spec import NodeSpec
     from sapo_async.ops.config import NodeConfig
-    from sapo_async.ops.hardware import HardwareChoice
 
 __all__ = ["register"]
 
 
 def node(
-    config: Path = typer.Option(
-        Path("node.toml"), help="Node config (sapo-async init writes one)."
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="Node config (sapo-async init writes one); default: ./node.toml if it exists, "
+        "else the defaults.",
     ),
 ) -> None:
     """Join a swarm (or run alone on embedded defaults) and train until stopped."""
@@ -39,9 +41,15 @@ def node(
     from sapo_async.ops.config import load_config
     from sapo_async.ops.hardware import select_backend
     from sapo_async.ops.identity import load_or_create_identity
+    from sapo_async.ops.startup import require_funds, run_startup_checks
 
-    cfg = load_config(config if config.is_file() else None)
+    if config is None and Path("node.toml").is_file():
+        config = Path("node.toml")
+    cfg = load_config(config)  # a --config that names no file is an error, not the defaults
     configure_logging(level=cfg.metrics.log_level, json=cfg.metrics.log_json)
+    # Before the keystore (scrypt), torch and the model: a dead server, the wrong chain or a
+    # contract of another swarm fails now, in about a second, with doctor's fix.
+    run_startup_checks(cfg)
     account = load_or_create_identity(cfg)
     typer.echo(f"node address: {account.address}")
     choice = select_backend(
@@ -55,16 +63,25 @@ def node(
     )
     if choice.backend == "vllm":
         typer.echo("note: the vLLM path has not yet run on a GPU in this project (docs/gpu.md)")
-    anyio.run(_run, cfg, account, choice)
+    spec = cfg.to_spec(account=account, hardware=choice)
+    relayer = spec.ledger.relayer_key  # whoever pays for commitments must afford one
+    require_funds(cfg, account.address, relayer=_address(relayer) if relayer else None)
+    anyio.run(_run, cfg, spec)
 
 
-async def _run(cfg: NodeConfig, account: LocalAccount, choice: HardwareChoice) -> None:
+def _address(key: str) -> str:
+    from eth_account import Account
+
+    return str(Account.from_key(key).address)
+
+
+async def _run(cfg: NodeConfig, spec: NodeSpec) -> None:
     import anyio
 
     from sapo_async.node.swarm import Swarm
     from sapo_async.ops.reporting import RoundReporter
 
-    async with Swarm.join(cfg.to_spec(account=account, hardware=choice)) as running:
+    async with Swarm.join(spec) as running:
         with RoundReporter(cfg, node=running.address) as reporter:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_stop_on_signal, running, tg.cancel_scope)

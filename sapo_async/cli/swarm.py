@@ -18,6 +18,8 @@ from typing import Any
 
 import typer
 
+from sapo_async.cli.boundary import require, require_setting, require_writable
+
 __all__ = ["register"]
 
 
@@ -42,6 +44,15 @@ def swarm(
 ) -> None:
     """Run a local swarm of NODES nodes sharing rollouts, with a live progress display."""
     import anyio
+
+    from sapo_async.ops.config_sections import NatsSection, NodeSection
+
+    # the same rules as node.toml's settings of the same meaning, before anything starts
+    require_setting("--name", NodeSection, "swarm", name)
+    require(regime in ("sparse", "dense"), "--regime", regime, "sparse or dense")
+    if nats_url is not None:
+        require_setting("--nats-url", NatsSection, "urls", nats_url)
+    require_writable("--log-dir", log_dir, directory=True)
 
     from sapo_async.logs import configure_logging
 

@@ -13,9 +13,13 @@ Heavy imports happen inside the commands so ``--help`` stays fast.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import typer
+
+from sapo_async.cli.boundary import require, require_writable
 
 __all__ = ["register"]
 
@@ -40,6 +44,9 @@ def warmstart(
     log_level: str = typer.Option("INFO", help="DEBUG, INFO, WARNING, ..."),
 ) -> None:
     """Build (or find cached) the tiny model(s) and print their warm-start rewards."""
+    _check_common(threads, log_level)
+    require(regime in ("sparse", "dense", "all"), "--regime", regime, "sparse, dense or all")
+    require(seed >= 0, "--seed", seed, ">= 0")
     _setup(threads, log_level)
     from sapo_async.policy.models import REGIMES, ensure_tiny_model, read_report, tiny_spec
 
@@ -65,7 +72,12 @@ def train(
         False, help="Wrap prompts in the tokenizer's chat template."
     ),
     questions_per_round: int = typer.Option(8, help="Questions per round (B)."),
-    completions_per_question: int = typer.Option(8, help="Completions per question (L)."),
+    completions_per_question: int = typer.Option(
+        8,
+        "--completions-per-question",
+        "--group-size",
+        help="Completions per question (L, the GRPO group; at least 2).",
+    ),
     max_new_tokens: int = typer.Option(16, help="Completion cap."),
     temperature: float = typer.Option(1.0),
     top_p: float = typer.Option(1.0),
@@ -84,18 +96,23 @@ def train(
     log_level: str = typer.Option("WARNING", help="DEBUG shows every GRPO step."),
 ) -> None:
     """Train one node alone with GRPO (no sharing) and log per-round metrics."""
+    _check_train_options(locals())
     _setup(threads, log_level)
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from sapo_async.errors import ConfigError
-    from sapo_async.node.learner import Learner, LearnerSettings, RoundMetrics, run_rounds
+    from sapo_async.node.learner import (
+        Learner,
+        LearnerSettings,
+        RoundMetrics,
+        check_fits_context,
+        run_rounds,
+    )
     from sapo_async.policy.grpo import TrainerConfig
     from sapo_async.policy.models import load_model, load_tiny_model, tiny_spec
     from sapo_async.tasks import TaskSource, preset
     from sapo_async.wire import SamplingParams
 
-    if prompt_style not in ("compact", "instruct"):
-        raise ConfigError(f"prompt style must be compact or instruct, got {prompt_style!r}")
     if resume and checkpoint_dir is None:
         raise ConfigError("--resume needs --checkpoint-dir", field="checkpoint_dir")
     lm = (
@@ -103,6 +120,7 @@ def train(
         if model == "tiny"
         else load_model(model, device=device)
     )
+    check_fits_context(lm.model, max_new_tokens, model_id=lm.model_id, field="--max-new-tokens")
     settings = LearnerSettings(
         swarm_seed=seed,
         node_index=node_index,
@@ -162,6 +180,47 @@ def train(
         log_file.close()
     if checkpoint_dir is not None:
         learner.save(checkpoint_dir)
+
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _check_common(threads: int, log_level: str) -> None:
+    require(threads >= 1, "--threads", threads, ">= 1")
+    require(log_level.upper() in _LOG_LEVELS, "--log-level", log_level, ", ".join(_LOG_LEVELS))
+
+
+def _check_train_options(o: dict[str, Any]) -> None:
+    """Refuse bad ``train`` options before torch is imported (each names the option)."""
+    from sapo_async.tasks.spec import PRESETS
+
+    _check_common(o["threads"], o["log_level"])
+    require(o["rounds"] >= 1, "--rounds", o["rounds"], ">= 1")
+    require(o["regime"] in ("sparse", "dense"), "--regime", o["regime"], "sparse or dense")
+    require(o["tasks"] in PRESETS, "--tasks", o["tasks"], "one of " + ", ".join(sorted(PRESETS)))
+    style = o["prompt_style"]
+    require(style in ("compact", "instruct"), "--prompt-style", style, "compact or instruct")
+    b, group = o["questions_per_round"], o["completions_per_question"]
+    require(b >= 1, "--questions-per-round", b, ">= 1")
+    require(group >= 2, "--group-size", group, ">= 2 (GRPO compares completions of a group)")
+    require(o["max_new_tokens"] >= 1, "--max-new-tokens", o["max_new_tokens"], ">= 1")
+    t, p, lr = o["temperature"], o["top_p"], o["lr"]
+    require(math.isfinite(t) and t > 0, "--temperature", t, "a finite number > 0")
+    require(math.isfinite(p) and 0 < p <= 1, "--top-p", p, "in (0, 1]")
+    require(o["top_k"] >= 0, "--top-k", o["top_k"], ">= 0 (0 is off)")
+    require(math.isfinite(lr) and 0 < lr < 1, "--lr", lr, "a finite number in (0, 1)")
+    aggregations = ("grpo", "dapo", "dr_grpo")
+    agg = o["aggregation"]
+    require(agg in aggregations, "--aggregation", agg, "grpo, dapo or dr_grpo")
+    require(o["seed"] >= 0, "--seed", o["seed"], ">= 0")
+    require(o["node_index"] >= 0, "--node-index", o["node_index"], ">= 0")
+    require(o["device"] in ("cpu", "cuda"), "--device", o["device"], "cpu or cuda")
+    every = o["checkpoint_every"]
+    require(every >= 0, "--checkpoint-every", every, ">= 0 (0: only at the end)")
+    if o["log"] is not None:
+        require_writable("--log", o["log"])
+    if o["checkpoint_dir"] is not None:
+        require_writable("--checkpoint-dir", o["checkpoint_dir"], directory=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -24,13 +24,27 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented example node.toml listing every setting and its default."""
+    from sapo_async.errors import ConfigError
     from sapo_async.ops.config import render_example
 
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory; give a file name such as {path / 'node.toml'}")
     if path.exists() and not force:
         typer.echo(f"{path} already exists; pass --force to overwrite it.", err=True)
         raise typer.Exit(code=1)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_example(), encoding="utf-8")
+    anchor = path.absolute().parent
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent
+    if not anchor.is_dir():
+        raise ConfigError(f"cannot write {path}: {anchor} is a file, not a directory", field="path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render_example(), encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write {path}: {exc.strerror or exc}; choose a writable directory",
+            field="path",
+        ) from exc
     typer.echo(f"wrote {path}; edit it, then run: sapo-async node --config {path}")
 
 
@@ -101,8 +115,20 @@ def devnet(
     ] = None,
 ) -> None:
     """Run NATS (JetStream) and anvil locally, deploy the ledger, print node settings."""
+    from sapo_async.cli.boundary import require, require_setting, require_writable
     from sapo_async.errors import SapoError
+    from sapo_async.ops.config_sections import NodeSection
     from sapo_async.ops.devnet import run_devnet
+
+    require_setting("--swarm", NodeSection, "swarm", swarm)
+    for option, port in (("--nats-port", nats_port), ("--anvil-port", anvil_port)):
+        require(0 < port < 65536, option, port, "a port in 1..65535")
+    require(nats_port != anvil_port, "--anvil-port", anvil_port, "different from --nats-port")
+    for option, port in (("--nats-port", nats_port), ("--anvil-port", anvil_port)):
+        require(_port_free(port), option, port, "a free port (something listens there)")
+    require_writable("--data-dir", data_dir, directory=True)
+    for address in fund or []:
+        require(_is_address(address), "--fund", address, "a 0x-prefixed 20-byte hex address")
 
     try:
         run_devnet(
@@ -116,6 +142,23 @@ def devnet(
     except SapoError as exc:
         typer.echo(f"devnet failed: {exc}", err=True)
         raise typer.Exit(code=1) from exc
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _is_address(text: str) -> bool:
+    import re
+
+    return re.fullmatch(r"0x[0-9a-fA-F]{40}", text) is not None
 
 
 def register(app: typer.Typer) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 
+from sapo_async.errors import ConfigError
 from sapo_async.node.checkpoint import CheckpointState, load_checkpoint, save_checkpoint
 from sapo_async.node.groups import (
     GeneratedGroup,
@@ -325,6 +326,33 @@ def run_rounds(
     return anyio.run(_run)
 
 
+def model_context(model: Any) -> int | None:
+    """The longest sequence (prompt + completion) ``model`` takes, in tokens, if it says."""
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def check_fits_context(
+    model: Any, max_new_tokens: int, *, model_id: str, field: str = "training.max_new_tokens"
+) -> None:
+    """Refuse a completion cap that leaves no room for a prompt in the model's context.
+
+    Raises:
+        ConfigError: ``max_new_tokens`` is at least the model's context length (named).
+    """
+    context = model_context(model)
+    if context is not None and max_new_tokens >= context:
+        raise ConfigError(
+            f"{field} = {max_new_tokens}: must be below the context of {model_id} "
+            f"({context} tokens, prompt included)",
+            field=field,
+        )
+
+
 def build_learner(
     spec: NodeSpec | None = None, *, node_index: int | None = None, offload: bool = False
 ) -> Learner:
@@ -358,6 +386,7 @@ def build_learner(
         loaded = load_tiny_model(tiny_spec(policy.regime), device=policy.device)
     else:
         loaded = load_model(str(model), device=policy.device)
+    check_fits_context(loaded.model, training.max_new_tokens, model_id=loaded.model_id)
     families = preset(policy.tasks) if isinstance(policy.tasks, str) else tuple(policy.tasks)
     is_tiny = loaded.model_id.startswith("sapo-tiny")
     style: PromptStyle = (

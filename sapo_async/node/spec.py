@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 from sapo_async.errors import ConfigError
 from sapo_async.limits import (
     ACTOR_DRAIN_TIMEOUT_S,
+    BUFFER_MAX_AGE_S,
     MAX_SWARM_SEED,
 )
 from sapo_async.node.spec_parts import CheckpointSpec, DefenceSpec, FabricSpec, LedgerSpec
@@ -118,6 +119,8 @@ class TrainingSpec:
             (None: no cap).
         max_staleness_rounds: external groups more than this many rounds behind the newest
             held from their producer are not drawn (and are dropped).
+        max_age_s: external groups older than this many seconds (by their time stamp) are
+            rejected by the collector and dropped from its buffer.
         max_new_tokens / temperature / top_p: sampling. ``max_new_tokens`` is the one
             completion length: generated, rewarded and trained on in full (it sets the
             trainer's ``max_completion_tokens``).
@@ -142,6 +145,7 @@ class TrainingSpec:
     sampler: SamplerPolicy = "paper"
     per_producer_cap: int | None = None
     max_staleness_rounds: int = 4
+    max_age_s: float = BUFFER_MAX_AGE_S
     max_new_tokens: int = 16
     temperature: float = 1.0
     top_p: float = 1.0
@@ -178,6 +182,7 @@ class TrainingSpec:
             ">= 0",
             self.max_staleness_rounds,
         )
+        _check(self.max_age_s > 0, "training.max_age_s", "> 0", self.max_age_s)
         _check(self.max_new_tokens >= 1, "training.max_new_tokens", ">= 1", self.max_new_tokens)
         _check(self.temperature > 0, "training.temperature", "> 0", self.temperature)
         _check(0 < self.top_p <= 1, "training.top_p", "in (0, 1]", self.top_p)

@@ -139,6 +139,7 @@ class Swarm:
                 own_address=account.address,
                 families=sorted({f.family for f in learner.tasks.families}) or None,
                 start=_start_at(spec.fabric),
+                buffer_max_age_s=spec.training.max_age_s,
                 extra_check=spec.fabric.extra_check,
                 shards=spec.fabric.shard_plan(),
                 name=f"collector-{spec.name}",

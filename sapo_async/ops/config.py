@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import os
+import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +37,7 @@ from pydantic_settings import (
 from pydantic_settings.exceptions import SettingsError
 
 from sapo_async.errors import ConfigError
+from sapo_async.ops.config_checks import did_you_mean
 from sapo_async.ops.config_docs import render_example, render_reference
 from sapo_async.ops.config_sections import (
     SECTIONS,
@@ -56,6 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENV_PREFIX",
+    "KNOWN_ENVIRONMENT",
     "DefenceSection",
     "IdentitySection",
     "LedgerSection",
@@ -66,6 +71,7 @@ __all__ = [
     "NodeSection",
     "TasksSection",
     "TrainingSection",
+    "check_environment",
     "load_config",
     "render_example",
     "render_reference",
@@ -239,8 +245,8 @@ def _env_name(loc: tuple[int | str, ...]) -> str:
 
 
 def _translate(exc: ValidationError, source: str) -> ConfigError:
-    """Turn pydantic's errors into one ConfigError that a volunteer can act on."""
-    lines = []
+    """Turn pydantic's errors into one ConfigError, on one line, that a volunteer can act on."""
+    items = []
     first_field: str | None = None
     for error in exc.errors(include_url=False):
         loc = tuple(error["loc"])
@@ -250,16 +256,84 @@ def _translate(exc: ValidationError, source: str) -> ConfigError:
         if error["type"] == "extra_forbidden":
             section = loc[0] if loc else ""
             allowed = _field_names(str(section)) if len(loc) > 1 else sorted(SECTIONS)
-            lines.append(
-                f"  {field}: unknown setting; allowed here: {', '.join(allowed) or '(none)'}"
+            hint = did_you_mean(str(loc[-1]), allowed) if loc else ""
+            items.append(
+                f"{field}: unknown setting{hint}; allowed here: {', '.join(allowed) or '(none)'}"
             )
             continue
         where = f" (or env {_env_name(loc)})" if len(loc) >= 2 else ""
         value = error.get("input")
         shown = "" if isinstance(value, dict) else f" = {value!r}"
-        lines.append(f"  {field}{shown}: {message}{where}")
+        items.append(f"{field}{shown}: {message}{where}")
     return ConfigError(
-        f"invalid node configuration ({source}):\n" + "\n".join(lines), field=first_field
+        f"invalid node configuration ({source}): " + "; ".join(items), field=first_field
+    )
+
+
+KNOWN_ENVIRONMENT: dict[str, str] = {
+    "SAPO_KEY_PASSWORD": "the keystore password (the default identity.password_env)",
+    "SAPO_NATS_SERVER": "path of the nats-server binary to run",
+    "SAPO_ANVIL": "path of the anvil binary to run",
+    "SAPO_CACHE_DIR": "root of the tiny model's cache",
+    "SAPO_JOURNAL": "`sapo-async verify`: the ledger journal file",
+    "SAPO_LEDGER_RPC": "`sapo-async audit`: the chain's JSON-RPC URL",
+    "SAPO_LEDGER_ADDRESS": "`sapo-async audit`: the SapoLedger's address",
+}
+"""``SAPO_*`` variables that are not settings but are read elsewhere; any other ``SAPO_*``
+variable that is not ``SAPO_<SECTION>__<FIELD>`` is a typo and an error. Add a line here
+with any new one."""
+
+_FREE_ENV_PREFIXES = ("SAPO_TEST_",)  # the test suite's own variables
+
+
+def _setting_variables() -> list[str]:
+    return [
+        f"{ENV_PREFIX}{section.upper()}{_ENV_DELIMITER}{name.upper()}"
+        for section, model in SECTIONS.items()
+        for name in model.model_fields
+    ]
+
+
+def check_environment(environ: Mapping[str, str], *, password_env: str) -> None:
+    """Refuse ``SAPO_*`` variables that set nothing (a typo would silently change nothing).
+
+    Args:
+        environ: the environment (``os.environ``).
+        password_env: the variable ``[identity] password_env`` names (allowed too).
+
+    Raises:
+        ConfigError: an unknown ``SAPO_*`` variable, with the closest known name. Its value
+            is not shown (it may be a secret).
+    """
+    settings = _setting_variables()
+    known = {*settings, *KNOWN_ENVIRONMENT, password_env.upper()}
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known:
+            continue
+        if upper.startswith(_FREE_ENV_PREFIXES):
+            continue
+        hint = did_you_mean(upper, sorted(known))
+        raise ConfigError(
+            f"unknown environment variable {name}{hint}: settings are "
+            f"{ENV_PREFIX}<SECTION>{_ENV_DELIMITER}<FIELD> (e.g. SAPO_TRAINING__LR), other "
+            f"known ones are {', '.join(sorted(KNOWN_ENVIRONMENT))}; unset it or fix its name",
+            field=name,
+        )
+
+
+_TOML_WHERE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+
+
+def _toml_error(path: Path, exc: tomllib.TOMLDecodeError) -> ConfigError:
+    """``file:line:column: what`` for a TOML syntax error (editors jump to it)."""
+    text = str(exc)
+    found = _TOML_WHERE.search(text)
+    if found is None:
+        return ConfigError(f"{path}: not valid TOML: {text}", field="config")
+    what = text[: found.start()]
+    return ConfigError(
+        f"{path}:{found.group(1)}:{found.group(2)}: not valid TOML: {what}", field="config"
     )
 
 
@@ -284,6 +358,7 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> NodeConfig:
             and what is allowed (and the ``SAPO_*`` variable that sets it).
     """
     toml_path: Path | None = None
+    document: dict[str, Any] = {}
     source = "defaults and SAPO_* environment"
     if path is not None:
         toml_path = Path(path).expanduser()
@@ -297,16 +372,28 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> NodeConfig:
                 "writes a commented example",
                 field="config",
             ) from exc
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read {toml_path} as TOML: {exc}", field="config") from exc
+        except IsADirectoryError as exc:
+            raise ConfigError(f"config file {toml_path} is a directory", field="config") from exc
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read config file {toml_path}: {exc.strerror or exc}", field="config"
+            ) from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise _toml_error(toml_path, exc) from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{toml_path}: not valid TOML: not UTF-8 text (byte {exc.start})", field="config"
+            ) from exc
         unknown = sorted(set(document) - set(SECTIONS))
         if unknown:
+            hints = "".join(did_you_mean(name, SECTIONS) for name in unknown)
             raise ConfigError(
                 f"invalid node configuration ({source}): unknown section(s) "
-                f"{', '.join(f'[{name}]' for name in unknown)}; allowed: "
+                f"{', '.join(f'[{name}]' for name in unknown)}{hints}; allowed: "
                 f"{', '.join(f'[{name}]' for name in SECTIONS)}",
                 field=unknown[0],
             )
+    check_environment(os.environ, password_env=_password_env(document, overrides))
     token = _TOML_FILE.set(toml_path)
     try:
         return NodeConfig(**overrides)
@@ -316,3 +403,12 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> NodeConfig:
         raise ConfigError(f"invalid node configuration ({source}): {exc}") from exc
     finally:
         _TOML_FILE.reset(token)
+
+
+def _password_env(document: Mapping[str, Any], overrides: Mapping[str, Any]) -> str:
+    """The variable ``[identity] password_env`` will name, read before validation."""
+    for source in (overrides.get("identity"), document.get("identity")):
+        if isinstance(source, Mapping) and isinstance(source.get("password_env"), str):
+            return str(source["password_env"])
+    from_env = os.environ.get(f"{ENV_PREFIX}IDENTITY{_ENV_DELIMITER}PASSWORD_ENV")
+    return from_env or str(IdentitySection.model_fields["password_env"].default)

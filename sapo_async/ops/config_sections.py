@@ -10,18 +10,22 @@ Does not know files, the environment or how settings are used: :mod:`.config` lo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_settings import NoDecode
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-from sapo_async.errors import ConfigError
 from sapo_async.limits import MAX_SWARM_SEED
+from sapo_async.ops.config_base import Section, StrList, split_list
+from sapo_async.ops.config_checks import (
+    did_you_mean,
+    existing_file,
+    writable_dir,
+)
+from sapo_async.ops.config_network import LedgerSection, NatsSection
 
 if TYPE_CHECKING:
-    from sapo_async.fabric.transport.embedded import NatsOptions
+    pass
 
 __all__ = [
     "SECTIONS",
@@ -37,28 +41,7 @@ __all__ = [
 ]
 
 
-def _split_list(value: Any) -> Any:
-    """Accept a JSON list or a comma-separated string where a list of strings is expected."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            try:
-                return json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"not a JSON list: {exc}") from exc
-        return [part.strip() for part in text.split(",") if part.strip()]
-    return value
-
-
-StrList = Annotated[list[str], NoDecode]
-"""A list of strings that the environment may give as ``a,b`` or ``["a","b"]``."""
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
-
-class NodeSection(_Section):
+class NodeSection(Section):
     """[node]: who this node is and how long it runs."""
 
     swarm: str = Field(
@@ -100,10 +83,10 @@ class NodeSection(_Section):
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
-        return value.expanduser()
+        return writable_dir(value)
 
 
-class IdentitySection(_Section):
+class IdentitySection(Section):
     """[identity]: the node's Ethereum key, kept in an encrypted keystore."""
 
     keystore: Path | None = Field(
@@ -122,198 +105,18 @@ class IdentitySection(_Section):
         "if neither is set, the node prompts when run on a terminal.",
     )
 
-    @field_validator("keystore", "password_file")
+    @field_validator("keystore")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return None if value is None else value.expanduser()
 
-
-class NatsSection(_Section):
-    """[nats]: the NATS servers rollouts are shared over."""
-
-    urls: StrList = Field(
-        default_factory=list,
-        description="NATS server URLs (nats://host:4222, tls://...); empty starts an "
-        "embedded private server (a swarm of one machine).",
-    )
-    creds_file: Path | None = Field(
-        None, description="NATS credentials file (JWT + nkey seed) for decentralised auth."
-    )
-    nkey_seed_file: Path | None = Field(
-        None, description="File with this node's NATS user nkey seed (SU...), for nkey auth."
-    )
-    tls_ca: Path | None = Field(None, description="CA certificate to verify the servers with.")
-    tls_cert: Path | None = Field(
-        None, description="Client certificate for mutual TLS (needs tls_key)."
-    )
-    tls_key: Path | None = Field(
-        None, description="Client private key for mutual TLS (needs tls_cert)."
-    )
-    start: Literal["new", "last_minutes"] = Field(
-        "new",
-        description="Where to start reading shared rollouts: only new ones, or those of "
-        "the last lookback_minutes.",
-    )
-    lookback_minutes: float = Field(
-        10.0, gt=0, description="With start = 'last_minutes', how far back to start reading."
-    )
-    stream_replicas: int = Field(
-        1,
-        ge=1,
-        le=5,
-        description="Replicas of the swarm's stream: 3 on a three-server cluster, so losing "
-        "a server loses no acknowledged group (every node that connects sets it: use the "
-        "swarm's value).",
-    )
-    shards: int = Field(
-        1,
-        description="How many shards this node divides the swarm's rollouts into (by "
-        "producer, per family): 1, 16, 256 or 4096; 1 reads everything. See docs/fabric.md "
-        "for the count that fits a swarm's size.",
-    )
-    shards_read: int | None = Field(
-        None,
-        ge=1,
-        description="How many of those shards to read at a time (bounds ingress in large "
-        "swarms; the node moves to the next ones every shard_rotate_minutes); unset reads "
-        "all.",
-    )
-    shard_rotate_minutes: float = Field(
-        5.0, gt=0, description="Minutes before a node reading a subset moves to the next one."
-    )
-
-    @field_validator("urls", mode="before")
+    @field_validator("password_file")
     @classmethod
-    def _urls_list(cls, value: Any) -> Any:
-        return _split_list(value)
-
-    @field_validator("urls")
-    @classmethod
-    def _urls_scheme(cls, value: list[str]) -> list[str]:
-        for url in value:
-            scheme = url.split("://", 1)[0] if "://" in url else ""
-            if scheme not in {"nats", "tls", "ws", "wss"}:
-                raise ValueError(
-                    f"{url!r} is not a NATS URL: expected nats://, tls://, ws:// or wss://"
-                )
-        return value
-
-    @field_validator("shards")
-    @classmethod
-    def _shard_count(cls, value: int) -> int:
-        if value not in (1, 16, 256, 4096):
-            raise ValueError(f"must be 1, 16, 256 or 4096 (16^0..16^3), got {value}")
-        return value
-
-    @model_validator(mode="after")
-    def _shards_read_within(self) -> NatsSection:
-        if self.shards_read is not None and self.shards_read > self.shards:
-            raise ValueError(
-                f"shards_read = {self.shards_read} is more than shards = {self.shards}: "
-                f"read 1..{self.shards} of them, or raise shards (1, 16, 256 or 4096)"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _tls_pair(self) -> NatsSection:
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key must be set together (mutual TLS)")
-        return self
-
-    def options(self, url: str | None = None, **overrides: Any) -> NatsOptions:
-        """These settings as the transport's connection options.
-
-        Args:
-            url: connect to this URL only; default: every one of ``urls`` (none: embedded).
-            overrides: other :class:`NatsOptions` fields (``connect_timeout``, ``reconnect``).
-        """
-        from sapo_async.fabric.transport.embedded import NatsOptions
-
-        return NatsOptions(
-            url=url or ",".join(self.urls) or None,
-            creds_file=self.creds_file,
-            nkey_seed_file=self.nkey_seed_file,
-            tls_ca_file=self.tls_ca,
-            tls_cert_file=self.tls_cert,
-            tls_key_file=self.tls_key,
-            **overrides,
-        )
+    def _readable(cls, value: Path | None) -> Path | None:
+        return existing_file(value)
 
 
-class LedgerSection(_Section):
-    """[ledger]: where rollout commitments are recorded."""
-
-    enabled: bool = Field(True, description="Record rollout commitments on the EVM ledger.")
-    rpc_url: str | None = Field(
-        None,
-        description="JSON-RPC URL of the chain (http://127.0.0.1:8545 for anvil); unset "
-        "uses an embedded in-process EVM.",
-    )
-    contract_address: str | None = Field(
-        None,
-        pattern=r"^0x[0-9a-fA-F]{40}$",
-        description="Address of the deployed SapoLedger contract (needed with rpc_url).",
-    )
-    chain_id: int | None = Field(
-        None, ge=1, description="Expected chain id; the node refuses a chain that differs."
-    )
-    relayer_key_file: Path | None = Field(
-        None,
-        description="File whose first line is the private key of an account that pays gas "
-        "for this node's commitments: the node signs each one (EIP-712), the relayer sends "
-        "it. Unset: the node pays its own gas.",
-    )
-
-    @field_validator("relayer_key_file")
-    @classmethod
-    def _expand_key_file(cls, value: Path | None) -> Path | None:
-        return value.expanduser() if value is not None else None
-
-    def read_relayer_key(self) -> str | None:
-        """The relayer's private key from ``relayer_key_file`` (None when unset).
-
-        Raises:
-            ConfigError: the file cannot be read or its first line is not a private key
-                (0x and 64 hex digits); the message never shows the file's content.
-        """
-        path = self.relayer_key_file
-        if path is None:
-            return None
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(
-                f"cannot read ledger.relayer_key_file {path}: {exc}",
-                field="ledger.relayer_key_file",
-            ) from exc
-        key = lines[0].strip() if lines else ""
-        digits = key.removeprefix("0x")
-        if len(digits) != 64 or any(c not in "0123456789abcdefABCDEF" for c in digits):
-            raise ConfigError(
-                f"ledger.relayer_key_file {path}: the first line must be a private key "
-                "(0x followed by 64 hex digits)",
-                field="ledger.relayer_key_file",
-            )
-        return "0x" + digits
-
-    @field_validator("rpc_url")
-    @classmethod
-    def _rpc_scheme(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://", "ws://", "wss://")):
-            raise ValueError(f"{value!r} is not an RPC URL: expected http(s):// or ws(s)://")
-        return value
-
-    @model_validator(mode="after")
-    def _rpc_needs_contract(self) -> LedgerSection:
-        if self.enabled and self.rpc_url is not None and self.contract_address is None:
-            raise ValueError(
-                "rpc_url is set but contract_address is not: give the deployed contract's "
-                "address (`sapo-async devnet` prints it for a local chain)"
-            )
-        return self
-
-
-class ModelSection(_Section):
+class ModelSection(Section):
     """[model]: the policy model and how it generates."""
 
     name_or_path: str = Field(
@@ -339,7 +142,7 @@ class ModelSection(_Section):
     )
 
 
-class TasksSection(_Section):
+class TasksSection(Section):
     """[tasks]: the verifiable task families this node trains on."""
 
     preset: str = Field(
@@ -357,10 +160,38 @@ class TasksSection(_Section):
     @field_validator("families", mode="before")
     @classmethod
     def _families_list(cls, value: Any) -> Any:
-        return _split_list(value)
+        return split_list(value)
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, value: list[str]) -> list[str]:
+        if not value:
+            return value
+        from reasoning_gym.factory import DATASETS  # 0.8 s: only when families are given
+
+        for family in value:
+            if family not in DATASETS:
+                raise ValueError(
+                    f"{family!r} is not a reasoning-gym family{did_you_mean(family, DATASETS)}; "
+                    f"{len(DATASETS)} exist (python -c 'import reasoning_gym.factory as f; "
+                    "print(sorted(f.DATASETS))')"
+                )
+        return value
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str) -> str:
+        from sapo_async.tasks.spec import PRESETS
+
+        if value not in PRESETS:
+            raise ValueError(
+                f"{value!r} is not a task preset{did_you_mean(value, PRESETS)}; "
+                f"allowed: {', '.join(map(repr, sorted(PRESETS)))}"
+            )
+        return value
 
 
-class TrainingSection(_Section):
+class TrainingSection(Section):
     """[training]: the SAPO/GRPO round."""
 
     questions_per_round: int = Field(8, ge=1, description="Questions sampled per round (B).")
@@ -442,7 +273,7 @@ class TrainingSection(_Section):
         return self
 
 
-class DefenceSection(_Section):
+class DefenceSection(Section):
     """[defence]: what this node refuses from validly signed peers (docs/security.md)."""
 
     active: bool = Field(True, description="All content and resource defences on or off.")
@@ -476,7 +307,7 @@ class DefenceSection(_Section):
     quarantine_s: float = Field(600.0, ge=0, description="...were dropped, for this long.")
 
 
-class MetricsSection(_Section):
+class MetricsSection(Section):
     """[metrics]: what the volunteer sees."""
 
     prometheus_port: int | None = Field(

@@ -113,10 +113,10 @@ def test_config_is_frozen() -> None:
         ('[ledger]\ncontract_address = "0x12"\n', "ledger.contract_address", "pattern"),
         ('[ledger]\nrpc_url = "http://x:8545"\n', "ledger", "contract_address"),
         ('[node]\nswarm = "a b"\n', "node.swarm", "pattern"),
-        ("[training]\nlrr = 1\n", "training.lrr", "unknown setting; allowed here"),
+        ("[training]\nlrr = 1\n", "training.lrr", "unknown setting (did you mean 'lr'?)"),
         ("[metrics]\nprometheus_port = 70000\n", "metrics.prometheus_port", "65535"),
         ("[training]\nlocal = 0\nexternal = 0\n", "training", "at least 1"),
-        ('[nats]\ntls_cert = "c.pem"\n', "nats", "tls_key"),
+        ('[nats]\ntls_cert = "/no/c.pem"\n', "nats.tls_cert", "no such file"),
     ],
 )
 def test_bad_value_in_file_names_the_field_and_what_is_allowed(
@@ -153,8 +153,16 @@ def test_missing_file_says_how_to_make_one(tmp_path: Path) -> None:
 def test_broken_toml_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "node.toml"
     path.write_text("[training\n")
-    with pytest.raises(ConfigError, match=r"cannot read .* as TOML"):
+    with pytest.raises(ConfigError, match=r"node\.toml:1:10: not valid TOML: Expected"):
         load_config(path)
+
+
+def test_client_certificate_needs_its_key(tmp_path: Path) -> None:
+    cert = tmp_path / "c.pem"
+    cert.write_text("x")
+    with pytest.raises(ConfigError, match="tls_cert and tls_key must be set together") as info:
+        load_config(nats={"tls_cert": str(cert)})
+    assert info.value.field == "nats"
 
 
 def test_init_command_writes_the_example_and_refuses_to_overwrite(tmp_path: Path) -> None:
@@ -194,6 +202,7 @@ def test_config_builds_the_node_spec_with_the_same_names(tmp_path: Path) -> None
             "external": 3,
             "lr": 1e-5,
             "overlap_generation": True,
+            "max_age_s": 30,
         },
         nats={"urls": "nats://a:4222,nats://b:4222", "start": "last_minutes"},
         ledger={"rpc_url": "http://127.0.0.1:8545", "contract_address": "0x" + "2" * 40},
@@ -206,6 +215,7 @@ def test_config_builds_the_node_spec_with_the_same_names(tmp_path: Path) -> None
     assert t.trainer is not None
     assert t.trainer.lr == 1e-5
     assert (t.overlap, t.rounds, t.seed) == (True, 5, 3)
+    assert t.max_age_s == 30  # main read training.max_age_s nowhere
     assert spec.swarm == "alpha"
     assert spec.account is account
     assert spec.policy.model == "tiny"
