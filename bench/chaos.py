@@ -58,6 +58,7 @@ from sapo_async.fabric.transport.jetstream import JetStreamTransport, StreamSett
 from sapo_async.ledger import deploy_ledger, fund, rpc_chain  # noqa: E402
 from sapo_async.ledger.anvil import AnvilProcess  # noqa: E402
 from sapo_async.ledger.journal import Journal  # noqa: E402
+from sapo_async.ledger.recorder import Recorder  # noqa: E402
 from sapo_async.ops.devnet import ANVIL_DEV_KEY  # noqa: E402
 from sapo_async.process import free_port  # noqa: E402
 from tests.fixtures.volunteer import NatsCluster  # noqa: E402
@@ -392,11 +393,33 @@ class Chaos:
         finally:
             await transport.aclose()
 
+    async def _final_drain(self, ledger: Any) -> None:
+        """Land what the nodes left pending, as each node's next start would: every node's
+        journal with its own key, all at once (a consumer's round may wait on a producer's
+        pending round). Tiny nodes finish rounds faster than the chain takes commitments,
+        so the SIGTERM drain can leave a backlog; it is journaled, not lost."""
+
+        async def drain(node: NodeProc) -> None:
+            key = Account.decrypt(json.loads((node.data / "key.json").read_text()), PASSWORD)
+            account = Account.from_key(key)
+            with Journal(node.data / "journal" / "journal.sqlite") as journal:
+                if not journal.pending(node.address):
+                    return
+                async with Recorder(
+                    ledger, journal, account, retry_base_s=0.05, retry_max_s=1.0
+                ) as rec:
+                    await rec.wait_idle(600)
+
+        async with anyio.create_task_group() as tg:
+            for node in self.nodes:
+                tg.start_soon(drain, node)
+
     async def audit(self) -> dict[str, Any]:
         chain = rpc_chain(self.anvil.url)
         from sapo_async.ledger.evm import EvmLedger
 
         ledger = EvmLedger(chain, self.contract)
+        await self._final_drain(ledger)
         stream = await self._stream_ids()
         lost: list[str] = []
         duplicates: list[str] = []

@@ -192,10 +192,12 @@ LEDGER_RPC_TIMEOUT_S = 10.0
 LEDGER_VIEW_PAGE = 256
 """Addresses or rounds read per view call: keeps each eth_call far below RPC gas caps."""
 
-LEDGER_CREDIT_WAIT_ATTEMPTS = 12
+LEDGER_CREDIT_WAIT_ATTEMPTS = 6
 """Sends of a commitment refused because a credited producer's round is not on chain yet,
-before the recorder gives the round up: the producer lands its own round asynchronously, and
-12 backed-off retries (0.5 s doubling to 30 s: about 4 minutes) outlast any honest delay."""
+before the recorder withdraws that credit and lands the rest: producers land their own
+rounds within seconds (a restarted one from its journal), and 6 backed-off retries (0.5 s
+doubling: about 30 s) outlast that while keeping the consumer's later rounds, queued behind
+this one, from stalling for minutes."""
 
 LEDGER_MAX_ATTEMPTS_LOGGED = 3
 """Failed sends of one commitment logged at warning level before the recorder goes quiet."""

@@ -30,6 +30,7 @@ connection is opened with ``check_same_thread=False`` and guarded by its own loc
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import threading
 import time
@@ -305,6 +306,46 @@ class Journal:
                 "WHERE node = ? AND round = ? AND state = ?",
                 (error[:500], checksum(node), round_, EntryState.PENDING),
             )
+
+    def withdraw_usage(
+        self, node: str, round_: int, producer_rounds: set[tuple[str, int]]
+    ) -> RoundCommitment | None:
+        """Take ``producer_rounds`` out of a pending entry's usage and return what is left.
+
+        For a credited producer round that never landed on chain (its producer died between
+        sharing and committing): the contract refuses credit for it, so the consumer's round
+        lands without it rather than not at all. The hashes of those rounds leave the
+        entry's body and its rollout index together (the usage root no longer holds them).
+
+        Returns:
+            the reduced commitment, or None if no such pending entry exists.
+        """
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT body FROM commitments WHERE node = ? AND round = ? AND state = ?",
+                (checksum(node), round_, EntryState.PENDING),
+            ).fetchone()
+            if row is None:
+                return None
+            before = RoundCommitment.from_json(row[0])
+            kept: dict[str, dict[int, tuple[bytes, ...]]] = {}
+            gone: list[bytes] = []
+            for producer, r, hashes in before.usage():
+                if (producer, r) in producer_rounds:
+                    gone.extend(hashes)
+                else:
+                    kept.setdefault(producer, {})[r] = hashes
+            after = dataclasses.replace(before, external_hashes=kept)
+            db.execute(
+                "UPDATE commitments SET body = ? WHERE node = ? AND round = ?",
+                (after.to_json(), after.node, after.round),
+            )
+            db.executemany(
+                "DELETE FROM rollouts WHERE rollout_hash = ? AND node = ? AND round = ? "
+                "AND kind = 'external'",
+                [(h, after.node, after.round) for h in gone],
+            )
+        return after
 
     def mark_landed(
         self, node: str, round_: int, *, tx_hash: str | None, block_number: int | None

@@ -17,8 +17,10 @@ can never land. Those last two are marked failed and logged, and the sender move
 Credit waits: the contract credits a producer only for a round that producer committed, and
 producers land their rounds on their own schedule, so a consumer's round may arrive first.
 ``SapoLedgerProducerRoundNotCommitted`` is therefore retried with backoff, up to
-``limits.LEDGER_CREDIT_WAIT_ATTEMPTS`` attempts; a producer that never lands its round (it
-died) costs the consumer that one round's record, which is then marked failed.
+``limits.LEDGER_CREDIT_WAIT_ATTEMPTS`` attempts; then the usage of producer rounds still not
+on chain (their producer died between sharing and committing) is withdrawn from the
+journaled commitment (``credit_withdrawn``) and the rest lands: that producer gets no credit
+for that round from this consumer, and the consumer's own record is never lost.
 
 Life cycle (:class:`~sapo_async.actors.Actor`): created -> starting -> running -> draining
 -> stopped (or failed, surfacing as ActorFailed). Drain gives the sender up to
@@ -338,14 +340,29 @@ class Recorder(Actor[None]):
             )
             self._log.error("commitment_conflicted", round=commitment.round)
 
+    async def _withdraw_missing_credit(self, entry: JournalEntry) -> None:
+        """Drop the usage of producer rounds still not on chain, so the round lands."""
+        missing = {
+            (producer, r)
+            for producer, r, _ in entry.commitment.usage()
+            if await self._ledger.commitment_of(producer, r) is None
+        }
+        if missing:
+            await self._journal.write(self._journal.withdraw_usage, self.node, entry.round, missing)
+            self._log.warning(
+                "credit_withdrawn",
+                round=entry.round,
+                producer_rounds=sorted(f"{p}:{r}" for p, r in missing),
+            )
+
     async def _reject(self, entry: JournalEntry, exc: CommitmentRejected) -> None:
         if exc.reason == "InvalidAccountNonce":
             raise exc  # another relay used the node's nonce first: retry with a fresh one
-        if (
-            exc.reason == "SapoLedgerProducerRoundNotCommitted"
-            and entry.attempts < limits.LEDGER_CREDIT_WAIT_ATTEMPTS
-        ):
-            raise exc  # the producer lands its round on its own schedule: wait for it
+        if exc.reason == "SapoLedgerProducerRoundNotCommitted":
+            if entry.attempts < limits.LEDGER_CREDIT_WAIT_ATTEMPTS:
+                raise exc  # the producer lands its round on its own schedule: wait for it
+            await self._withdraw_missing_credit(entry)
+            raise exc  # send the reduced commitment on the next pass
         if exc.reason == "SapoLedgerRoundNotIncreasing":
             reason = "superseded: a later round of this node is already on chain"
         else:

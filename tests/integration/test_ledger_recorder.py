@@ -313,18 +313,38 @@ async def test_consumer_round_waits_for_its_producer_round_then_lands(
     assert await embedded.credit_received(producer.address) == 2
 
 
-async def test_consumer_round_is_given_up_when_its_producer_never_lands(
+async def test_a_producer_round_that_never_lands_costs_its_credit_not_the_consumer_round(
     embedded: EvmLedger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
+    # Before: after the credit wait the whole round was marked failed, so a producer killed
+    # between sharing and committing cost every consumer its own record for that round (and
+    # stalled its later rounds behind it for minutes: the short chaos run's "lost" rounds).
     from sapo_async import limits
 
     monkeypatch.setattr(limits, "LEDGER_CREDIT_WAIT_ATTEMPTS", 2)
-    consumer, ghost = Account.create(), Account.create()
-    orphan = round_of(consumer, 1, external_hashes={ghost.address: {0: [os.urandom(32)]}})
+    consumer, ghost, producer = Account.create(), Account.create(), Account.create()
+    real = [os.urandom(32) for _ in range(2)]
+    ghostly = [os.urandom(32)]
     with Journal(tmp_path / "j.sqlite") as journal:
+        async with Recorder(embedded, journal, producer) as prec:
+            prec.record_nowait(RoundCommitment(producer.address, 0, 0, real))
+            await prec.wait_idle(60)
+        mixed = round_of(
+            consumer,
+            1,
+            external_hashes={ghost.address: {0: ghostly}, producer.address: {0: real}},
+        )
         async with Recorder(embedded, journal, consumer, retry_base_s=0.05, retry_max_s=0.2) as rec:
-            rec.record_nowait(orphan)
+            rec.record_nowait(mixed)
             rec.record_nowait(round_of(consumer, 2))
-            assert (await rec.wait_settled(1, 60)).state is EntryState.FAILED
+            landed = await rec.wait_settled(1, 60)
+            assert landed.state is EntryState.LANDED
             assert (await rec.wait_settled(2, 60)).state is EntryState.LANDED
-    assert await embedded.rounds_of(consumer.address) == [2]
+        # The journal holds what landed: the ghost's usage withdrawn, the real producer's kept.
+        assert landed.commitment.external_hashes == {producer.address: {0: tuple(real)}}
+        assert journal.find_rollout(ghostly[0]) == []
+        kinds = sorted((loc.kind, loc.node) for loc in journal.find_rollout(real[0]))
+        assert kinds == [("external", consumer.address), ("own", producer.address)]
+    assert await embedded.rounds_of(consumer.address) == [1, 2]
+    assert await embedded.credit_received(producer.address) == 2
+    assert await embedded.credit_received(ghost.address) == 0
