@@ -50,7 +50,8 @@ from collections.abc import Callable, Iterable, Sequence
 import anyio
 
 from sapo_async.actors import Actor, ActorState
-from sapo_async.errors import ActorStopped, RejectedInput
+from sapo_async.backoff import retry_delay
+from sapo_async.errors import ActorStopped, RejectedInput, TransportUnavailable
 from sapo_async.fabric.buffered import BufferedGroup, CollectorStatistics, Counters
 from sapo_async.fabric.transport.base import StartAt, Subscription, Transport, validate_token
 from sapo_async.fabric.transport.rotating import subscribe_planned
@@ -63,6 +64,7 @@ from sapo_async.limits import (
     MAX_CLOCK_SKEW_S,
     MAX_GROUP_BYTES,
     MAX_ROUND_LAG,
+    NATS_JOIN_TIMEOUT_S,
     SEEN_HASHES_MAX,
 )
 from sapo_async.logs import get_logger
@@ -163,19 +165,37 @@ class Collector(Actor[None]):
 
     async def _setup(self) -> None:
         self._owner = threading.get_ident()
+        # The first subscription retries while JetStream is unreachable (a server of the
+        # cluster restarting, a consumer leader being elected) for as long as a joining
+        # node retries NATS, instead of failing the node at start.
+        deadline = time.monotonic() + NATS_JOIN_TIMEOUT_S
+        attempt = 0
+        while True:
+            try:
+                self._sub = await self._subscribe()
+            except TransportUnavailable as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                delay = retry_delay(attempt, base_s=0.5, max_s=10.0)
+                self._log.warning("subscribe_retry", error=str(exc), retry_in_s=delay)
+                attempt += 1
+                await anyio.sleep(delay)  # backoff: nothing to wait on but time
+            else:
+                return
+
+    async def _subscribe(self) -> Subscription:
         if self.shards is None:
-            self._sub = await self._transport.subscribe(
+            return await self._transport.subscribe(
                 families=self._families, start=self._start, durable=self._durable
             )
-        else:
-            self._sub = await subscribe_planned(
-                self._transport,
-                families=self._families,
-                plan=self.shards,
-                key=self.own_address or self.name,
-                start=self._start,
-                durable=self._durable,
-            )
+        return await subscribe_planned(
+            self._transport,
+            families=self._families,
+            plan=self.shards,
+            key=self.own_address or self.name,
+            start=self._start,
+            durable=self._durable,
+        )
 
     async def _serve(self) -> None:
         assert self._sub is not None

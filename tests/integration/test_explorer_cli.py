@@ -141,7 +141,9 @@ def test_explorer_demo_serves_the_page_and_the_swarms_totals_then_stops_on_sigte
 @pytest.mark.evm
 def test_swarm_with_explorer_serves_the_swarm_while_it_runs(tmp_path: Path):
     port = free_port()
-    args = ("swarm", "--nodes", "2", "--rounds", "4", "--local", "2", "--external", "2")
+    # Enough rounds that the swarm is still running when the explorer is asked (4 rounds
+    # took 3 s in a CI run and the swarm had exited before the first answer).
+    args = ("swarm", "--nodes", "2", "--rounds", "40", "--local", "2", "--external", "2")
     args += ("--regime", "dense", "--log-dir", str(tmp_path), "--explorer")
     log = tmp_path / "swarm.out"
     with command(log, *args, "--explorer-port", str(port)) as proc:
