@@ -127,7 +127,7 @@ class Collector(Actor[None]):
         fetch_batch: int = FETCH_BATCH,
         fetch_max_wait: float = FETCH_TIMEOUT_S,
         blocked: Callable[[str], bool] | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         name: str = "collector",
     ) -> None:
         super().__init__(name, mailbox_size=0)
@@ -149,7 +149,7 @@ class Collector(Actor[None]):
         self._max_skew_s = max_clock_skew_s
         self._fetch_batch = fetch_batch
         self._fetch_max_wait = fetch_max_wait
-        self._clock = clock
+        self._clock = clock or time.time  # looked up now, not at import
         self.blocked = blocked
         self._owner: int | None = None
         self._trained: OrderedDict[bytes, float] = OrderedDict()

@@ -72,10 +72,10 @@ class Quarantine:
         min_events: int,
         duration_s: float,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self._rate, self._min, self._duration = rate, min_events, duration_s
-        self._clock = clock
+        self._clock = clock or time.time  # looked up now, not at import
         self._verdicts: dict[str, deque[bool]] = {}
         self._until: dict[str, float] = {}
         self.entered = 0

@@ -5,8 +5,9 @@ stood before it was split into pieces (commit 0d54005). A tiny Llama in float64 
 here from a fixed seed, fed a fixed mix of groups (local ids with behaviour log-probs, a
 peer's text, an uninformative group), and stepped under three settings that between them
 take every branch of the step (log-prob reuse, minibatches, PPO epochs, truncated IS, a KL
-reference). A change to any of the maths moves these numbers far more than the tolerance (1e-6,
-room only for float32 reductions that may order differently on other machines).
+reference). A change to any of the maths moves these numbers far more than the tolerances
+(:data:`REL_TOL` for every value, :data:`KL_ABS_TOL` for the KL metric; why each is that size is
+written beside it).
 """
 
 from __future__ import annotations
@@ -120,6 +121,24 @@ RECORDED: dict[str, tuple[float, ...]] = {
 }
 
 
+REL_TOL = 1e-6
+"""Room for float32 reductions that may order differently on other machines. The model is
+float64, but log-probs and the loss are float32 by design (policy/grpo/logprobs.py), so every
+value carries float32 rounding: relative error a few ulp (float32 eps = 1.2e-7)."""
+
+KL_ABS_TOL = 2 * float(torch.finfo(torch.float32).eps)
+"""The KL metric is the k3 estimator ``exp(d) - d - 1`` of a per-token log-ratio ``d`` near 0,
+computed in float32: ``exp(d)`` is near 1, so each token's value carries an absolute error of
+about one ulp of 1.0 (1.2e-7) whatever its size, and a KL of 0.006 cannot be reproduced to a
+relative 1e-6. Measured: 0.00596975069 recorded (commit 0d54005's machine) against
+0.00596973905 on an AMD EPYC here, 1.2e-8 apart, the same on 1 and 2 threads and from run to
+run (the vector exp/log kernels differ between CPUs, not the reduction order). Two ulp of 1.0
+(2.4e-7) covers that with room and is still 4e-5 of the value: a change to the KL maths moves
+it by far more."""
+
+_KL = 3  # the KL metric's index in a RECORDED row
+
+
 def _step(name: str) -> tuple[Any, tuple[float, ...]]:
     tok = _tokenizer()
     model = _model(tok)
@@ -156,4 +175,7 @@ def test_one_trainer_step_reproduces_the_recorded_loss_metrics_and_weights(name:
     assert metrics.groups == 3
     assert metrics.external_groups == 1
     assert metrics.zero_std_fraction == pytest.approx(1 / 3)
-    assert values == pytest.approx(RECORDED[name], rel=1e-6, abs=1e-9)
+    recorded = RECORDED[name]
+    others = [v for i, v in enumerate(values) if i != _KL]
+    assert others == pytest.approx([v for i, v in enumerate(recorded) if i != _KL], rel=REL_TOL)
+    assert values[_KL] == pytest.approx(recorded[_KL], rel=REL_TOL, abs=KL_ABS_TOL)

@@ -101,13 +101,13 @@ class MemoryBroker:
         max_age: float = STREAM_MAX_AGE_S,
         max_bytes: int | None = None,
         max_msg_size: int = MAX_GROUP_BYTES + 1024,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.duplicate_window = duplicate_window
         self.max_age = max_age
         self.max_bytes = max_bytes
         self.max_msg_size = max_msg_size
-        self._clock = clock
+        self._clock = clock or time.time  # looked up now, not at import
         self._streams: dict[str, _Stream] = {}
 
     def connect(self, swarm: str) -> MemoryTransport:

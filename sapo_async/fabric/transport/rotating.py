@@ -50,15 +50,15 @@ class RotatingSubscription:
         families: Sequence[str] | None,
         plan: ShardPlan,
         key: str,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self._transport = transport
         self._families = families
         self.plan = plan
         self._key = key
-        self._clock = clock
+        self._clock = clock or time.time  # looked up now, not at import
         self._sub: Subscription | None = None
-        self.epoch = plan.epoch(key, clock())
+        self.epoch = plan.epoch(key, self._clock())
         self.shards = plan.shards_at(key, self.epoch)
         self.rotations = 0
         self._closed = False
@@ -112,7 +112,7 @@ async def subscribe_planned(
     key: str,
     start: StartAt | None = None,
     durable: str | None = None,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] | None = None,
 ) -> Subscription:
     """Subscribe as ``plan`` says: one plain consumer when it reads everything, else a
     :class:`RotatingSubscription` (its first consumer starts at ``start``).
