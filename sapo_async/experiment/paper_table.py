@@ -179,7 +179,7 @@ async def _run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -
             )
         transport = broker.connect(swarm)
         learner = build_learner(node_spec)
-        defences = NodeDefences.build(node_spec, learner.tasks.families)
+        node_defences = NodeDefences.build(node_spec, learner.tasks.families)
         nodes.append(
             RoundLoop(
                 node_spec,
@@ -189,12 +189,12 @@ async def _run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -
                 collector=build_collector(
                     node_spec,
                     transport,
-                    defences,
+                    node_defences,
                     own_address=account.address,
                     start=StartAt.everything(),
                     name=f"collector{i}",
                 ),
-                defences=defences,
+                defences=node_defences,
                 offload=False,
             )
         )

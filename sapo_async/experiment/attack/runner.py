@@ -201,7 +201,7 @@ async def _run_one(
             publisher = AttackPublisher(transport, account, attack, seed * 1000 + i)
         publishers.append(publisher)
         learner = build_learner(node_spec)
-        defences = NodeDefences.build(node_spec, learner.tasks.families)
+        node_defences = NodeDefences.build(node_spec, learner.tasks.families)
         nodes.append(
             RoundLoop(
                 node_spec,
@@ -211,12 +211,12 @@ async def _run_one(
                 collector=build_collector(
                     node_spec,
                     transport,
-                    defences,
+                    node_defences,
                     own_address=account.address,
                     start=StartAt.everything(),
                     name=f"collector{i}",
                 ),
-                defences=defences,
+                defences=node_defences,
                 offload=False,
             )
         )
