@@ -280,10 +280,11 @@ class Collector(Actor[None]):
             return None
         for check in self._after:
             self._run(check, arrival)
-        admitted = self._insert(BufferedGroup(group, digest, now))
+        # Counted before the insert (which cannot fail): a counter that raises leaves the
+        # message under one reason (internal_error), never admitted as well.
         for counting in self._counting:
             counting.admitted(arrival)
-        return admitted
+        return self._insert(BufferedGroup(group, digest, now))
 
     def _run(self, check: Check, arrival: Arrival) -> None:
         """One check; its refusal carries the hash and claimed producer, and a node
