@@ -184,3 +184,18 @@ def test_docs_security_lists_exactly_the_reason_labels() -> None:
     listed = re.findall(r"^\| `([a-z_]+)` \|", table, flags=re.MULTILINE)
     assert sorted(listed) == sorted(r.value for r in RejectReason)
     assert len(listed) == len(set(listed))
+
+
+class _BrokenCounter(ProducerRoundCap):
+    def admitted(self, arrival: Arrival) -> None:
+        raise KeyError("a bug in a counter")
+
+
+def test_a_counter_that_crashes_leaves_the_message_under_one_reason_not_admitted() -> None:
+    collector = Collector(
+        MemoryBroker().connect(SWARM), own_address=ME.address, checks=[_BrokenCounter(5)]
+    )
+    assert collector.ingest(_wire(make_group(PEER))) is None
+    stats = collector.statistics()
+    assert stats.rejected == {"internal_error": 1}
+    assert (stats.accepted, stats.buffered) == (0, 0)
