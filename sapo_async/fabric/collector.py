@@ -4,27 +4,26 @@ Owns the receiver side of the fabric: it consumes a transport subscription, deco
 verifies every message, counts and logs every rejection by reason, and keeps a bounded
 buffer of verified external groups from which the swarm's sampler draws.
 
-Checks, cheapest first (the reason label a rejection is counted under in brackets):
-size [oversize], envelope [malformed_envelope], schema version [schema_version], strict
-group decoding [malformed_group], swarm [wrong_swarm], shape [invalid_group], subject vs
-task family [wrong_subject], message id vs rollout hash [hash_mismatch], already admitted
-[duplicate], signature [bad_signature] and signer vs claimed producer [signer_mismatch],
-time stamp in the future [from_future], age [stale_age], producer round lag [stale_round],
-then the optional receiver-side ``extra_check`` [its own reason]. A group from this node
-itself is skipped (counted as ``skipped_own``) unless ``include_own``. A group whose
-claimed producer the optional ``blocked`` hook names (a quarantined producer) is rejected
-right after decoding [quarantined], before the signature is checked: a forger cannot put a
-producer into quarantine (that takes verified drops), so the claim needs no proof to be
-refused. A hash the node trained on is refused for as long as a replay could pass the age
-check [already_trained], however many other groups arrive meanwhile.
+Admission is one pipeline (:mod:`.admission`; docs/admission.md lists it in order):
+decoding [oversize, malformed_envelope, schema_version, malformed_group]; the checks before
+the signature, on what the message claims (wire: swarm, shape, subject and shard, message
+id; then the collector's own replay sets [already_trained, duplicate]; then the checks the
+node gave, such as quarantine, preset, sizes and the producer-round cap); the signature
+(:func:`~sapo_async.wire.signing.verify_signer`) [bad_signature, high_s_signature,
+signer_mismatch]; this node's own groups skipped (counted as ``skipped_own``) unless
+``include_own``; the checks after the signature (age [from_future, stale_age], round lag
+[stale_round], then any the node gave). The checks are handed to the constructor; nothing
+is patched into a live collector. A hash the node trained on is refused for as long as a
+replay could pass the age check [already_trained], however many other groups arrive
+meanwhile.
 
 After admission a receiver may :meth:`Collector.drop` a buffered group (content checks,
 failed scoring), counted by reason under ``dropped``, so it is never scored twice.
 
-Deliberately does not know about tasks, rewards or models: re-deriving the task and the
-log-prob plausibility check plug in through ``extra_check``. It does not decide what to
-train on either: :meth:`Collector.candidates` lists what is admissible and
-:meth:`Collector.sample` draws uniformly; the sampler scores and picks.
+Deliberately does not know about tasks, rewards or models: the node's checks plug in
+through ``checks`` and content checks run in the round. It does not decide what to train
+on either: :meth:`Collector.candidates` lists what is admissible; the sampler scores and
+picks.
 
 Invariants:
     * the collector is not thread-safe: admission, :meth:`~Collector.candidates`,
@@ -41,7 +40,6 @@ Invariants:
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections import OrderedDict
@@ -52,10 +50,23 @@ import anyio
 from sapo_async.actors import Actor, ActorState
 from sapo_async.backoff import retry_delay
 from sapo_async.errors import ActorStopped, RejectedInput, TransportUnavailable
+from sapo_async.fabric.admission import (
+    AgeCheck,
+    Arrival,
+    Check,
+    CountsAdmitted,
+    MessageIdCheck,
+    RoundLagCheck,
+    ShapeCheck,
+    Stage,
+    SubjectCheck,
+    SwarmCheck,
+    by_stage,
+)
 from sapo_async.fabric.buffered import BufferedGroup, CollectorStatistics, Counters
-from sapo_async.fabric.transport.base import StartAt, Subscription, Transport, validate_token
+from sapo_async.fabric.transport.base import StartAt, Subscription, Transport
 from sapo_async.fabric.transport.rotating import subscribe_planned
-from sapo_async.fabric.transport.shards import ShardPlan, parse_rollouts_subject, producer_leaf
+from sapo_async.fabric.transport.shards import ShardPlan
 from sapo_async.limits import (
     BUFFER_MAX_AGE_S,
     BUFFER_MAX_GROUPS,
@@ -68,16 +79,10 @@ from sapo_async.limits import (
     SEEN_HASHES_MAX,
 )
 from sapo_async.logs import get_logger
-from sapo_async.wire.rollout import RolloutGroup
-from sapo_async.wire.signing import decode_envelope, recover_signer
+from sapo_async.wire.reasons import RejectReason
+from sapo_async.wire.signing import decode_envelope, verify_signer
 
-__all__ = ["BufferedGroup", "Collector", "CollectorStatistics", "ExtraCheck"]
-
-ExtraCheck = Callable[[RolloutGroup], None]
-"""A receiver-side check: returns to admit, raises :class:`RejectedInput` (with a reason)
-to reject. Anything else it raises is counted as ``check_error``."""
-
-_FINISH_REASONS = frozenset({"stop", "length"})
+__all__ = ["BufferedGroup", "Collector", "CollectorStatistics"]
 
 
 class Collector(Actor[None]):
@@ -94,7 +99,10 @@ class Collector(Actor[None]):
         start: where a new consumer starts (default: new messages only).
         durable: durable consumer name, to resume across restarts of this node.
         shards: read k of S shards, rotating (``None``: everything).
-        extra_check: receiver-side check run last on each otherwise valid group.
+        checks: the node's admission checks, in order, each run at its own
+            :class:`~sapo_async.fabric.admission.Stage` after the collector's wire checks
+            of that stage (a check that raises anything but ``RejectedInput`` is counted
+            as ``check_error``).
         max_group_bytes: cap on a group's encoded size.
         buffer_max_groups: buffer bound by count (oldest admitted evicted first).
         buffer_max_age_s: buffer bound by group age (``created_at_ms``), also the staleness
@@ -102,8 +110,6 @@ class Collector(Actor[None]):
         max_round_lag: reject groups whose producer round is more than this behind the
             newest admitted from that producer.
         max_clock_skew_s: reject groups stamped further than this in the future.
-        blocked: names producers whose groups are refused before any other work (the
-            node's quarantine); checked on the claimed producer, right after decoding.
         clock: unix-seconds clock (injectable for tests).
         name: actor name.
     """
@@ -118,7 +124,7 @@ class Collector(Actor[None]):
         start: StartAt | None = None,
         durable: str | None = None,
         shards: ShardPlan | None = None,
-        extra_check: ExtraCheck | None = None,
+        checks: Sequence[Check] = (),
         max_group_bytes: int = MAX_GROUP_BYTES,
         buffer_max_groups: int = BUFFER_MAX_GROUPS,
         buffer_max_age_s: float = BUFFER_MAX_AGE_S,
@@ -126,7 +132,6 @@ class Collector(Actor[None]):
         max_clock_skew_s: float = MAX_CLOCK_SKEW_S,
         fetch_batch: int = FETCH_BATCH,
         fetch_max_wait: float = FETCH_TIMEOUT_S,
-        blocked: Callable[[str], bool] | None = None,
         clock: Callable[[], float] | None = None,
         name: str = "collector",
     ) -> None:
@@ -141,7 +146,6 @@ class Collector(Actor[None]):
         self._start = start
         self._durable = durable
         self.shards = shards
-        self.extra_check = extra_check
         self._max_group_bytes = max_group_bytes
         self._max_groups = buffer_max_groups
         self._max_age_s = buffer_max_age_s
@@ -150,7 +154,12 @@ class Collector(Actor[None]):
         self._fetch_batch = fetch_batch
         self._fetch_max_wait = fetch_max_wait
         self._clock = clock or time.time  # looked up now, not at import
-        self.blocked = blocked
+        before = (SwarmCheck(self.swarm), ShapeCheck(), SubjectCheck(self.swarm), MessageIdCheck())
+        after = (AgeCheck(buffer_max_age_s, max_clock_skew_s), RoundLagCheck(max_round_lag))
+        self._before: tuple[Check, ...] = (*before, *by_stage(checks, Stage.BEFORE_SIGNATURE))
+        self._after: tuple[Check, ...] = (*after, *by_stage(checks, Stage.AFTER_SIGNATURE))
+        self._counting = tuple(c for c in checks if isinstance(c, CountsAdmitted))
+        self._own_checks = frozenset(id(c) for c in (*before, *after))
         self._owner: int | None = None
         self._trained: OrderedDict[bytes, float] = OrderedDict()
         self._buffer: OrderedDict[bytes, BufferedGroup] = OrderedDict()
@@ -233,7 +242,7 @@ class Collector(Actor[None]):
         try:
             admitted = self._admit(data, msg_id, subject)
         except RejectedInput as exc:
-            self._counts.rejected[exc.reason] += 1
+            self._counts.rejected[str(exc.reason)] += 1
             self._log.info(
                 "rollout_rejected",
                 reason=exc.reason,
@@ -244,63 +253,60 @@ class Collector(Actor[None]):
             return None
         except Exception as exc:
             # A bug in a check must not kill the node: count it loudly and go on.
-            self._counts.rejected["internal_error"] += 1
+            self._counts.rejected[str(RejectReason.INTERNAL_ERROR)] += 1
             self._log.exception("rollout_check_crashed", error=repr(exc))
             return None
         return admitted
 
     def _admit(self, data: bytes, msg_id: str | None, subject: str | None) -> BufferedGroup | None:
-        signed, group, digest = decode_envelope(data, max_bytes=self._max_group_bytes)
-        hex_hash = digest.hex()
-
-        def reject(reason: str, detail: str = "") -> RejectedInput:
-            return RejectedInput(reason, detail, rollout_hash=hex_hash, producer=group.producer)
-
-        if group.swarm != self.swarm:
-            raise reject("wrong_swarm", f"{group.swarm!r} is not {self.swarm!r}")
-        if self.blocked is not None and self.blocked(group.producer):
-            raise reject("quarantined")
-        _check_shape(group, reject)
-        if subject is not None:
-            where = parse_rollouts_subject(self.swarm, subject)
-            if where is None or where[0] != group.task.family:
-                raise reject("wrong_subject", f"{group.task.family!r} arrived on {subject!r}")
-            # The leaf is a function of (family, producer): a group on another leaf is a
-            # producer spraying shards it does not belong to.
-            if where[1] is not None and where[1] != producer_leaf(where[0], group.producer):
-                raise reject("wrong_shard", f"{group.producer} is not on leaf {where[1]}")
-        if msg_id is not None and msg_id != hex_hash:
-            raise reject("hash_mismatch", f"message id {msg_id[:80]!r} is not the rollout hash")
+        envelope = decode_envelope(data, max_bytes=self._max_group_bytes)
+        group, digest = envelope.group, envelope.rollout_hash
+        now = self._clock()
+        arrival = Arrival(
+            group, digest, subject, msg_id, now, self._newest_round.get(group.producer)
+        )
+        for check in self._before:
+            self._run(check, arrival)
         if digest in self._trained:
-            raise reject("already_trained")
+            raise self._rejected(arrival, RejectReason.ALREADY_TRAINED)
         if digest in self._seen:
-            raise reject("duplicate")
+            raise self._rejected(arrival, RejectReason.DUPLICATE)
         try:
-            signer = recover_signer(digest, signed.signature)
+            verify_signer(envelope)
         except RejectedInput as exc:
-            raise reject(exc.reason, exc.detail) from exc
-        if signer != group.producer:
-            raise reject("signer_mismatch", f"signed by {signer}")
+            raise self._rejected(arrival, exc.reason, exc.detail) from exc
         if group.producer == self.own_address and not self.include_own:
             self._counts.skipped_own += 1
             return None
-        now = self._clock()
-        age_s = now - group.created_at_ms / 1000
-        if age_s < -self._max_skew_s:
-            raise reject("from_future", f"created {-age_s:.0f} s in the future")
-        if age_s > self._max_age_s:
-            raise reject("stale_age", f"{age_s:.0f} s old > {self._max_age_s:.0f} s")
-        newest = self._newest_round.get(group.producer, group.producer_round)
-        if group.producer_round < newest - self._max_round_lag:
-            raise reject("stale_round", f"round {group.producer_round} < {newest} - lag")
-        if self.extra_check is not None:
-            try:
-                self.extra_check(group)
-            except RejectedInput as exc:
-                raise reject(exc.reason, exc.detail) from exc
-            except Exception as exc:
-                raise reject("check_error", repr(exc)) from exc
+        for check in self._after:
+            self._run(check, arrival)
+        # Counted before the insert (which cannot fail): a counter that raises leaves the
+        # message under one reason (internal_error), never admitted as well.
+        for counting in self._counting:
+            counting.admitted(arrival)
         return self._insert(BufferedGroup(group, digest, now))
+
+    def _run(self, check: Check, arrival: Arrival) -> None:
+        """One check; its refusal carries the hash and claimed producer, and a node
+        check that crashes is counted as ``check_error`` (the collector's own checks'
+        crashes are bugs: ``internal_error``)."""
+        try:
+            check(arrival)
+        except RejectedInput as exc:
+            raise self._rejected(arrival, exc.reason, exc.detail) from exc
+        except Exception as exc:
+            if id(check) in self._own_checks:
+                raise
+            raise self._rejected(arrival, RejectReason.CHECK_ERROR, repr(exc)) from exc
+
+    @staticmethod
+    def _rejected(arrival: Arrival, reason: str, detail: str = "") -> RejectedInput:
+        return RejectedInput(
+            reason,
+            detail,
+            rollout_hash=arrival.rollout_hash.hex(),
+            producer=arrival.group.producer,
+        )
 
     def _insert(self, item: BufferedGroup) -> BufferedGroup:
         self._remember(item.rollout_hash, item.received_at)
@@ -359,28 +365,6 @@ class Collector(Actor[None]):
         excluded = frozenset(exclude_producers)
         return [b for b in self._buffer.values() if b.producer not in excluded]
 
-    def sample(
-        self,
-        k: int,
-        *,
-        exclude_producers: Iterable[str] = (),
-        rng: random.Random | None = None,
-    ) -> list[BufferedGroup]:
-        """Draw up to ``k`` distinct groups uniformly (fewer if fewer are buffered).
-
-        Args:
-            k: how many.
-            exclude_producers: producers whose groups are not eligible.
-            rng: the random source (a seeded one makes runs reproducible).
-
-        Returns:
-            The drawn groups; they stay in the buffer (see :meth:`take`).
-        """
-        if k < 0:
-            raise ValueError(f"k must be >= 0, got {k}")
-        pool = self.candidates(exclude_producers)
-        return (rng or random.Random()).sample(pool, min(k, len(pool)))
-
     def take(self, rollout_hashes: Iterable[bytes]) -> list[BufferedGroup]:
         """Remove the given groups from the buffer and return those that were there."""
         self._check_thread()
@@ -411,7 +395,7 @@ class Collector(Actor[None]):
                     rollout_hash=digest.hex(),
                     producer=item.producer,
                 )
-        self._counts.dropped[reason] += dropped
+        self._counts.dropped[str(reason)] += dropped
         return dropped
 
     def mark_trained(self, rollout_hashes: Iterable[bytes]) -> None:
@@ -468,23 +452,3 @@ class Collector(Actor[None]):
             producers=len({b.producer for b in self._buffer.values()}),
             dropped=dict(c.dropped),
         )
-
-
-def _check_shape(group: RolloutGroup, reject: Callable[[str, str], RejectedInput]) -> None:
-    """Field-level sanity the schema types cannot express."""
-    if not group.completions:
-        raise reject("invalid_group", "no completions")
-    try:
-        validate_token(group.task.family, field="family")
-    except ValueError as exc:
-        raise reject("invalid_group", str(exc)) from exc
-    if not (group.producer.startswith("0x") and len(group.producer) == 42):
-        raise reject("invalid_group", f"producer {group.producer[:50]!r} is not an address")
-    for completion in group.completions:
-        if completion.finish_reason not in _FINISH_REASONS:
-            raise reject("invalid_group", f"finish_reason {completion.finish_reason[:20]!r}")
-        ids, lps = completion.token_ids, completion.logprobs
-        if ids is not None and lps is not None and len(ids) != len(lps):
-            raise reject("invalid_group", "token_ids and logprobs differ in length")
-        if lps is not None and any(not (lp <= 0.0) for lp in lps):
-            raise reject("invalid_group", "a log-probability is positive or NaN")

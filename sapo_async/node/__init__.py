@@ -3,7 +3,11 @@
 :mod:`.spec` (what a node is asked to be: :class:`~sapo_async.node.spec.NodeSpec`),
 :mod:`.groups` (generate, wire and score groups: pure pieces), :mod:`.learner` (tasks,
 generator, verifier and trainer for one model), :mod:`.sampler` (the pure I/J selection),
-:mod:`.rounds` (the round: generate, publish, collect, sample, train, commit),
+:mod:`.admission` (the node's admission checks and :func:`~.admission.build_collector`),
+:mod:`.selection` and :mod:`.view` (one view of each external candidate, screened in a
+worker thread), :mod:`.defence`, :mod:`.plausibility` and :mod:`.filters` (what a node
+refuses from peers), :mod:`.rounds` (the round: generate, publish, collect, sample, train,
+commit),
 :mod:`.lifecycle` (the node's life cycle as an actor), :mod:`.checkpoint`, :mod:`.report` (what
 a round reports), :mod:`.embedded` (the process's shared NATS server and EVM) and
 :mod:`.swarm` (assembling a node from a spec).

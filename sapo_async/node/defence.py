@@ -5,37 +5,31 @@ The receiver re-derives the task and scores with its own verifier, so a group wh
 completions carry the right answer *plus* a payload earns full reward, and GRPO amplifies
 the payload. Each policy here answers one question, takes data and returns data:
 
-* :class:`AdmissionBounds` (the collector's ``extra_check``, before any work): is the task
-  config one of the receiver's own preset and swarm seed, are the question and the
-  completions within size, has this producer round sent too many groups?
-  [``task_outside_preset``, ``prompt_too_long``, ``completion_too_long``,
-  ``producer_round_flood``];
 * :class:`Calibration` and :func:`screen`: measured on the node's *own* completions per
   family, is an external completion plausible under the node's own model (mean token
   log-prob) and not needlessly long (rewarded completions against the node's own rewarded
   lengths)? [``implausible``, ``too_long``];
 * :class:`Quarantine`: has a producer had too many of its groups dropped? Then refuse it
-  for a while, before its signature is even checked [``quarantined``].
+  for a while, before its signature is even checked [``quarantined``; the check is
+  :class:`~sapo_async.node.admission.QuarantineCheck`, the verdicts come from the round].
 
-Deliberately does not know about models, NATS or threads: the node computes log-probs
-(:mod:`.plausibility`), hands a worker thread a frozen :class:`Thresholds` snapshot, and
-applies verdicts on the event loop.
+The admission checks on what a message claims (preset, sizes, producer-round cap) are the
+collector's pipeline (:mod:`.admission`). Deliberately does not know about models, NATS or
+threads: the node computes log-probs once per candidate (:mod:`.view`), hands a worker
+thread a frozen :class:`Thresholds` snapshot, and applies verdicts on the event loop.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sapo_async.errors import RejectedInput
 from sapo_async.node.spec import DefenceSpec
-from sapo_async.tasks.spec import FamilySpec
-from sapo_async.wire import RolloutGroup
+from sapo_async.wire.reasons import RejectReason
 
 __all__ = [
-    "AdmissionBounds",
     "Calibration",
     "CompletionView",
     "FamilyThresholds",
@@ -108,75 +102,6 @@ class Quarantine:
         return sorted(p for p in list(self._until) if self.blocked(p))
 
 
-class AdmissionBounds:
-    """The resource bounds, checked on each signed group before any work is done for it.
-
-    Args:
-        spec: the node's defence settings.
-        families: the receiver's own task families (its preset).
-        dataset_seed: the receiver's reasoning-gym dataset seed (``swarm_seed << 52``).
-        on_verdict: told (producer, dropped) for each group judged (feeds the quarantine).
-    """
-
-    def __init__(
-        self,
-        spec: DefenceSpec,
-        families: Iterable[FamilySpec],
-        dataset_seed: int,
-        *,
-        on_verdict: Callable[[str, bool], None] | None = None,
-    ) -> None:
-        self.spec = spec
-        self._allowed = {(f.family, f.digest): f.config_json for f in families}
-        self._seed = dataset_seed
-        self._on_verdict = on_verdict
-        self._per_round: Counter[tuple[str, int]] = Counter()
-
-    def __call__(self, group: RolloutGroup) -> None:
-        """Admit (return) or refuse (raise) ``group``.
-
-        Raises:
-            RejectedInput: with the reason of the first bound it breaks.
-        """
-        try:
-            self._check(group)
-        except RejectedInput:
-            if self._on_verdict is not None:
-                self._on_verdict(group.producer, True)
-            raise
-
-    def _check(self, group: RolloutGroup) -> None:
-        spec, ref = self.spec, group.task
-        if spec.preset_only:
-            config = self._allowed.get((ref.family, ref.config_digest))
-            if config is None or config != group.task_config or ref.seed != self._seed:
-                raise RejectedInput(
-                    "task_outside_preset",
-                    f"{ref.family} config {group.task_config[:80]!r} seed {ref.seed} is not "
-                    "one of this node's own",
-                )
-        if len(group.question) > spec.max_prompt_chars:
-            raise RejectedInput(
-                "prompt_too_long", f"{len(group.question)} > {spec.max_prompt_chars} chars"
-            )
-        longest = max(len(c.text) for c in group.completions)
-        if longest > spec.max_completion_chars:
-            raise RejectedInput(
-                "completion_too_long", f"{longest} > {spec.max_completion_chars} chars"
-            )
-        key = (group.producer, group.producer_round)
-        if self._per_round[key] >= spec.max_groups_per_producer_round:
-            raise RejectedInput(
-                "producer_round_flood",
-                f"more than {spec.max_groups_per_producer_round} groups in round {key[1]}",
-            )
-        self._per_round[key] += 1
-        if len(self._per_round) > 4 * QUARANTINE_WINDOW * spec.max_groups_per_producer_round:
-            # Bounded memory under a many-key flood: forget the oldest half.
-            for old in list(self._per_round)[: len(self._per_round) // 2]:
-                del self._per_round[old]
-
-
 @dataclass(frozen=True, slots=True)
 class FamilyThresholds:
     """One family's limits, measured on the node's own completions.
@@ -197,7 +122,8 @@ class Thresholds:
 
     Attributes:
         families: limits by family name.
-        max_tokens: the node's own completion cap (``max_new_tokens``, plus the EOS token).
+        max_tokens: the node's own completion cap (``max_new_tokens``, plus the EOS token):
+            the round's size bound, checked on every candidate before :func:`screen`.
         plausibility / length_guard: which checks are on.
     """
 
@@ -267,13 +193,16 @@ class CompletionView:
     reward: float
 
 
-def screen(family: str, completions: Sequence[CompletionView], limits: Thresholds) -> str | None:
+def screen(
+    family: str, completions: Sequence[CompletionView], limits: Thresholds
+) -> RejectReason | None:
     """The reason to drop an external group, or None to keep it.
 
     Args:
         family: the group's task family (whose thresholds apply).
         completions: the completions GRPO would push up (reward above the group's lowest).
-        limits: the thresholds.
+        limits: the thresholds (the caller has already refused any completion over
+            ``limits.max_tokens``: ``completion_too_many_tokens``).
 
     A group goes whole: one implausible or needlessly long completion condemns it (GRPO
     would push the payload up with that completion's advantage). Completions at the
@@ -283,20 +212,18 @@ def screen(family: str, completions: Sequence[CompletionView], limits: Threshold
     family_limits = limits.families.get(family, FamilyThresholds(None, None))
     for c in completions:
         tokens = len(c.logprobs)
-        if limits.length_guard and tokens > limits.max_tokens:
-            return "too_long"
         if (
             limits.length_guard
             and c.reward > 0
             and family_limits.max_rewarded_tokens is not None
             and tokens > family_limits.max_rewarded_tokens
         ):
-            return "too_long"
+            return RejectReason.TOO_LONG
         if (
             limits.plausibility
             and family_limits.min_mean_logprob is not None
             and tokens
             and sum(c.logprobs) / tokens < family_limits.min_mean_logprob
         ):
-            return "implausible"
+            return RejectReason.IMPLAUSIBLE
     return None

@@ -9,61 +9,48 @@ per-token importance ratio; a group is dropped when any completion's ratio lies 
 ``[1 / cap, cap]``. Every ratio seen is kept in :attr:`RatioFilter.log_ratios`, so an
 experiment can report their spread.
 
+The receiver's log-probs come from the round's one view of the candidate
+(:class:`~sapo_async.node.view.CandidateView`: computed once, on the model's device, shared
+with the other checks). A filter is ``filter(view) -> reason | None``.
+
 Deliberately does not change the trainer: truncated importance weights
 (``TrainerConfig.tis_cap``) are the trainer's; this only decides which groups reach it. A
-group without behaviour log-probs, or from a tokenizer other than the receiver's, passes
-unchanged (there is nothing to compare).
+completion is measured only where the trainer would keep the peer's behaviour log-probs:
+the producer used the receiver's tokenizer and its ids are exactly the receiver's
+tokenisation of the text (otherwise there is nothing to compare, and the group passes).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from sapo_async.errors import ConfigError
-from sapo_async.policy.grpo.trainer import ScoredGroup
+from sapo_async.node.view import CandidateView
+from sapo_async.wire.reasons import RejectReason
 
 __all__ = ["RatioFilter", "completion_log_ratios"]
 
 
-def completion_log_ratios(learner: Any, group: ScoredGroup) -> list[float]:
+def completion_log_ratios(view: CandidateView) -> list[float]:
     """Mean per-token log importance ratio (receiver over behaviour) of each completion
-    that carries token ids and behaviour log-probs under the receiver's tokenizer."""
-    if group.tokenizer_id != learner.tokenizer_id:
-        return []
-    comps = [
-        c
-        for c in group.completions
-        if c.token_ids and c.behaviour_logprobs and len(c.token_ids) == len(c.behaviour_logprobs)
+    whose peer ids are the receiver's own tokenisation and carry behaviour log-probs."""
+    comps = view.scored.completions
+    measured = [
+        i
+        for i, c in enumerate(comps)
+        if view.peer_ids_match(i)
+        and c.behaviour_logprobs
+        and len(c.behaviour_logprobs) == len(view.token_ids[i])
     ]
-    if not comps:
+    if not measured:
         return []
-    tokenizer = learner.tokenizer
-    prompt = list(
-        tokenizer(group.prompt, add_special_tokens=not learner.settings.chat_template)["input_ids"]
-    )
-    rows = [prompt + list(c.token_ids or ()) for c in comps]
-    width = max(len(r) for r in rows)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ids = torch.full((len(rows), width), int(pad), dtype=torch.long)
-    attn = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        attn[i, : len(row)] = 1
-    model = learner.model
-    with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     out: list[float] = []
-    for i, c in enumerate(comps):
-        n = len(c.token_ids or ())
-        start = len(prompt) - 1  # position predicting the first completion token
-        mine = logp[i, start : start + n]
-        theirs = torch.tensor(c.behaviour_logprobs or (), dtype=torch.float32)
-        out.append(float((mine - theirs).mean()))
+    for i, mine in zip(measured, view.logprobs(measured), strict=True):
+        theirs = torch.tensor(comps[i].behaviour_logprobs or (), dtype=torch.float32)
+        out.append(float((mine.float() - theirs.to(mine.device)).mean()))
     return out
 
 
@@ -85,12 +72,12 @@ class RatioFilter:
         if not self.cap > 1.0:
             raise ConfigError(f"ratio filter cap must be > 1, got {self.cap}", field="cap")
 
-    def __call__(self, learner: Any, group: ScoredGroup) -> str | None:
-        """``"ratio_extreme"`` when the group should be dropped, else None."""
-        ratios = completion_log_ratios(learner, group)
+    def __call__(self, view: CandidateView) -> RejectReason | None:
+        """``ratio_extreme`` when the group should be dropped, else None."""
+        ratios = completion_log_ratios(view)
         self.log_ratios.extend(ratios)
         bound = math.log(self.cap)
         if any(abs(r) > bound for r in ratios):
             self.dropped += 1
-            return "ratio_extreme"
+            return RejectReason.RATIO_EXTREME
         return None

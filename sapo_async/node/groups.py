@@ -30,6 +30,7 @@ from typing import Any
 
 from sapo_async.errors import RejectedInput
 from sapo_async.policy.generation.base import GenerationResult, Generator
+from sapo_async.policy.grpo.batch import TokenSource
 from sapo_async.policy.grpo.trainer import ScoredCompletion, ScoredGroup
 from sapo_async.tasks import (
     PromptStyle,
@@ -198,6 +199,7 @@ def score_generated(
             prompt_token_ids=g.result.prompt_token_ids,
             task=g.item.ref,
             producer="local",
+            token_source=TokenSource.SAMPLED,
         )
         for g in groups
     ]
@@ -266,4 +268,5 @@ def score_rollout_group(
         prompt_token_ids=None,
         task=group.task,
         producer=group.producer,
+        token_source=TokenSource.TEXT,
     )

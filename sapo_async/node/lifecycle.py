@@ -37,6 +37,7 @@ from sapo_async.fabric.publisher import Publisher
 from sapo_async.ledger.recorder import Recorder
 from sapo_async.limits import NODE_TEARDOWN_TIMEOUT_S
 from sapo_async.logs import get_logger
+from sapo_async.node.admission import NodeDefences
 from sapo_async.node.learner import Learner
 from sapo_async.node.report import NodeStats, RoundReport
 from sapo_async.node.rounds import RoundLoop
@@ -59,6 +60,8 @@ class Node(Actor[None]):
         publisher: signs and publishes the node's groups (its key is the node identity).
         collector: admits other nodes' groups (not yet started; the node runs it).
         recorder: journals round commitments for the ledger (None: no ledger).
+        defences: the defences the collector was built with
+            (:func:`~sapo_async.node.admission.build_collector`), shared with the round.
 
     Raises:
         ConfigError: sleep mode with a generator that cannot sleep.
@@ -72,6 +75,7 @@ class Node(Actor[None]):
         publisher: Publisher,
         collector: Collector,
         recorder: Recorder | None = None,
+        defences: NodeDefences | None = None,
     ) -> None:
         name = spec.name or default_name(publisher.address)
         super().__init__(
@@ -88,6 +92,7 @@ class Node(Actor[None]):
             publisher=publisher,
             collector=collector,
             recorder=recorder,
+            defences=defences,
         )
         self._cleanups = AsyncExitStack()
         self._release_recorder = anyio.Event()

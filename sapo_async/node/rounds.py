@@ -17,9 +17,9 @@ trainer), the publisher and collector (fabric), the sampler (pure core) and the 
    the node never waits for the chain.
 
 No global barrier: a node never waits for another; what is in its buffer when it samples is
-what it trains on. Staleness is bounded twice: the collector drops groups older than
-``max_age_s`` or far behind their producer's newest round, and the sampler draws only groups
-at most ``max_staleness_rounds`` behind the newest it holds from their producer.
+what it trains on. Staleness has one owner, the collector: it refuses and evicts groups
+older than ``max_age_s`` or more than ``max_staleness_rounds`` behind the newest round it
+admitted from their producer (:func:`~sapo_async.node.admission.build_collector`).
 
 Overlap of generation and training (``training.overlap``, off by default):
 round r+1 is generated while round r trains, from the weights before round r's step (one
@@ -55,15 +55,13 @@ from sapo_async.fabric.publisher import Publisher
 from sapo_async.ledger.recorder import Recorder
 from sapo_async.ledger.types import RoundCommitment
 from sapo_async.logs import get_logger
-from sapo_async.node.defence import AdmissionBounds, Calibration, Quarantine
+from sapo_async.node.admission import NodeDefences
 from sapo_async.node.groups import GeneratedGroup, SharedRound, to_rollout_group
 from sapo_async.node.learner import Learner
 from sapo_async.node.report import NodeStats, RoundHistory, RoundReport, rewards_by_family
-from sapo_async.node.sampler import split_by_staleness
 from sapo_async.node.selection import Candidate, Choice, calibrate, select_groups
 from sapo_async.node.spec import NodeSpec
 from sapo_async.policy.grpo.trainer import ScoredGroup, StepMetrics
-from sapo_async.tasks.source import dataset_seed
 from sapo_async.wire import RolloutGroup
 
 __all__ = ["RoundLoop"]
@@ -80,6 +78,10 @@ class RoundLoop:
         publisher: signs and publishes the node's groups (its key is the node identity).
         collector: admits other nodes' groups (started and stopped by whoever runs it).
         recorder: journals round commitments for the ledger (None: no ledger).
+        defences: the node's defences, the same object whose checks the collector was built
+            with (:func:`~sapo_async.node.admission.build_collector`); None builds fresh
+            ones, and a collector built without them then has no node-level admission
+            checks (the round's content defences still apply).
         offload: run generation, selection and training in worker threads (several nodes
             per process).
 
@@ -96,6 +98,7 @@ class RoundLoop:
         publisher: Publisher,
         collector: Collector,
         recorder: Recorder | None = None,
+        defences: NodeDefences | None = None,
         offload: bool = True,
     ) -> None:
         self.spec = spec
@@ -126,32 +129,19 @@ class RoundLoop:
         self._seen_accepted = 0
         self._seen_rejected: Counter[str] = Counter()
         self._log = get_logger("node", node=self.address, node_name=name)
-        self._install_defences()
+        self._install_defences(defences)
 
-    def _install_defences(self) -> None:
-        """Plug the admission bounds and the quarantine into the collector (defences on)."""
-        d = self.spec.defence
-        self.quarantine = Quarantine(d.quarantine_rate, d.quarantine_min_events, d.quarantine_s)
-        self.calibration = Calibration(d, self.training.max_new_tokens)
-        if not d.active:
-            return
-        bounds = AdmissionBounds(
-            d,
-            self.learner.tasks.families,
-            dataset_seed(self.training.seed),
-            on_verdict=self._judged,
-        )
-        inner = self.collector.extra_check
-
-        def check(group: RolloutGroup) -> None:
-            bounds(group)
-            if inner is not None:
-                inner(group)
-
-        self.collector.extra_check = check
-        self.collector.blocked = self.quarantine.blocked
+    def _install_defences(self, defences: NodeDefences | None) -> None:
+        """Keep the defence state the collector's checks share (nothing is patched into the
+        collector: its checks were given when it was built)."""
+        if defences is None:
+            defences = NodeDefences.build(self.spec, self.learner.tasks.families)
+        self.quarantine = defences.quarantine
+        self.calibration = defences.calibration
 
     def _judged(self, producer: str, dropped: bool) -> None:
+        """The quarantine's one source of verdicts: the round's judgement of verified,
+        buffered groups (admission refusals are unverified claims and do not count)."""
         if self.quarantine.record(producer, dropped):
             self._log.warning("producer_quarantined", producer=producer)
 
@@ -327,16 +317,13 @@ class RoundLoop:
         return done
 
     def _fresh_candidates(self) -> tuple[tuple[BufferedGroup, ...], dict[str, int]]:
-        """Buffered external groups within the staleness bound, in a canonical order: an
-        immutable snapshot taken on the event loop (the buffer's owner)."""
-        fresh, stale, newest = split_by_staleness(
-            self.collector.candidates(exclude_producers=(self.address,)),
-            self.training.max_staleness_rounds,
-            producer_of=lambda b: b.producer,
-            round_of=lambda b: b.group.producer_round,
-        )
-        if stale:
-            self.collector.take(b.rollout_hash for b in stale)
+        """The buffered external groups (all fresh: the collector owns staleness) in a
+        canonical order, an immutable snapshot taken on the event loop (the buffer's owner),
+        and the newest round held per producer (for the staleness report)."""
+        fresh = self.collector.candidates(exclude_producers=(self.address,))
+        newest: dict[str, int] = {}
+        for b in fresh:
+            newest[b.producer] = max(newest.get(b.producer, -1), b.group.producer_round)
         # Sorting by hash makes the sampler's draw depend only on the pool's contents and
         # the seeded rng, not on delivery order (common random numbers across runs).
         fresh.sort(key=lambda b: b.rollout_hash)

@@ -25,9 +25,9 @@ Fallback when fewer than J informative external groups are available: train on w
 there is (J shrinks); the batch is never padded with extra local groups, so a node alone in
 the swarm trains exactly like J = 0.
 
-Staleness: :func:`split_by_staleness` keeps the external candidates at most
-``max_staleness_rounds`` behind the newest round held from their producer, so a whole
-round's groups age out together.
+Staleness: not the sampler's. The collector owns both bounds (age, and a round lag of
+``max_staleness_rounds`` behind the newest round admitted from a producer, at admission and
+by evicting the buffer), so every candidate the sampler gets is fresh.
 
 Lazy scoring: uniform sampling from the informative subset equals walking the candidates
 in a uniformly random order and keeping the first J informative ones, so
@@ -51,7 +51,6 @@ __all__ = [
     "is_informative",
     "select_external",
     "select_local",
-    "split_by_staleness",
 ]
 
 SamplerPolicy = Literal["paper", "topk"]
@@ -76,37 +75,6 @@ _EPS = 1e-9
 def is_informative(rewards: Sequence[float]) -> bool:
     """True when the rewards are not all equal, i.e. some advantage is non-zero."""
     return len(rewards) > 1 and (max(rewards) - min(rewards)) > _EPS
-
-
-def split_by_staleness(
-    candidates: Iterable[C],
-    max_staleness_rounds: int,
-    *,
-    producer_of: Callable[[C], str],
-    round_of: Callable[[C], int],
-) -> tuple[list[C], list[C], dict[str, int]]:
-    """Split candidates into fresh and stale by their lag behind their producer's newest.
-
-    Args:
-        candidates: external groups.
-        max_staleness_rounds: the largest lag (newest round held from the producer minus
-            the group's round) that is still fresh.
-        producer_of / round_of: a candidate's producer and round.
-
-    Returns:
-        The fresh ones and the stale ones (each in the given order), and the newest round
-        held from each producer.
-    """
-    pool = list(candidates)
-    newest: dict[str, int] = {}
-    for c in pool:
-        newest[producer_of(c)] = max(newest.get(producer_of(c), -1), round_of(c))
-    fresh: list[C] = []
-    stale: list[C] = []
-    for c in pool:
-        lag = newest[producer_of(c)] - round_of(c)
-        (fresh if lag <= max_staleness_rounds else stale).append(c)
-    return fresh, stale, newest
 
 
 def select_local(groups: Sequence[C], count: int) -> list[C]:

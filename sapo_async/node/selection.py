@@ -1,9 +1,16 @@
 """A node's choice of external groups, in a worker thread, from an immutable snapshot.
 
 Owns the step between the collector's buffer and the trainer: score each candidate with
-this node's verifier (re-deriving its task), screen it with the content defences
-(:func:`~sapo_async.node.defence.screen` over log-probs from this node's own model,
-batched per group), and let the pure sampler pick J.
+this node's verifier (re-deriving its task), build its one view
+(:class:`~sapo_async.node.view.CandidateView`: the receiver's tokens once, its log-probs at
+most once per completion), check it in this order on that view: the size bound in the
+receiver's tokens [``completion_too_many_tokens``], the token check
+[``token_mismatch``], plausibility and the length guard
+(:func:`~sapo_async.node.defence.screen`) [``implausible``, ``too_long``], an experiment's
+external filter such as F-TIS's ratio [``ratio_extreme``]; and let the pure sampler pick J.
+The trainer gets the view's group (the receiver's own ids), so nothing tokenises or runs the
+candidate again before the gradient step. Staleness is not checked here: the collector owns
+both bounds (age and round lag), so its buffer holds only fresh groups.
 
 Threads: :func:`select_groups` may run in a worker thread, so it never touches the
 collector. It gets a tuple of buffered groups and a frozen
@@ -26,17 +33,19 @@ from sapo_async.fabric.collector import BufferedGroup
 from sapo_async.node.defence import Calibration, CompletionView, Thresholds, screen
 from sapo_async.node.groups import SharedRound, round_seed
 from sapo_async.node.learner import Learner
-from sapo_async.node.plausibility import completion_logprobs
 from sapo_async.node.sampler import ExternalSelection, select_external, select_local
 from sapo_async.node.spec import TrainingSpec
+from sapo_async.node.view import CandidateView
 from sapo_async.policy.grpo.trainer import ScoredGroup
+from sapo_async.wire.reasons import RejectReason
 
 __all__ = ["Candidate", "Choice", "Verdict", "calibrate", "select_groups"]
 
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """An external group with this node's scores, as the sampler sees it."""
+    """An external group with this node's scores, as the sampler sees it; ``scored`` is
+    what the trainer gets (the view's group: this node's own token ids)."""
 
     buffered: BufferedGroup
     scored: ScoredGroup
@@ -116,59 +125,54 @@ def select_groups(
     drops: list[Verdict] = []
     passed: list[str] = []
 
-    def own_ids(text: str, finish: str) -> tuple[int, ...]:
-        ids = list(learner.tokenizer(text, add_special_tokens=False)["input_ids"])
-        eos = learner.tokenizer.eos_token_id
-        return tuple([*ids, eos] if finish == "stop" and eos is not None else ids)
-
     def score(b: BufferedGroup) -> Candidate:
         scored = learner.score_external(b.group)
+        view = CandidateView(
+            scored,
+            model=learner.model,
+            tokenizer=learner.tokenizer,
+            tokenizer_id=learner.tokenizer_id,
+            add_special_tokens=not learner.settings.chat_template,
+        )
         # Only what GRPO pushes up needs screening: a completion with a reward above the
         # group's floor (a payload rides a positive advantage). Uninformative groups are
         # dropped by the sampler anyway: no forward pass for them.
         floor = min(scored.rewards)
-        pushed = [c for c in scored.completions if c.reward > floor]
-        # Every completion is trained on (the low ones pushed down), so the size bound holds
-        # for all of them, in this node's tokens, before any forward pass.
-        if limits is not None and any(
-            len(own_ids(c.text, c.finish_reason)) > limits.max_tokens for c in scored.completions
-        ):
-            raise _Screened("completion_too_long")
-        # The trainer uses a same-tokenizer peer's token ids, not its text: ids that are not
-        # the text's own tokens would train on what no check has read.
-        same_tokenizer = b.group.tokenizer_id == learner.tokenizer_id
-        if (
-            limits is not None
-            and same_tokenizer
-            and any(
-                c.token_ids is not None and c.token_ids != own_ids(c.text, c.finish_reason)
-                for c in pushed
-            )
-        ):
-            raise _Screened("token_mismatch")
-        if limits is not None and limits.needs_logprobs and pushed:
-            lps = completion_logprobs(
-                learner.model,
-                learner.tokenizer,
-                scored.prompt,
-                [(c.text, c.finish_reason) for c in pushed],
-                add_special_tokens=not learner.settings.chat_template,
-                max_tokens=limits.max_tokens,
-            )
-            views = [CompletionView(lp, c.reward) for lp, c in zip(lps, pushed, strict=True)]
-            reason = screen(b.group.task.family, views, limits)
-            if reason is not None:
-                raise _Screened(reason)
+        pushed = [i for i, c in enumerate(scored.completions) if c.reward > floor]
+        if limits is not None:
+            # Every completion is trained on (the low ones pushed down), so the size bound
+            # holds for all of them, in this node's tokens, before any forward pass.
+            if any(len(ids) > limits.max_tokens for ids in view.token_ids):
+                raise _Screened(RejectReason.COMPLETION_TOO_MANY_TOKENS)
+            # A same-tokenizer peer's ids must be its text's own tokens: what the trainer
+            # uses (the view's ids) is then what the peer sent and what every check read.
+            if view.same_tokenizer and any(
+                scored.completions[i].token_ids is not None and not view.peer_ids_match(i)
+                for i in pushed
+            ):
+                raise _Screened(RejectReason.TOKEN_MISMATCH)
+            if limits.needs_logprobs and pushed:
+                lps = view.logprobs(pushed)
+                views = [
+                    CompletionView(lp.tolist(), scored.completions[i].reward)
+                    for i, lp in zip(pushed, lps, strict=True)
+                ]
+                reason = screen(b.group.task.family, views, limits)
+                if reason is not None:
+                    raise _Screened(reason)
         # An experiment's or operator's extra filter (``TrainingSpec.external_filter``, e.g.
-        # F-TIS's behaviour log-prob ratio), on informative groups only.
+        # F-TIS's behaviour log-prob ratio: ``filter(view) -> reason | None``), on
+        # informative groups only.
         check = training.external_filter
-        if check is not None and scored.informative and (dropped := check(learner, scored)):
+        if check is not None and scored.informative and (dropped := check(view)):
             raise RejectedInput(str(dropped), f"external filter dropped {b.producer}'s group")
         passed.append(b.producer)
-        return Candidate(b, scored)
+        return Candidate(b, view.trained_group())
 
     def on_error(b: BufferedGroup, exc: Exception) -> str:
-        reason = exc.reason if isinstance(exc, RejectedInput) else "score_error"
+        reason = (
+            str(exc.reason) if isinstance(exc, RejectedInput) else str(RejectReason.SCORE_ERROR)
+        )
         drops.append(Verdict(b.rollout_hash, b.producer, reason))
         return reason
 

@@ -30,13 +30,13 @@ from eth_account.signers.local import LocalAccount
 
 from sapo_async.backoff import Backoff
 from sapo_async.errors import TransportUnavailable
-from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.publisher import Publisher
 from sapo_async.fabric.transport.base import StartAt, Transport
 from sapo_async.ledger.journal import Journal
 from sapo_async.ledger.recorder import Recorder
 from sapo_async.limits import NATS_JOIN_BACKOFF_BASE_S, NATS_JOIN_BACKOFF_MAX_S
 from sapo_async.logs import get_logger
+from sapo_async.node.admission import NodeDefences, build_collector
 from sapo_async.node.checkpoint import has_checkpoint
 from sapo_async.node.embedded import EMBEDDED
 from sapo_async.node.learner import Learner, build_learner
@@ -134,15 +134,14 @@ class Swarm:
         cleanups: list[Cleanup] = []
         try:
             transport = spec.fabric.transport or await _connect(spec, cleanups)
-            collector = Collector(
+            defences = NodeDefences.build(spec, learner.tasks.families)
+            collector = build_collector(
+                spec,
                 transport,
+                defences,
                 own_address=account.address,
                 families=sorted({f.family for f in learner.tasks.families}) or None,
                 start=_start_at(spec.fabric),
-                buffer_max_age_s=spec.training.max_age_s,
-                extra_check=spec.fabric.extra_check,
-                shards=spec.fabric.shard_plan(),
-                name=f"collector-{spec.name}",
             )
             recorder = await _make_recorder(spec, account, learner, cleanups)
             node = Node(
@@ -151,6 +150,7 @@ class Swarm:
                 publisher=Publisher(transport, account),
                 collector=collector,
                 recorder=recorder,
+                defences=defences,
             )
             # The node's cleanup stack unwinds last-in first-out: journal, ledger, transport,
             # then the embedded server.

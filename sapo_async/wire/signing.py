@@ -73,6 +73,7 @@ __all__ = [
     "sign_group",
     "signing_digest",
     "verify",
+    "verify_signer",
 ]
 
 EIP191_PREFIX = b"\x19Ethereum Signed Message:\n32"
@@ -268,16 +269,35 @@ def verify(signed: SignedGroup, *, max_bytes: int = MAX_GROUP_BYTES) -> Verified
             attribute says which).
     """
     group = decode_body(signed.body, max_bytes=max_bytes)
-    digest = rollout_hash(signed.body)
-    signer = recover_signer(digest, signed.signature)
-    if signer != group.producer:
+    envelope = DecodedEnvelope(signed, group, rollout_hash(signed.body))
+    return VerifiedGroup(group, envelope.rollout_hash, verify_signer(envelope))
+
+
+def verify_signer(envelope: DecodedEnvelope) -> str:
+    """The one signature check of a decoded envelope (the collector's and :func:`verify`'s).
+
+    Returns:
+        The recovered signer, which is the group's claimed producer.
+
+    Raises:
+        RejectedInput: ``bad_signature``, ``high_s_signature`` or ``signer_mismatch``, with
+            the rollout hash and the claimed producer attached.
+    """
+    digest, producer = envelope.rollout_hash, envelope.group.producer
+    try:
+        signer = recover_signer(digest, envelope.signed.signature)
+    except RejectedInput as exc:
+        raise RejectedInput(
+            exc.reason, exc.detail, rollout_hash=digest.hex(), producer=producer
+        ) from exc
+    if signer != producer:
         raise RejectedInput(
             "signer_mismatch",
-            f"signed by {signer}, claims {group.producer}",
+            f"signed by {signer}, claims {producer}",
             rollout_hash=digest.hex(),
-            producer=group.producer,
+            producer=producer,
         )
-    return VerifiedGroup(group, digest, signer)
+    return signer
 
 
 class DecodedEnvelope(NamedTuple):

@@ -15,6 +15,7 @@ from msgspec.structs import replace
 from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.publisher import Publisher
 from sapo_async.fabric.transport.memory import MemoryBroker
+from sapo_async.node.admission import NodeDefences, build_collector
 from sapo_async.node.groups import to_rollout_group
 from sapo_async.node.learner import build_learner
 from sapo_async.node.rounds import RoundLoop
@@ -52,12 +53,15 @@ def _node(index: int, broker: MemoryBroker, *, offload: bool = False, **kw: Any)
         **kw,
     )
     transport = broker.connect(SWARM)
+    learner = build_learner(spec)
+    defences = NodeDefences.build(spec, learner.tasks.families)
     return RoundLoop(
         spec,
         name=f"n{index}",
-        learner=build_learner(spec),
+        learner=learner,
         publisher=Publisher(transport, account),
-        collector=Collector(transport, own_address=account.address),
+        collector=build_collector(spec, transport, defences, own_address=account.address),
+        defences=defences,
         offload=offload,
     )
 
@@ -241,5 +245,5 @@ async def test_an_overlong_low_reward_completion_still_drops_its_group() -> None
     )
     assert node.collector.ingest(_signed(peer, forged)) is not None
     report = await node.train_round(await node.share_round())
-    assert report.external_failed == {"completion_too_long": 1}
+    assert report.external_failed == {"completion_too_many_tokens": 1}
     assert report.external_total == 0

@@ -9,6 +9,8 @@ import pytest
 
 from sapo_async.errors import ConfigError
 from sapo_async.node.filters import RatioFilter
+from sapo_async.node.view import CandidateView
+from sapo_async.policy.grpo.batch import TokenSource
 
 
 @pytest.fixture
@@ -30,19 +32,31 @@ def learner_and_groups(tiny_lm):
     return learner, groups
 
 
-def _shift(group, delta):
+def _view(learner, group):
+    """The round's view of ``group`` as if a peer had sent it (its ids are a claim)."""
+    peer = dataclasses.replace(group, producer="0xpeer", token_source=TokenSource.TEXT)
+    return CandidateView(
+        peer,
+        model=learner.model,
+        tokenizer=learner.tokenizer,
+        tokenizer_id=learner.tokenizer_id,
+        add_special_tokens=not learner.settings.chat_template,
+    )
+
+
+def _shift(learner, group, delta):
     comps = tuple(
         dataclasses.replace(c, behaviour_logprobs=tuple(x + delta for x in c.behaviour_logprobs))
         for c in group.completions
     )
-    return dataclasses.replace(group, completions=comps, producer="0xpeer")
+    return _view(learner, dataclasses.replace(group, completions=comps))
 
 
 def test_a_group_from_the_receivers_own_policy_passes_with_ratio_one(learner_and_groups):
     learner, groups = learner_and_groups
     check = RatioFilter(cap=1.5)
     for g in groups:
-        assert check(learner, dataclasses.replace(g, producer="0xpeer")) is None
+        assert check(_view(learner, g)) is None
     assert len(check.log_ratios) == sum(len(g.completions) for g in groups)
     assert max(abs(r) for r in check.log_ratios) < 1e-3
     assert check.dropped == 0
@@ -51,17 +65,17 @@ def test_a_group_from_the_receivers_own_policy_passes_with_ratio_one(learner_and
 def test_a_group_the_producer_found_far_likelier_or_unlikelier_is_dropped(learner_and_groups):
     learner, groups = learner_and_groups
     check = RatioFilter(cap=1.5)  # |log ratio| must stay below log 1.5 = 0.405
-    assert check(learner, _shift(groups[0], -1.0)) == "ratio_extreme"  # ratio e^1
-    assert check(learner, _shift(groups[0], +1.0)) == "ratio_extreme"  # ratio e^-1
-    assert check(learner, _shift(groups[0], -0.2)) is None  # ratio e^0.2 = 1.22
+    assert check(_shift(learner, groups[0], -1.0)) == "ratio_extreme"  # ratio e^1
+    assert check(_shift(learner, groups[0], +1.0)) == "ratio_extreme"  # ratio e^-1
+    assert check(_shift(learner, groups[0], -0.2)) is None  # ratio e^0.2 = 1.22
     assert check.dropped == 2
 
 
 def test_a_group_under_another_tokenizer_passes_unmeasured(learner_and_groups):
     learner, groups = learner_and_groups
     check = RatioFilter(cap=1.5)
-    other = dataclasses.replace(_shift(groups[0], -5.0), tokenizer_id="0xother")
-    assert check(learner, other) is None
+    shifted = _shift(learner, groups[0], -5.0).scored
+    assert check(_view(learner, dataclasses.replace(shifted, tokenizer_id="0xother"))) is None
     assert check.log_ratios == []
 
 

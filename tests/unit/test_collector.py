@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import time
 from collections import Counter
 
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 from sapo_async.errors import RejectedInput
 from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.transport.memory import MemoryBroker
+from sapo_async.node.admission import GroupCheck
 from sapo_async.wire.rollout import RolloutGroup, SignedGroup, encode_group
 from sapo_async.wire.signing import encode_signed, sign_body, sign_group
 from tests.fixtures.fabric import SWARM, make_account, make_group
@@ -121,21 +121,15 @@ def test_buffer_is_bounded_by_count_and_by_age() -> None:
     assert collector.statistics().evicted == {"count": 2, "age": 3}
 
 
-def test_sample_is_uniform_without_replacement_and_excludes_producers() -> None:
+def test_candidates_list_every_buffered_group_minus_excluded_producers() -> None:
     collector = new_collector(include_own=True)
     for i in range(6):
         collector.ingest(wire(make_group(PEER, index=i)))
         collector.ingest(wire(make_group(ME, index=i), ME))
-    rng = random.Random(0)
-    picks = Counter()
-    for _ in range(600):
-        drawn = collector.sample(2, exclude_producers=[ME.address], rng=rng)
-        assert len({d.rollout_hash for d in drawn}) == 2
-        assert all(d.producer == PEER.address for d in drawn)
-        picks.update(d.group.task.index for d in drawn)
-    assert set(picks) == set(range(6))
-    assert max(picks.values()) - min(picks.values()) < 80  # 200 each on average
-    assert len(collector.sample(50)) == 12
+    pool = collector.candidates(exclude_producers=[ME.address])
+    assert sorted(b.group.task.index for b in pool) == list(range(6))
+    assert {b.producer for b in pool} == {PEER.address}
+    assert len(collector.candidates()) == 12
 
 
 def test_take_removes_groups_from_the_buffer() -> None:
@@ -146,14 +140,14 @@ def test_take_removes_groups_from_the_buffer() -> None:
     assert collector.candidates() == []
 
 
-def test_extra_check_rejects_with_its_own_reason_and_a_crash_is_counted() -> None:
+def test_an_operator_check_rejects_with_its_own_reason_and_a_crash_is_counted() -> None:
     def check(group: RolloutGroup) -> None:
         if "poison" in group.completions[0].text:
             raise RejectedInput("implausible_logprobs", "too surprising")
         if "crash" in group.completions[0].text:
             raise KeyError("bug in the check")
 
-    collector = new_collector(extra_check=check)
+    collector = new_collector(checks=[GroupCheck(check)])
     assert collector.ingest(wire(make_group(PEER, text="poison", index=1))) is None
     assert collector.ingest(wire(make_group(PEER, text="crash", index=2))) is None
     assert collector.ingest(wire(make_group(PEER, text="fine", index=3))) is not None

@@ -11,6 +11,9 @@ import pytest
 from sapo_async.fabric import collector as collector_module
 from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.transport.memory import MemoryBroker
+from sapo_async.node.admission import QuarantineCheck
+from sapo_async.node.defence import Quarantine
+from sapo_async.wire import signing
 from sapo_async.wire.rollout import RolloutGroup
 from sapo_async.wire.signing import encode_signed, sign_group
 from tests.fixtures.fabric import SWARM, make_account, make_group
@@ -84,14 +87,16 @@ def test_a_quarantined_producer_is_refused_before_its_signature_is_checked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[bytes] = []
-    real = collector_module.recover_signer
+    real = signing.recover_signer
 
     def counting(digest: bytes, signature: bytes) -> str:
         calls.append(digest)
         return real(digest, signature)
 
-    monkeypatch.setattr(collector_module, "recover_signer", counting)
-    collector = new_collector(blocked=lambda producer: producer == FLOODER.address)
+    monkeypatch.setattr(signing, "recover_signer", counting)
+    quarantine = Quarantine(rate=0.5, min_events=1, duration_s=60)
+    assert quarantine.record(FLOODER.address, dropped=True)
+    collector = new_collector(checks=[QuarantineCheck(quarantine)])
     assert collector.ingest(wire(make_group(FLOODER), FLOODER)) is None
     assert collector.ingest(wire(make_group(PEER))) is not None
     assert collector.statistics().rejected == {"quarantined": 1}

@@ -10,7 +10,6 @@ from sapo_async.node.sampler import (
     is_informative,
     select_external,
     select_local,
-    split_by_staleness,
 )
 
 
@@ -143,26 +142,3 @@ def test_selection_invariants_hold_for_any_pool(raw, j, cap, policy, seed):
     available = sum(1 for g in pool if is_informative(g.rewards))
     if cap is None:
         assert len(sel.chosen) == min(j, available)
-
-
-def test_split_by_staleness_drops_whole_rounds_behind_their_producers_newest():
-    pool = [("a", 5), ("a", 3), ("a", 2), ("b", 1), ("b", 0)]
-    fresh, stale, newest = split_by_staleness(
-        pool, 2, producer_of=lambda c: c[0], round_of=lambda c: c[1]
-    )
-    assert newest == {"a": 5, "b": 1}
-    assert fresh == [("a", 5), ("a", 3), ("b", 1), ("b", 0)]
-    assert stale == [("a", 2)]  # three rounds behind a's newest; b's lag is judged by b's
-
-
-@given(
-    st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 20)), max_size=30),
-    st.integers(0, 5),
-)
-def test_split_by_staleness_partitions_the_pool(pool, max_lag):
-    fresh, stale, newest = split_by_staleness(
-        pool, max_lag, producer_of=lambda c: c[0], round_of=lambda c: c[1]
-    )
-    assert sorted(fresh + stale) == sorted(pool)
-    assert all(newest[p] - r <= max_lag for p, r in fresh)
-    assert all(newest[p] - r > max_lag for p, r in stale)

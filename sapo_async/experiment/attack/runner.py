@@ -158,10 +158,10 @@ async def _run_one(
     from eth_account import Account
 
     from sapo_async.experiment.attack.base import AttackPublisher
-    from sapo_async.fabric.collector import Collector
     from sapo_async.fabric.publisher import Publisher
     from sapo_async.fabric.transport.base import StartAt
     from sapo_async.fabric.transport.memory import MemoryBroker
+    from sapo_async.node.admission import NodeDefences, build_collector
     from sapo_async.node.learner import build_learner
     from sapo_async.node.rounds import RoundLoop
     from sapo_async.node.spec import NodeSpec
@@ -200,18 +200,23 @@ async def _run_one(
         if attack is not None and i >= first_attacker:
             publisher = AttackPublisher(transport, account, attack, seed * 1000 + i)
         publishers.append(publisher)
+        learner = build_learner(node_spec)
+        node_defences = NodeDefences.build(node_spec, learner.tasks.families)
         nodes.append(
             RoundLoop(
                 node_spec,
                 name=f"node{i}",
-                learner=build_learner(node_spec),
+                learner=learner,
                 publisher=publisher,
-                collector=Collector(
+                collector=build_collector(
+                    node_spec,
                     transport,
+                    node_defences,
                     own_address=account.address,
                     start=StartAt.everything(),
                     name=f"collector{i}",
                 ),
+                defences=node_defences,
                 offload=False,
             )
         )

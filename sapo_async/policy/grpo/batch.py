@@ -2,12 +2,16 @@
 
 Owns the translation the trainer's docstring promises:
 
-* a *local* completion (``producer == "local"``, our ``tokenizer_id``) is trained on the
-  token ids we sampled, with their behaviour log-probs;
-* any other completion is trained on its *text*, tokenised by our tokenizer (plus EOS when
-  it stopped), because the text is what our verifier scored: a peer's token ids are never
-  trained on directly (poisoned ids could otherwise ride on a clean, rewarded text). A
-  peer's behaviour log-probs are kept only when its ids equal that tokenisation exactly.
+* a group's :class:`TokenSource` says whose token ids it carries: ``SAMPLED`` (the ids this
+  node's own generator sampled) and ``RECEIVER`` (the ids this node made itself from an
+  external completion's text: the round's candidate view, :mod:`sapo_async.node.view`)
+  are trained on as they are, with the behaviour log-probs the group carries (for
+  ``RECEIVER`` groups: the peer's, kept only where its ids equalled ours);
+* a ``TEXT`` group (ids, if any, are a peer's claim) is trained on its *text*, tokenised
+  by our tokenizer (plus EOS when it stopped), because the text is what our verifier
+  scored: a peer's token ids are never trained on directly (poisoned ids could otherwise
+  ride on a clean, rewarded text). A peer's behaviour log-probs are kept only when its ids
+  equal that tokenisation exactly.
 
 Also owns the trainer's input types (:class:`ScoredGroup`, :class:`ScoredCompletion`).
 Deliberately does not know about models, optimizers or the loss; it needs only a tokenizer.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 import torch
@@ -39,10 +44,22 @@ __all__ = [
     "Row",
     "ScoredCompletion",
     "ScoredGroup",
+    "TokenSource",
 ]
 
 INFORMATIVE_EPS = 1e-9
 """Rewards closer than this count as equal (the group carries no gradient)."""
+
+
+class TokenSource(StrEnum):
+    """Whose token ids a :class:`ScoredGroup` carries (see the module docstring)."""
+
+    SAMPLED = "sampled"
+    """This node's generator sampled them: trained on as they are."""
+    RECEIVER = "receiver"
+    """This node tokenised the text itself (counted as re-tokenised): trained on as they are."""
+    TEXT = "text"
+    """A peer's claim, or none: the text is re-tokenised here."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +93,10 @@ class ScoredGroup:
         prompt_token_ids: prompt ids under that tokenizer (optional).
         task: where the question came from (informational).
         producer: ``"local"`` or the producer's address (informational, for metrics).
+        token_source: whose ids the completions carry. Built by the node, it is always
+            given (own groups ``SAMPLED``, the round's external ones ``RECEIVER``, scored
+            wire groups ``TEXT``); a hand-built group (tests, benchmarks) that leaves it out
+            gets ``SAMPLED`` with the default ``producer`` and ``TEXT`` otherwise.
     """
 
     prompt: str
@@ -84,6 +105,12 @@ class ScoredGroup:
     prompt_token_ids: tuple[int, ...] | None = None
     task: TaskRef | None = None
     producer: str = "local"
+    token_source: TokenSource | None = None
+
+    def __post_init__(self) -> None:
+        if self.token_source is None:
+            source = TokenSource.SAMPLED if self.producer == "local" else TokenSource.TEXT
+            object.__setattr__(self, "token_source", source)
 
     @property
     def rewards(self) -> list[float]:
@@ -196,12 +223,16 @@ class Batcher:
                 rows.append(Row(prompt, ids, lps, adv))
         return rows, retokenised
 
-    def _ours_and_local(self, group: ScoredGroup) -> bool:
-        return group.tokenizer_id == self.tokenizer_id and group.producer == "local"
+    def _trusted(self, group: ScoredGroup) -> bool:
+        """Whether the group's ids are this node's own (sampled or re-tokenised here)."""
+        return group.tokenizer_id == self.tokenizer_id and group.token_source in (
+            TokenSource.SAMPLED,
+            TokenSource.RECEIVER,
+        )
 
     def _prompt_ids(self, group: ScoredGroup, cache: dict[str, list[int]]) -> list[int]:
-        """The group's own prompt ids when local and ours, else its text tokenised."""
-        if self._ours_and_local(group) and group.prompt_token_ids is not None:
+        """The group's own prompt ids when they are ours, else its text tokenised."""
+        if self._trusted(group) and group.prompt_token_ids is not None:
             return list(group.prompt_token_ids)
         if group.prompt not in cache:
             enc = self.tokenizer(group.prompt, add_special_tokens=self.add_special_tokens)
@@ -212,10 +243,14 @@ class Batcher:
         self, group: ScoredGroup, comp: ScoredCompletion
     ) -> tuple[list[int], list[float] | None, int]:
         """The ids to train on, the behaviour log-probs kept, and 1 if re-tokenised."""
-        if self._ours_and_local(group) and comp.token_ids is not None:
+        if self._trusted(group) and comp.token_ids is not None:
             ids = list(comp.token_ids)
             lps = comp.behaviour_logprobs
-            return ids, list(lps) if lps and len(lps) == len(ids) else None, 0
+            kept = list(lps) if lps and len(lps) == len(ids) else None
+            # A RECEIVER completion was re-tokenised from text (by the round's view): it
+            # counts as such whenever the peer's log-probs could not be kept.
+            retok = int(group.token_source is TokenSource.RECEIVER and kept is None)
+            return ids, kept, retok
         # A peer's token ids are never trained on directly: the text is what was scored,
         # so we train on the text's own tokenisation, and use the peer's log-probs only
         # when its ids are exactly that tokenisation (otherwise poisoned ids could ride on

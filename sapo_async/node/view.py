@@ -1,0 +1,120 @@
+"""One view of each external candidate: the receiver's tokens once, its log-probs once.
+
+Owns what the round knows of one external group under this node's own tokenizer and model.
+:class:`CandidateView` re-tokenises the prompt and each completion's *text* with the
+receiver's tokenizer exactly once (plus EOS when the completion stopped, as the generator
+and the trainer do), and computes per-token log-probs under the receiver's current policy
+at most once per completion (batched per group, no grad, on the model's device), only for
+the completions a consumer asks for. Everything that looks at the candidate reads this one
+view: the size bound and the token check (:mod:`.selection`), plausibility and the length
+guard (:func:`~sapo_async.node.defence.screen`), the F-TIS ratio filter
+(:mod:`.filters`) and the trainer, which gets :meth:`CandidateView.trained_group`: the
+receiver's own token ids (:attr:`~sapo_async.policy.grpo.batch.TokenSource.RECEIVER`), so
+it does not tokenise the text again.
+
+The receiver's log-probs serve the checks only. The trainer computes its old log-probs
+itself inside the step (in the same batch as the local rows, or the step's own detached
+ones with one epoch and one minibatch), and truncated importance weights need the
+*producer's* behaviour log-probs, not the receiver's (with the receiver's the weight would
+be 1). The GRPO maths is unchanged.
+
+Threads: built and read in one worker thread (the round's selection); not shared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from sapo_async.node.plausibility import token_logprobs_batch
+from sapo_async.policy.grpo.batch import ScoredGroup, TokenSource
+
+__all__ = ["CandidateView"]
+
+
+class CandidateView:
+    """One scored external group as this node sees it (see the module docstring).
+
+    Args:
+        scored: the group scored by this node's verifier (prompt in this node's style).
+        model: this node's current policy (for log-probs; nothing is run until asked).
+        tokenizer: this node's tokenizer (EOS required).
+        tokenizer_id: its digest (a peer with the same digest may send matching ids).
+        add_special_tokens: as the node's generator tokenises prompts.
+    """
+
+    def __init__(
+        self,
+        scored: ScoredGroup,
+        *,
+        model: Any,
+        tokenizer: Any,
+        tokenizer_id: str,
+        add_special_tokens: bool,
+    ) -> None:
+        self.scored = scored
+        self.same_tokenizer = scored.tokenizer_id == tokenizer_id
+        self._model = model
+        self._tokenizer_id = tokenizer_id
+        eos = tokenizer.eos_token_id
+        pad = tokenizer.pad_token_id
+        self._pad = int(pad if pad is not None else (eos if eos is not None else 0))
+        self.prompt_ids: tuple[int, ...] = tuple(
+            tokenizer(scored.prompt, add_special_tokens=add_special_tokens)["input_ids"]
+        )
+        ids: list[tuple[int, ...]] = []
+        for c in scored.completions:
+            own = list(tokenizer(c.text, add_special_tokens=False)["input_ids"])
+            if c.finish_reason == "stop" and eos is not None:
+                own.append(int(eos))
+            ids.append(tuple(own))
+        self.token_ids: tuple[tuple[int, ...], ...] = tuple(ids)
+        """Each completion's ids under the receiver's tokenizer (EOS included)."""
+        self._logprobs: list[Any] = [None] * len(ids)
+
+    def peer_ids_match(self, i: int) -> bool:
+        """Whether completion ``i`` carries ids of the receiver's tokenizer that are exactly
+        the receiver's tokenisation of its text."""
+        claimed = self.scored.completions[i].token_ids
+        return self.same_tokenizer and claimed is not None and tuple(claimed) == self.token_ids[i]
+
+    def logprobs(self, indices: Sequence[int]) -> list[Any]:
+        """Per-token log-probs (1-D tensors on the model's device) of the completions
+        ``indices`` under the receiver's current policy; those not computed yet are run in
+        one batched pass, so no completion is run through the model twice."""
+        missing = [i for i in dict.fromkeys(indices) if self._logprobs[i] is None]
+        run = [i for i in missing if self.token_ids[i]]
+        computed = token_logprobs_batch(
+            self._model, self.prompt_ids, [self.token_ids[i] for i in run], pad=self._pad
+        )
+        for i, lp in zip(run, computed, strict=True):
+            self._logprobs[i] = lp
+        if len(run) < len(missing):
+            import torch
+
+            device = next(self._model.parameters()).device
+            for i in set(missing) - set(run):
+                self._logprobs[i] = torch.zeros(0, device=device)
+        return [self._logprobs[i] for i in indices]
+
+    def trained_group(self) -> ScoredGroup:
+        """The group the trainer gets: the receiver's own ids (``TokenSource.RECEIVER``),
+        with the peer's behaviour log-probs kept only where its ids were exactly ours."""
+        completions = []
+        for i, c in enumerate(self.scored.completions):
+            keep = self.peer_ids_match(i) and c.behaviour_logprobs is not None
+            completions.append(
+                dataclasses.replace(
+                    c,
+                    token_ids=self.token_ids[i],
+                    behaviour_logprobs=c.behaviour_logprobs if keep else None,
+                )
+            )
+        return dataclasses.replace(
+            self.scored,
+            completions=tuple(completions),
+            tokenizer_id=self._tokenizer_id,
+            prompt_token_ids=self.prompt_ids,
+            token_source=TokenSource.RECEIVER,
+        )
