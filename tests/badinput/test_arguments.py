@@ -29,7 +29,7 @@ CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "top_k_negative": (["train", "--top-k", "-1"], ("--top-k",)),
     "lr_zero": (["train", "--lr", "0"], ("--lr",)),
     "lr_inf": (["train", "--lr", "inf"], ("--lr", "inf")),
-    "aggregation_unknown": (["train", "--aggregation", "sapo"], ("--aggregation", "'sapo'")),
+    "loss_type_unknown": (["train", "--loss-type", "sapo"], ("--loss-type", "'sapo'")),
     "tasks_unknown": (["train", "--tasks", "nope"], ("--tasks", "'nope'", "cpu")),
     "regime_unknown": (["train", "--regime", "medium"], ("--regime", "'medium'")),
     "device_unknown": (["train", "--device", "tpu"], ("--device", "'tpu'")),

@@ -154,7 +154,7 @@ def test_trainer_steps_on_mixed_local_and_text_only_external_groups(
     trainer = Trainer(
         tiny_lm.model,
         tiny_lm.tokenizer,
-        TrainerConfig(lr=1e-3, aggregation=aggregation, tis_cap=2.0, minibatches=2),  # type: ignore[arg-type]
+        TrainerConfig(lr=1e-3, loss_type=aggregation, tis_cap=2.0, minibatches=2),
     )
     before = [p.detach().clone() for p in tiny_lm.model.parameters()]
     groups = [
@@ -182,7 +182,7 @@ def test_trainer_steps_on_mixed_local_and_text_only_external_groups(
 
 def test_kl_to_a_frozen_reference_grows_after_steps(tiny_lm: Any) -> None:
     trainer = Trainer(
-        tiny_lm.model, tiny_lm.tokenizer, TrainerConfig(lr=3e-3, beta=0.04, ppo_epochs=2)
+        tiny_lm.model, tiny_lm.tokenizer, TrainerConfig(lr=3e-3, kl_beta=0.04, ppo_epochs=2)
     )
     first = trainer.step([_group(tiny_lm, [1.0, 0.0, 0.0, 1.0])])
     second = trainer.step([_group(tiny_lm, [1.0, 0.0, 0.0, 1.0])])
