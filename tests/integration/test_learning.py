@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -310,6 +311,32 @@ def test_a_flipped_byte_falls_back_to_the_previous_checkpoint_and_keeps_the_dama
     fresh.round = 6
     fresh.save(tmp_path / "ck")
     assert (damaged.kept_as / "model.safetensors").read_bytes() == flipped
+
+
+def test_a_manifest_that_lists_no_digests_is_damage_and_resume_falls_back(
+    tiny_lm: Any, tmp_path: Path
+) -> None:
+    # `files = {}` beside a truncated model.safetensors left nothing to check the file
+    # against: the loader met the torn file and raised SafetensorError with a traceback.
+    node = _node(tiny_lm)
+    node.round = 2
+    node.save(tmp_path / "ck")
+    node.round = 4
+    newest = node.save(tmp_path / "ck")
+    manifest = json.loads((newest / "manifest.json").read_text())
+    (newest / "manifest.json").write_text(json.dumps({**manifest, "files": {}}))
+    model_file = newest / "model.safetensors"
+    model_file.write_bytes(model_file.read_bytes()[:100])
+
+    state = _node(tiny_lm).restore(tmp_path / "ck")
+    assert state.round == 2
+    (damaged,) = state.damaged
+    assert damaged.path == newest
+    assert damaged.reason == "the manifest lists no digest for model.safetensors (cannot check it)"
+    only = tmp_path / "only"
+    shutil.copytree(damaged.kept_as, only / "round-00000004")
+    with pytest.raises(CheckpointError, match=r"lists no digest for model\.safetensors"):
+        load_checkpoint(only, model=tiny_lm.model)
 
 
 def test_a_damaged_latest_pointer_still_finds_the_newest_checkpoint(
