@@ -342,21 +342,18 @@ def run_trainer_phase(
     log-probs in vocabulary chunks, micro-batches, and on CUDA bf16 autocast and activation
     checkpointing. Reports peak memory, step time and the completion tokens trained.
     """
-    from sapo_async.node.spec import NodeSpec
     from sapo_async.policy.grpo import ScoredCompletion, ScoredGroup, Trainer, TrainerConfig
     from sapo_async.policy.models import tokenizer_id, train_char_tokenizer
 
     cuda = device.type == "cuda"
-    config = NodeSpec.build(
-        max_new_tokens=max_new_tokens,
+    config = TrainerConfig(
+        lr=1e-6,
         tis_cap=2.0,
-        trainer=TrainerConfig(
-            lr=1e-6,
-            micro_batch_tokens=16384 if cuda else 512,
-            gradient_checkpointing=cuda,
-            bf16=cuda,
-        ),
-    ).training.trainer_config()
+        max_completion_tokens=max_new_tokens,  # one completion length
+        micro_batch_tokens=16384 if cuda else 512,
+        gradient_checkpointing=cuda,
+        bf16=cuda,
+    )
     tok = train_char_tokenizer(["0123456789 abcdefghijklmnopqrstuvwxyz"])
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)

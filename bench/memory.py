@@ -99,7 +99,6 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from sapo_async.node.spec import NodeSpec
     from sapo_async.policy.grpo import Trainer, TrainerConfig
     from sapo_async.policy.models import train_char_tokenizer
 
@@ -118,16 +117,14 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     model = Qwen2ForCausalLM(config)
     tok = train_char_tokenizer(["0123456789 abcdefghijklmnopqrstuvwxyz"])
     before = args.variant == "before"
-    trainer_config = NodeSpec.build(
-        max_new_tokens=args.max_new_tokens,
+    trainer_config = TrainerConfig(
+        lr=1e-6,
         tis_cap=2.0,
-        trainer=TrainerConfig(
-            lr=1e-6,
-            micro_batch_tokens=None if before else args.micro_batch_tokens,
-            gradient_checkpointing=args.gradient_checkpointing and not before,
-            bf16=args.bf16 and not before,
-        ),
-    ).training.trainer_config()
+        max_completion_tokens=args.max_new_tokens,  # one completion length
+        micro_batch_tokens=None if before else args.micro_batch_tokens,
+        gradient_checkpointing=args.gradient_checkpointing and not before,
+        bf16=args.bf16 and not before,
+    )
     trainer = Trainer(model, tok, trainer_config, add_special_tokens=False)
     if before:
         trainer._logprobs = lambda m, b, *, entropy=False: full_vocab_logprobs(  # type: ignore[method-assign]

@@ -230,6 +230,17 @@ below 2**52 (sapo_async/tasks/source.py), and it travels in ``TaskRef.seed``, a 
 integer of at most 64 bits; seed 4096 would need 65 bits and the node could not encode its
 first group."""
 
+# --- a round's size ------------------------------------------------------------------
+
+MAX_QUESTIONS_PER_ROUND = 1 << 10
+"""Most questions (B) a node asks per round: a question's slot is 10 bits of its task index
+(sapo_async/tasks/source.py), so slot 1024 would collide with the next round's first."""
+
+MAX_ROLLOUTS_PER_ROUND = 4096
+"""Most rollouts (B x L) one round may commit or use: the mirror of
+``SapoLedger.MAX_ROLLOUTS_PER_ROUND`` (the contract refuses a larger count), equal to
+:data:`BUFFER_MAX_GROUPS` (no node holds more groups of a round)."""
+
 # --- explorer -----------------------------------------------------------------------
 
 EXPLORER_REFRESH_S = 1.0

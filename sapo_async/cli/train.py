@@ -83,7 +83,9 @@ def train(
     top_p: float = typer.Option(1.0),
     top_k: int = typer.Option(0, help="0 = off."),
     lr: float = typer.Option(3e-5, help="AdamW learning rate."),
-    aggregation: str = typer.Option("dapo", help="grpo, dapo or dr_grpo."),
+    loss_type: str = typer.Option(
+        "dapo", help="Loss aggregation: grpo, dapo or dr_grpo (node.toml's loss_type)."
+    ),
     seed: int = typer.Option(0, help="Swarm seed (questions and sampling)."),
     node_index: int = typer.Option(0, help="Node index in the task index layout."),
     device: str = typer.Option("cpu"),
@@ -131,11 +133,7 @@ def train(
         ),
         prompt_style=prompt_style,  # type: ignore[arg-type]
         chat_template=chat_template,
-        trainer=TrainerConfig(
-            lr=lr,
-            aggregation=aggregation,  # type: ignore[arg-type]
-            max_completion_tokens=max_new_tokens,
-        ),
+        trainer=TrainerConfig(lr=lr, loss_type=loss_type),  # type: ignore[arg-type] # checked above
     )
     learner = Learner(
         lm.model,
@@ -192,6 +190,7 @@ def _check_common(threads: int, log_level: str) -> None:
 
 def _check_train_options(o: dict[str, Any]) -> None:
     """Refuse bad ``train`` options before torch is imported (each names the option)."""
+    from sapo_async.limits import MAX_QUESTIONS_PER_ROUND, MAX_ROLLOUTS_PER_ROUND
     from sapo_async.tasks.spec import PRESETS
 
     _check_common(o["threads"], o["log_level"])
@@ -201,7 +200,19 @@ def _check_train_options(o: dict[str, Any]) -> None:
     style = o["prompt_style"]
     require(style in ("compact", "instruct"), "--prompt-style", style, "compact or instruct")
     b, group = o["questions_per_round"], o["completions_per_question"]
-    require(b >= 1, "--questions-per-round", b, ">= 1")
+    require(
+        1 <= b <= MAX_QUESTIONS_PER_ROUND,
+        "--questions-per-round",
+        b,
+        f"in 1..{MAX_QUESTIONS_PER_ROUND}",
+    )
+    rollouts = b * group
+    require(
+        rollouts <= MAX_ROLLOUTS_PER_ROUND,
+        "--questions-per-round x --completions-per-question",
+        rollouts,
+        f"at most {MAX_ROLLOUTS_PER_ROUND} rollouts a round",
+    )
     require(group >= 2, "--group-size", group, ">= 2 (GRPO compares completions of a group)")
     require(o["max_new_tokens"] >= 1, "--max-new-tokens", o["max_new_tokens"], ">= 1")
     t, p, lr = o["temperature"], o["top_p"], o["lr"]
@@ -209,9 +220,8 @@ def _check_train_options(o: dict[str, Any]) -> None:
     require(math.isfinite(p) and 0 < p <= 1, "--top-p", p, "in (0, 1]")
     require(o["top_k"] >= 0, "--top-k", o["top_k"], ">= 0 (0 is off)")
     require(math.isfinite(lr) and 0 < lr < 1, "--lr", lr, "a finite number in (0, 1)")
-    aggregations = ("grpo", "dapo", "dr_grpo")
-    agg = o["aggregation"]
-    require(agg in aggregations, "--aggregation", agg, "grpo, dapo or dr_grpo")
+    loss = o["loss_type"]
+    require(loss in ("grpo", "dapo", "dr_grpo"), "--loss-type", loss, "grpo, dapo or dr_grpo")
     require(o["seed"] >= 0, "--seed", o["seed"], ">= 0")
     require(o["node_index"] >= 0, "--node-index", o["node_index"], ">= 0")
     require(o["device"] in ("cpu", "cuda"), "--device", o["device"], "cpu or cuda")

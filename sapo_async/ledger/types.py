@@ -21,6 +21,7 @@ from web3 import Web3
 
 from sapo_async.errors import RejectedInput
 from sapo_async.ledger.merkle import MerkleTree
+from sapo_async.limits import MAX_ROLLOUTS_PER_ROUND  # the contract's mirror, re-exported
 
 __all__ = [
     "MAX_PRODUCERS",
@@ -39,9 +40,6 @@ MAX_PRODUCERS = 64
 """Mirror of ``SapoLedger.MAX_PRODUCERS``: usage entries (producer, producer round) one
 commitment may carry."""
 
-MAX_ROLLOUTS_PER_ROUND = 4096
-"""Mirror of ``SapoLedger.MAX_ROLLOUTS_PER_ROUND``: most rollouts a round may commit or use
-(equal to ``limits.BUFFER_MAX_GROUPS``: no node holds more groups of a round)."""
 
 MAX_ROUND_STEP = 2**32
 """Mirror of ``SapoLedger.MAX_ROUND_STEP``: most a node's round may jump above its last (and

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from sapo_async.errors import CheckpointError
@@ -55,6 +56,8 @@ __all__ = [
 
 FORMAT_VERSION = 1
 _LATEST = "LATEST"
+_FILES = ("model.safetensors", "optimizer.safetensors")
+"""What every checkpoint holds besides its manifest, each listed there with its digest."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +183,7 @@ def save_checkpoint(
             "optimizer": opt_meta,
             "rng": rng_meta,
             "extra": extra or {},
-            "files": {f: _sha256(tmp / f) for f in ("model.safetensors", "optimizer.safetensors")},
+            "files": {f: _sha256(tmp / f) for f in _FILES},
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, sort_keys=True))
         for f in tmp.iterdir():
@@ -221,8 +224,9 @@ def _verified_manifest(path: Path) -> dict[str, Any]:
     """The manifest of the checkpoint at ``path`` once every file matches its digest.
 
     Raises:
-        _Damaged: missing directory or manifest, unreadable manifest, or a file that is
-            missing or torn.
+        _Damaged: missing directory or manifest, unreadable manifest, a manifest that does
+            not list a digest for every file the loader reads (nothing to check it against:
+            a torn file would reach the loader), or a file that is missing or torn.
         CheckpointError: another format version (not damage: an older release wrote it).
     """
     try:
@@ -239,6 +243,9 @@ def _verified_manifest(path: Path) -> dict[str, Any]:
             f"{FORMAT_VERSION}: run the release that wrote it, or move {path.parent} aside "
             "to start from round 0"
         )
+    for f in _FILES:
+        if not isinstance(files.get(f), str):
+            raise _Damaged(f"the manifest lists no digest for {f} (cannot check it)")
     for f, digest in files.items():
         try:
             ok = _sha256(path / f) == digest
@@ -335,7 +342,7 @@ def _load_verified(
                 state.setdefault(int(idx), {}).update(scalars)
             optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
         _restore_rng(tensors, manifest["rng"])
-    except (RuntimeError, ValueError, KeyError) as exc:
+    except (RuntimeError, ValueError, KeyError, SafetensorError) as exc:
         raise CheckpointError(f"checkpoint {path} does not fit: {exc}") from exc
     return CheckpointState(
         round=int(manifest["round"]),

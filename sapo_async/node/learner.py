@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from sapo_async.node.groups import (
     score_rollout_group,
     to_rollout_group,
 )
-from sapo_async.node.spec import NodeSpec
+from sapo_async.node.spec import NodeSpec, TrainingSpec
 from sapo_async.policy.generation.base import Generator
 from sapo_async.policy.generation.transformers_backend import TransformersGenerator
 from sapo_async.policy.grpo.trainer import ScoredGroup, StepMetrics, Trainer, TrainerConfig
@@ -42,9 +42,12 @@ from sapo_async.wire import RolloutGroup, SamplingParams
 __all__ = ["Learner", "LearnerSettings", "RoundMetrics", "build_learner", "run_rounds"]
 
 
+_ROUND = TrainingSpec()  # the one source of the round's defaults
+
+
 @dataclass(frozen=True, slots=True)
 class LearnerSettings:
-    """One learner's round settings.
+    """One learner's round settings (defaults: :class:`~sapo_async.node.spec.TrainingSpec`'s).
 
     Attributes:
         swarm_seed: shared by all nodes of a swarm (questions and sampling derive from it).
@@ -55,24 +58,58 @@ class LearnerSettings:
         prompt_style: ``compact`` (tiny model) or ``instruct`` (real models).
         chat_template: wrap prompts in the tokenizer's chat template.
         format_reward: optional bonus for using the answer tags (0 = off).
-        trainer: GRPO settings; its ``max_completion_tokens`` is always
-            ``sampling.max_new_tokens`` (one completion length, generated, rewarded and
-            trained on in full).
+        trainer: GRPO settings; the trainer gets :meth:`trainer_config`, whose
+            ``max_completion_tokens`` is ``sampling.max_new_tokens``.
     """
 
-    swarm_seed: int = 0
+    swarm_seed: int = _ROUND.seed
     node_index: int = 0
-    questions_per_round: int = 8
-    completions_per_question: int = 8
+    questions_per_round: int = _ROUND.questions_per_round
+    completions_per_question: int = _ROUND.completions_per_question
     sampling: SamplingParams = field(
         default_factory=lambda: SamplingParams(
-            temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=16
+            temperature=_ROUND.temperature,
+            top_p=_ROUND.top_p,
+            top_k=0,
+            max_new_tokens=_ROUND.max_new_tokens,
         )
     )
     prompt_style: PromptStyle = "compact"
     chat_template: bool = False
     format_reward: float = 0.0
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    def trainer_config(self) -> TrainerConfig:
+        """The trainer's settings, derived here only: ``trainer`` with one completion length
+        (every token generated is trained on, and dr_grpo's normaliser is the length
+        generation was allowed)."""
+        return self.trainer.replace(max_completion_tokens=self.sampling.max_new_tokens)
+
+    @classmethod
+    def of(
+        cls,
+        training: TrainingSpec,
+        *,
+        node_index: int,
+        prompt_style: PromptStyle,
+        chat_template: bool,
+    ) -> LearnerSettings:
+        """The settings a node's :class:`~sapo_async.node.spec.TrainingSpec` asks for."""
+        return cls(
+            swarm_seed=training.seed,
+            node_index=node_index,
+            questions_per_round=training.questions_per_round,
+            completions_per_question=training.completions_per_question,
+            sampling=SamplingParams(
+                temperature=training.temperature,
+                top_p=training.top_p,
+                top_k=0,
+                max_new_tokens=training.max_new_tokens,
+            ),
+            prompt_style=prompt_style,
+            chat_template=chat_template,
+            trainer=training.trainer,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,13 +172,10 @@ class Learner:
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
-        # One completion length: every token generated is trained on, and dr_grpo's
-        # normaliser is the length generation was allowed.
-        length = self.settings.sampling.max_new_tokens
         self.trainer = Trainer(
             model,
             tokenizer,
-            replace(self.settings.trainer, max_completion_tokens=length),
+            self.settings.trainer_config(),
             add_special_tokens=not self.settings.chat_template,
         )
         self.generator: Generator = generator or TransformersGenerator(
@@ -395,21 +429,12 @@ def build_learner(
         else ("compact" if is_tiny else "instruct")
     )
     index = node_index if node_index is not None else (spec.node_index or 0)
-    settings = LearnerSettings(
-        swarm_seed=training.seed,
+    settings = LearnerSettings.of(
+        training,
         node_index=index,
-        questions_per_round=training.questions_per_round,
-        completions_per_question=training.completions_per_question,
-        sampling=SamplingParams(
-            temperature=training.temperature,
-            top_p=training.top_p,
-            top_k=0,
-            max_new_tokens=training.max_new_tokens,
-        ),
         prompt_style=style,
         chat_template=style == "instruct"
         and getattr(loaded.tokenizer, "chat_template", None) is not None,
-        trainer=training.trainer_config(),
     )
     generator = TransformersGenerator(
         copy.deepcopy(loaded.model) if training.overlap else loaded.model,

@@ -17,7 +17,15 @@ one name from the file to the round: B is ``questions_per_round``, L is
 
 :meth:`NodeSpec.build` is the flat keyword form :meth:`~sapo_async.node.swarm.Swarm.join`
 accepts: a keyword is a field of the spec, a part's name (with a whole part), a field of
-exactly one part (``local=2``), or ``<part>_<field>`` (``checkpoint_every=5``).
+exactly one part (``local=2``), ``<part>_<field>`` (``checkpoint_every=5``), or a field of
+the training part's :class:`~sapo_async.policy.grpo.config.TrainerConfig` (``lr=1e-5``,
+``tis_cap=2.0``, or ``trainer_lr``).
+
+:class:`TrainingSpec` and :class:`DefenceSpec` are pydantic models
+(:class:`~sapo_async.policy.settings.Settings`) and node.toml's ``[training]`` and
+``[defence]`` sections are built from them, so a setting has one name, one default and
+one bound from the file to the trainer; the other parts are frozen dataclasses checked in
+``__post_init__``.
 
 Deliberately does not know how a node is assembled from it (:mod:`.swarm`), nor files or
 environment variables (the volunteer's config builds a spec; see
@@ -28,27 +36,32 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+
+from pydantic import Field, model_validator
 
 from sapo_async.errors import ConfigError
 from sapo_async.limits import (
     ACTOR_DRAIN_TIMEOUT_S,
     BUFFER_MAX_AGE_S,
+    MAX_QUESTIONS_PER_ROUND,
+    MAX_ROLLOUTS_PER_ROUND,
     MAX_SWARM_SEED,
 )
 from sapo_async.node.spec_parts import CheckpointSpec, DefenceSpec, FabricSpec, LedgerSpec
 from sapo_async.node.spec_parts import check as _check
 from sapo_async.node.spec_parts import one_of as _one_of
+from sapo_async.policy.grpo.config import TrainerConfig
+from sapo_async.policy.settings import Settings
 
 if TYPE_CHECKING:
     import anyio
     from eth_account.signers.local import LocalAccount
 
-    from sapo_async.node.sampler import SamplerPolicy
-    from sapo_async.policy.grpo.trainer import TrainerConfig
     from sapo_async.tasks.spec import FamilySpec
 
 __all__ = [
+    "FILE_FIELDS",
     "MAX_NODE_INDEX",
     "CheckpointSpec",
     "DefenceSpec",
@@ -104,119 +117,109 @@ class PolicySpec:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class TrainingSpec:
+class TrainingSpec(Settings):
     """One node's round: what it generates, what it trains on, and how.
 
-    Attributes:
-        questions_per_round: B, questions this node generates for per round.
-        completions_per_question: L, completions sampled per question.
-        local: I, own question groups trained on per round.
-        external: J, other nodes' groups trained on per round (0: plain GRPO).
-        sampler: ``"paper"`` (drop all-equal-reward groups, then draw uniformly) or
-            ``"topk"`` (the most informative first).
-        per_producer_cap: at most this many external groups from one producer per round
-            (None: no cap).
-        max_staleness_rounds: external groups more than this many rounds behind the newest
-            held from their producer are not drawn (and are dropped).
-        max_age_s: external groups older than this many seconds (by their time stamp) are
-            rejected by the collector and dropped from its buffer.
-        max_new_tokens / temperature / top_p: sampling. ``max_new_tokens`` is the one
-            completion length: generated, rewarded and trained on in full (it sets the
-            trainer's ``max_completion_tokens``).
-        trainer: GRPO and optimizer settings (None: the defaults).
-        tis_cap: cap of truncated importance weights from behaviour log-probs (None: the
-            trainer's, off by default; 2.0 is the usual choice, docs/learning.md).
-        tis_level: ``"token"`` (one weight per token) or ``"sequence"`` (one per sequence).
-        overlap: generate round r+1 while round r trains, one policy version behind (the
-            generator gets its own copy of the weights, synced after both halves).
-        rounds: stop after this many rounds (None: until the node leaves).
-        seed: the swarm seed, shared by all nodes (common random numbers).
-        external_filter: ``filter(learner, scored_group) -> reason | None``, run on each
-            external candidate the sampler scores; a reason drops the candidate, counted
-            under it in ``RoundReport.external_failed`` (e.g. the importance-ratio filter
-            of :mod:`sapo_async.node.filters`). None: no filter.
+    The same model gives node.toml's ``[training]`` section (:data:`FILE_FIELDS` of it and
+    :data:`~sapo_async.policy.grpo.config.FILE_FIELDS` of its ``trainer``): each field's
+    default, bounds and description are written once, here or in
+    :class:`~sapo_async.policy.grpo.config.TrainerConfig`. ``max_new_tokens`` is the one
+    completion length: generated, rewarded and trained on in full (it sets the trainer's
+    ``max_completion_tokens``, :meth:`~sapo_async.node.learner.LearnerSettings.trainer_config`).
     """
 
-    questions_per_round: int = 8
-    completions_per_question: int = 8
-    local: int = 4
-    external: int = 4
-    sampler: SamplerPolicy = "paper"
-    per_producer_cap: int | None = None
-    max_staleness_rounds: int = 4
-    max_age_s: float = BUFFER_MAX_AGE_S
-    max_new_tokens: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    trainer: TrainerConfig | None = None
-    tis_cap: float | None = None
-    tis_level: Literal["token", "sequence"] = "token"
-    overlap: bool = False
-    rounds: int | None = None
-    seed: int = 0
-    external_filter: Any = None
+    part: ClassVar[str] = "training"
 
-    def __post_init__(self) -> None:
+    questions_per_round: int = Field(
+        default=8,
+        ge=1,
+        le=MAX_QUESTIONS_PER_ROUND,
+        description=f"Questions sampled per round (B), 1..{MAX_QUESTIONS_PER_ROUND}.",
+    )
+    completions_per_question: int = Field(
+        default=8, ge=2, description="Completions per question (L); GRPO needs at least 2."
+    )
+    local: int = Field(default=4, ge=0, description="Own question groups trained on per round (I).")
+    external: int = Field(
+        default=4,
+        ge=0,
+        description="Groups from other nodes trained on per round (J); 0 is plain GRPO.",
+    )
+    sampler: Literal["paper", "topk"] = Field(
+        default="paper",
+        description="External sampler: 'paper' drops zero-advantage groups then samples "
+        "uniformly; 'topk' takes the most informative.",
+    )
+    per_producer_cap: int | None = Field(
+        default=None, ge=1, description="Most external groups taken from one producer per round."
+    )
+    max_staleness_rounds: int = Field(
+        default=4,
+        ge=0,
+        description="Drop external groups more than this many rounds behind the newest held "
+        "from their producer.",
+    )
+    max_age_s: float = Field(
+        default=BUFFER_MAX_AGE_S,
+        gt=0,
+        description="Drop external groups older than this many seconds.",
+    )
+    max_new_tokens: int = Field(
+        default=16,
+        ge=1,
+        description="Longest completion, in tokens: generated, rewarded and trained on in full.",
+    )
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    overlap: bool = Field(
+        default=False,
+        description="Generate round r+1 while round r trains, one policy version behind "
+        "(costs a copy of the weights; see docs/swarm.md).",
+    )
+    trainer: TrainerConfig = Field(
+        default_factory=TrainerConfig, description="GRPO and optimizer settings."
+    )
+    rounds: int | None = Field(
+        default=None, ge=0, description="Stop after this many rounds (None: until the node leaves)."
+    )
+    seed: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_SWARM_SEED,
+        description=f"The swarm seed, shared by all nodes (0..{MAX_SWARM_SEED}: it fills the "
+        "top 12 bits of the 64-bit TaskRef.seed).",
+    )
+    external_filter: Any = Field(
+        default=None,
+        description="filter(learner, scored_group) -> reason | None, run on each external "
+        "candidate the sampler scores; a reason drops it, counted under it in "
+        "RoundReport.external_failed (e.g. node.filters). None: no filter.",
+    )
+
+    @model_validator(mode="after")
+    def _round_fits(self) -> Self:
         b, i, j = self.questions_per_round, self.local, self.external
-        _check(b >= 1, "training.questions_per_round", ">= 1", b)
-        _check(
-            self.completions_per_question >= 1,
-            "training.completions_per_question",
-            ">= 1",
-            self.completions_per_question,
-        )
-        _check(
-            i >= 0 and j >= 0 and i + j > 0,
-            "training.local",
-            ">= 0 with training.external >= 0 and not both 0",
-            f"{i}/{j}",
-        )
-        _check(i <= b, "training.local", f"at most questions_per_round ({b})", i)
-        _one_of(self.sampler, ("paper", "topk"), "training.sampler")
-        cap = self.per_producer_cap
-        _check(cap is None or cap >= 1, "training.per_producer_cap", "None or >= 1", cap)
-        _check(
-            self.max_staleness_rounds >= 0,
-            "training.max_staleness_rounds",
-            ">= 0",
-            self.max_staleness_rounds,
-        )
-        _check(self.max_age_s > 0, "training.max_age_s", "> 0", self.max_age_s)
-        _check(self.max_new_tokens >= 1, "training.max_new_tokens", ">= 1", self.max_new_tokens)
-        _check(self.temperature > 0, "training.temperature", "> 0", self.temperature)
-        _check(0 < self.top_p <= 1, "training.top_p", "in (0, 1]", self.top_p)
-        _check(
-            self.rounds is None or self.rounds >= 0, "training.rounds", "None or >= 0", self.rounds
-        )
-        _check(
-            0 <= self.seed <= MAX_SWARM_SEED,
-            "training.seed",
-            f"in 0..{MAX_SWARM_SEED} (it fills the top 12 bits of the 64-bit TaskRef.seed)",
-            self.seed,
-        )
-        tis = self.tis_cap
-        _check(tis is None or tis > 0, "training.tis_cap", "None or > 0", tis)
-        _one_of(self.tis_level, ("token", "sequence"), "training.tis_level")
-        if self.trainer is not None and tis is not None:
-            given = (self.trainer.tis_cap, self.trainer.tis_level)
-            _check(
-                given[0] is None or given == (tis, self.tis_level),
-                "training.trainer.tis_cap",
-                f"unset or equal to training.tis_cap ({tis}, {self.tis_level})",
-                given,
+        if i + j == 0:
+            raise ValueError("local + external must be at least 1 (nothing to train on)")
+        if i > b:
+            raise ValueError(f"local ({i}) cannot exceed questions_per_round ({b})")
+        rollouts = b * self.completions_per_question
+        if rollouts > MAX_ROLLOUTS_PER_ROUND:
+            raise ValueError(
+                f"questions_per_round x completions_per_question = {b} x "
+                f"{self.completions_per_question} = {rollouts} rollouts a round, above the "
+                f"{MAX_ROLLOUTS_PER_ROUND} one round's commitment may carry"
             )
+        return self
 
-    def trainer_config(self) -> TrainerConfig:
-        """The trainer's settings: ``trainer`` (or the defaults) with this round's
-        completion length and, when set, its truncated IS."""
-        from sapo_async.policy.grpo.trainer import TrainerConfig
 
-        base = self.trainer or TrainerConfig()
-        config = dataclasses.replace(base, max_completion_tokens=self.max_new_tokens)
-        if self.tis_cap is None:
-            return config
-        return dataclasses.replace(config, tis_cap=self.tis_cap, tis_level=self.tis_level)
+FILE_FIELDS = tuple(
+    name
+    for name in TrainingSpec.model_fields
+    if name not in {"trainer", "rounds", "seed", "external_filter"}
+)
+"""The round settings a volunteer sets in ``node.toml``'s ``[training]`` (``rounds`` and
+``seed`` are ``[node]``'s; ``trainer``'s own come from its model)."""
 
 
 _PARTS = {
@@ -299,26 +302,50 @@ class NodeSpec:
                 continue
             part, name = _route(key)
             parts.setdefault(part, {})[name] = value
+        trainer = parts.pop(_TRAINER, None)
+        if trainer is not None:
+            training = parts.setdefault("training", {})
+            if "trainer" in training or "training" in top:
+                raise ConfigError(
+                    f"trainer is given whole and field by field ({', '.join(trainer)})",
+                    field="trainer",
+                )
+            base = top.get("training", self.training).trainer
+            training["trainer"] = base.replace(**trainer)
         for part, changes in parts.items():
             if part in top:
                 raise ConfigError(
                     f"{part} is given whole and field by field ({', '.join(changes)})",
                     field=part,
                 )
-            top[part] = dataclasses.replace(getattr(self, part), **changes)
+            current = getattr(self, part)
+            if isinstance(current, Settings):
+                top[part] = current.replace(**changes)
+            else:
+                top[part] = dataclasses.replace(current, **changes)
         return dataclasses.replace(self, **top)
 
 
 _TOP_FIELDS = frozenset(f.name for f in dataclasses.fields(NodeSpec))
+_TRAINER = "trainer"  # the pseudo-part of the training part's TrainerConfig fields
+
+
+def _field_names(kind: type) -> list[str]:
+    if issubclass(kind, Settings):
+        return list(kind.model_fields)
+    return [f.name for f in dataclasses.fields(kind)]  # type: ignore[arg-type]
 
 
 def _part_fields() -> dict[str, list[tuple[str, str]]]:
     """Every flat keyword a part field answers to: its name and ``<part>_<name>``."""
     routes: dict[str, list[tuple[str, str]]] = {}
-    for part, kind in _PARTS.items():
-        for f in dataclasses.fields(kind):
-            routes.setdefault(f.name, []).append((part, f.name))
-            routes.setdefault(f"{part}_{f.name}", []).append((part, f.name))
+    kinds: dict[str, type] = {**_PARTS, _TRAINER: TrainerConfig}
+    for part, kind in kinds.items():
+        for name in _field_names(kind):
+            routes.setdefault(name, []).append((part, name))
+            routes.setdefault(f"{part}_{name}", []).append((part, name))
+    # "trainer" is the training part's field (a whole TrainerConfig), not the pseudo-part
+    routes["trainer"] = [("training", "trainer")]
     return routes
 
 

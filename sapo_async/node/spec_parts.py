@@ -1,7 +1,9 @@
 """The node spec's parts for the network, the chain, checkpoints and defences.
 
 Owns :class:`FabricSpec`, :class:`LedgerSpec`, :class:`CheckpointSpec` and
-:class:`DefenceSpec` (documented in :mod:`sapo_async.node.spec`, which re-exports them) and
+:class:`DefenceSpec` (documented in :mod:`sapo_async.node.spec`, which re-exports them;
+:class:`DefenceSpec` is a :class:`~sapo_async.policy.settings.Settings` model, node.toml's
+``[defence]`` section itself) and
 the field checks every part uses (:func:`check`, :func:`one_of`): a bad value raises
 :class:`~sapo_async.errors.ConfigError` naming the field and what is allowed.
 """
@@ -10,13 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import Field
 
 from sapo_async.errors import ConfigError
 from sapo_async.limits import (
     NATS_JOIN_TIMEOUT_S,
     SHARD_ROTATE_S,
 )
+from sapo_async.policy.settings import Settings
 
 if TYPE_CHECKING:
     from sapo_async.fabric.transport.base import Transport
@@ -157,63 +162,53 @@ class CheckpointSpec:
         check(self.every >= 1, "checkpoint.every", ">= 1", self.every)
 
 
-@dataclass(frozen=True, slots=True)
-class DefenceSpec:
+class DefenceSpec(Settings):
     """What a node refuses from validly signed peers (docs/security.md, one paragraph each).
 
-    Attributes:
-        active: the master switch (the attack experiment's "defences off" sets it False;
-            the collector's wire checks and the trained-hash rule stay on regardless).
-        preset_only: admit only task configs of the receiver's own preset and swarm seed.
-        max_prompt_chars: admit only questions of at most this many characters.
-        max_completion_chars: admit only completions of at most this many characters.
-        max_groups_per_producer_round: admit at most this many groups of one producer round.
-        plausibility: drop groups with a completion the node's own model finds implausible.
-        plausibility_quantile / plausibility_margin: the threshold on a completion's mean
-            token log-prob: this quantile of the node's own completions (per family) minus
-            this many nats.
-        length_guard: drop groups with a rewarded completion longer than ``length_factor``
-            times the ``length_quantile`` of the node's own rewarded completions (tokens,
-            per family), or longer than its own ``max_new_tokens``.
-        calibration_min: own completions a family needs before its thresholds apply.
-        quarantine_rate / quarantine_min_events: refuse a producer once at least this share
-            of at least this many of its judged groups were dropped...
-        quarantine_s: ...for this many seconds.
+    The same model is node.toml's ``[defence]`` section: each field's default, bounds and
+    description are here only. ``active`` is the master switch (the attack experiment's
+    "defences off"; the collector's wire checks and the trained-hash rule stay on
+    regardless); the length guard also drops a rewarded completion longer than the node's
+    own ``max_new_tokens``; a producer is quarantined once at least ``quarantine_rate`` of
+    at least ``quarantine_min_events`` of its judged groups were dropped.
     """
 
-    active: bool = True
-    preset_only: bool = True
-    max_prompt_chars: int = 8192
-    max_completion_chars: int = 8192
-    max_groups_per_producer_round: int = 64
-    plausibility: bool = True
-    plausibility_quantile: float = 0.01
-    plausibility_margin: float = 1.0
-    length_guard: bool = True
-    length_factor: float = 1.5
-    length_quantile: float = 0.95
-    calibration_min: int = 32
-    quarantine_rate: float = 0.5
-    quarantine_min_events: int = 8
-    quarantine_s: float = 600.0
+    part: ClassVar[str] = "defence"
 
-    def __post_init__(self) -> None:
-        for name in (
-            "max_prompt_chars",
-            "max_completion_chars",
-            "max_groups_per_producer_round",
-            "calibration_min",
-            "quarantine_min_events",
-        ):
-            check(getattr(self, name) >= 1, f"defence.{name}", ">= 1", getattr(self, name))
-        for name in ("plausibility_quantile", "length_quantile", "quarantine_rate"):
-            v = getattr(self, name)
-            check(0 < v <= 1, f"defence.{name}", "in (0, 1]", v)
-        check(
-            self.plausibility_margin >= 0,
-            "defence.plausibility_margin",
-            ">= 0",
-            self.plausibility_margin,
-        )
-        check(self.length_factor >= 1, "defence.length_factor", ">= 1", self.length_factor)
-        check(self.quarantine_s >= 0, "defence.quarantine_s", ">= 0", self.quarantine_s)
+    active: bool = Field(default=True, description="All content and resource defences on or off.")
+    preset_only: bool = Field(
+        default=True,
+        description="Admit only task configs of this node's own preset and swarm seed.",
+    )
+    max_prompt_chars: int = Field(default=8192, ge=1, description="Longest question admitted.")
+    max_completion_chars: int = Field(
+        default=8192, ge=1, description="Longest completion admitted."
+    )
+    max_groups_per_producer_round: int = Field(
+        default=64, ge=1, description="Most groups admitted from one producer round."
+    )
+    plausibility: bool = Field(
+        default=True, description="Drop groups this node's own model finds implausible."
+    )
+    plausibility_quantile: float = Field(
+        default=0.01, gt=0, le=1, description="Quantile of own completions' mean log-prob..."
+    )
+    plausibility_margin: float = Field(default=1.0, ge=0, description="...minus this many nats.")
+    length_guard: bool = Field(
+        default=True, description="Drop needlessly long rewarded completions."
+    )
+    length_factor: float = Field(
+        default=1.5, ge=1, description="Longest rewarded completion, times own rewarded length..."
+    )
+    length_quantile: float = Field(default=0.95, gt=0, le=1, description="...at this quantile.")
+    calibration_min: int = Field(
+        default=32, ge=1, description="Own completions a family needs before its thresholds apply."
+    )
+    quarantine_rate: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Quarantine a producer when this share of its groups...",
+    )
+    quarantine_min_events: int = Field(default=8, ge=1, description="...of at least this many...")
+    quarantine_s: float = Field(default=600.0, ge=0, description="...were dropped, for this long.")

@@ -19,7 +19,6 @@ and what is allowed, never pydantic's own exception.
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import os
 import re
 import tomllib
@@ -105,8 +104,8 @@ class NodeConfig(BaseSettings):
     ledger: LedgerSection = Field(default_factory=LedgerSection)  # type: ignore[arg-type]
     model: ModelSection = Field(default_factory=ModelSection)  # type: ignore[arg-type]
     tasks: TasksSection = Field(default_factory=TasksSection)  # type: ignore[arg-type]
-    training: TrainingSection = Field(default_factory=TrainingSection)  # type: ignore[arg-type]
-    defence: DefenceSection = Field(default_factory=DefenceSection)  # type: ignore[arg-type]
+    training: TrainingSection = Field(default_factory=TrainingSection)
+    defence: DefenceSection = Field(default_factory=DefenceSection)
     metrics: MetricsSection = Field(default_factory=MetricsSection)  # type: ignore[arg-type]
 
     @classmethod
@@ -164,17 +163,14 @@ class NodeConfig(BaseSettings):
         """
         from sapo_async.node.spec import (
             CheckpointSpec,
-            DefenceSpec,
             FabricSpec,
             LedgerSpec,
             NodeSpec,
             PolicySpec,
-            TrainingSpec,
         )
-        from sapo_async.policy.grpo.trainer import TrainerConfig
         from sapo_async.tasks.spec import FamilySpec
 
-        t, n, ledger = self.training, self.nats, self.ledger
+        n, ledger = self.nats, self.ledger
         urls = ",".join(n.urls) or None
         tasks: str | tuple[FamilySpec, ...] = self.tasks.preset
         if self.tasks.families:
@@ -190,26 +186,12 @@ class NodeConfig(BaseSettings):
                 tasks=tasks,
                 device=hardware.device,
                 backend=hardware.backend,
-                gpu_memory_utilization=hardware.gpu_memory_utilization or 0.3,
+                gpu_memory_utilization=hardware.gpu_memory_utilization
+                or self.model.gpu_memory_utilization,
                 sleep_mode=self.model.sleep_mode and hardware.backend == "vllm",
             ),
-            training=TrainingSpec(
-                # The round's settings share their names with [training]'s.
-                **{name: getattr(t, name) for name in _shared_training_fields()},
-                trainer=TrainerConfig(
-                    lr=t.lr,
-                    aggregation=t.loss_type,
-                    eps_low=t.clip_low,
-                    eps_high=t.clip_high,
-                    beta=t.kl_beta,
-                    micro_batch_tokens=t.micro_batch_tokens,
-                    gradient_checkpointing=t.gradient_checkpointing,
-                    bf16=t.bf16,
-                ),
-                overlap=t.overlap_generation,
-                rounds=self.node.rounds,
-                seed=self.node.seed,
-            ),
+            # [training] is generated from the spec's models: same names, no copying
+            training=self.training.spec(rounds=self.node.rounds, seed=self.node.seed),
             fabric=FabricSpec(
                 nats_url=urls,
                 nats_options=n.options(urls),
@@ -227,17 +209,8 @@ class NodeConfig(BaseSettings):
                 journal_path=self.journal_path,
             ),
             checkpoint=CheckpointSpec(dir=self.checkpoint_dir, every=self.node.checkpoint_every),
-            defence=DefenceSpec(**self.defence.model_dump()),
+            defence=self.defence,  # [defence] is the spec's DefenceSpec itself
         )
-
-
-def _shared_training_fields() -> list[str]:
-    """[training] settings that :class:`~sapo_async.node.spec.TrainingSpec` has by name."""
-    from sapo_async.node.spec import TrainingSpec
-
-    return [
-        f.name for f in dataclasses.fields(TrainingSpec) if f.name in TrainingSection.model_fields
-    ]
 
 
 def _env_name(loc: tuple[int | str, ...]) -> str:

@@ -6,13 +6,14 @@ Owns :class:`Section` (unknown keys, inf and nan refused; frozen), :data:`StrLis
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict
 from pydantic_settings import NoDecode
 
-__all__ = ["Section", "StrList", "split_list"]
+__all__ = ["Section", "StrList", "spec_default", "split_list"]
 
 
 def split_list(value: Any) -> Any:
@@ -26,6 +27,12 @@ def split_list(value: Any) -> Any:
                 raise ValueError(f"not a JSON list: {exc}") from exc
         return [part.strip() for part in text.split(",") if part.strip()]
     return value
+
+
+def spec_default(kind: Any, name: str) -> Any:
+    """The default of a node spec dataclass's field, so a section that names the same
+    setting (``[tasks] regime`` is ``PolicySpec.regime``) shares its one default."""
+    return {f.name: f.default for f in dataclasses.fields(kind)}[name]
 
 
 StrList = Annotated[list[str], NoDecode]

@@ -60,7 +60,8 @@ def render_example() -> str:
     ]
     for section_name, model in SECTIONS.items():
         out.append(f"[{section_name}]")
-        out.append(f"# {(model.__doc__ or '').strip().split(': ', 1)[-1]}")
+        heading = (model.__doc__ or "").strip().splitlines()[0]
+        out.append(f"# {heading.split(': ', 1)[-1]}")
         defaults = model()
         for name, info in model.model_fields.items():
             out.append(f"# {info.description}{_allowed(info)}")

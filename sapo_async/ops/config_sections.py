@@ -11,24 +11,28 @@ Does not know files, the environment or how settings are used: :mod:`.config` lo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
+from sapo_async.errors import ConfigError
 from sapo_async.limits import MAX_SWARM_SEED
-from sapo_async.ops.config_base import Section, StrList, split_list
+from sapo_async.node.spec import FILE_FIELDS as TRAINING_FILE_FIELDS
+from sapo_async.node.spec import NodeSpec, PolicySpec, TrainingSpec
+from sapo_async.node.spec_parts import CheckpointSpec, DefenceSpec
+from sapo_async.ops.config_base import Section, StrList, spec_default, split_list
 from sapo_async.ops.config_checks import (
     did_you_mean,
     existing_file,
     writable_dir,
 )
 from sapo_async.ops.config_network import LedgerSection, NatsSection
-
-if TYPE_CHECKING:
-    pass
+from sapo_async.policy.grpo.config import FILE_FIELDS as TRAINER_FILE_FIELDS
+from sapo_async.policy.grpo.config import TrainerConfig
 
 __all__ = [
     "SECTIONS",
+    "DefenceSection",
     "IdentitySection",
     "LedgerSection",
     "MetricsSection",
@@ -67,14 +71,14 @@ class NodeSection(Section):
         None, ge=1, description="Rounds to run, then stop; unset runs until stopped."
     )
     checkpoint_every: int = Field(
-        10,
+        spec_default(CheckpointSpec, "every"),
         ge=1,
         description="Write a checkpoint (model, optimizer, round, RNG) every N rounds; with "
         "the ledger on, every round, before its commitment (a restart then never commits a "
         "lower policy version than the chain has).",
     )
     drain_timeout_s: float = Field(
-        10.0,
+        spec_default(NodeSpec, "drain_timeout_s"),
         gt=0,
         description="On SIGINT/SIGTERM, seconds allowed to finish the round and flush "
         "publishes and the journal before stopping hard.",
@@ -132,7 +136,7 @@ class ModelSection(Section):
         "auto", description="Device for training and generation; 'auto' uses CUDA if present."
     )
     gpu_memory_utilization: float = Field(
-        0.3,
+        spec_default(PolicySpec, "gpu_memory_utilization"),
         gt=0,
         le=1,
         description="Share of GPU memory vLLM may take (the trainer needs the rest).",
@@ -153,7 +157,7 @@ class TasksSection(Section):
         description="reasoning-gym families to use; non-empty overrides the preset.",
     )
     regime: Literal["dense", "sparse"] = Field(
-        "dense",
+        spec_default(PolicySpec, "regime"),
         description="Reward regime: 'dense' (partial credit) or 'sparse' (answer tag required).",
     )
 
@@ -191,120 +195,68 @@ class TasksSection(Section):
         return value
 
 
-class TrainingSection(Section):
-    """[training]: the SAPO/GRPO round."""
+class _TrainingFile(Section):
+    """[training]: the SAPO/GRPO round and its trainer.
 
-    questions_per_round: int = Field(8, ge=1, description="Questions sampled per round (B).")
-    completions_per_question: int = Field(
-        8, ge=2, description="Completions per question (L); GRPO needs at least 2."
-    )
-    local: int = Field(4, ge=0, description="Own question groups trained on per round (I).")
-    external: int = Field(
-        4, ge=0, description="Groups from other nodes trained on per round (J); 0 is plain GRPO."
-    )
-    sampler: Literal["paper", "topk"] = Field(
-        "paper",
-        description="External sampler: 'paper' drops zero-advantage groups then samples "
-        "uniformly; 'topk' takes the most informative.",
-    )
-    per_producer_cap: int | None = Field(
-        None, ge=1, description="Most external groups taken from one producer per round."
-    )
-    lr: float = Field(3e-5, gt=0, lt=1, description="AdamW learning rate.")
-    loss_type: Literal["grpo", "dapo", "dr_grpo"] = Field(
-        "grpo",
-        description="Loss aggregation: 'grpo' (per sequence), 'dapo' (token mean), "
-        "'dr_grpo' (constant normaliser).",
-    )
-    clip_low: float = Field(0.2, ge=0, lt=1, description="PPO clip below (1 - clip_low).")
-    clip_high: float = Field(0.28, ge=0, description="PPO clip above (1 + clip_high).")
-    kl_beta: float = Field(0.0, ge=0, description="KL penalty to the initial model; 0 disables.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    max_new_tokens: int = Field(
-        32,
-        ge=1,
-        description="Longest completion, in tokens: generated, rewarded and trained on in full.",
-    )
-    max_staleness_rounds: int = Field(
-        8, ge=0, description="Drop external groups more than this many rounds behind."
-    )
-    max_age_s: float = Field(
-        600.0, gt=0, description="Drop external groups older than this many seconds."
-    )
-    overlap_generation: bool = Field(
-        False,
-        description="Generate round r+1 while round r trains, one policy version behind "
-        "(costs a copy of the weights; see docs/swarm.md).",
-    )
-    tis_cap: float | None = Field(
-        None,
-        gt=0,
-        description="Cap of truncated importance weights from the generator's log-probs "
-        "(off when unset; 2.0 is the usual choice, see docs/learning.md).",
-    )
-    tis_level: Literal["token", "sequence"] = Field(
-        "token",
-        description="Truncated IS per 'token' or one weight per 'sequence' (the product of "
-        "its tokens' ratios).",
-    )
-    micro_batch_tokens: int | None = Field(
-        None,
-        ge=1,
-        description="Padded tokens per forward/backward pass; gradients accumulate into one "
-        "step (unset: the whole batch at once). 8192 suits a 24 GB GPU and a 0.5B model.",
-    )
-    gradient_checkpointing: bool = Field(
-        False, description="Recompute layer activations in the backward pass (less memory)."
-    )
-    bf16: bool = Field(
-        False, description="Train under bfloat16 autocast where the device supports it."
-    )
+    The fields are :class:`~sapo_async.node.spec.TrainingSpec`'s and
+    :class:`~sapo_async.policy.grpo.config.TrainerConfig`'s (:data:`TrainingSection`).
+    """
+
+    renamed: ClassVar[dict[str, str]] = {"overlap_generation": "overlap"}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for old, new in cls.renamed.items():
+                if old in data:
+                    raise ValueError(f"{old} is now called {new}: rename the key")
+        return data
 
     @model_validator(mode="after")
-    def _some_groups(self) -> TrainingSection:
-        if self.local + self.external == 0:
-            raise ValueError("local + external must be at least 1 (nothing to train on)")
-        if self.local > self.questions_per_round:
-            raise ValueError(
-                f"local ({self.local}) cannot exceed questions_per_round "
-                f"({self.questions_per_round})"
-            )
+    def _spec_checks(self) -> Self:
+        self.spec()  # the spec's own checks across fields (one place: TrainingSpec)
         return self
 
+    def spec(self, *, rounds: int | None = None, seed: int = 0) -> TrainingSpec:
+        """The round these settings describe (``rounds`` and ``seed`` are ``[node]``'s).
 
-class DefenceSection(Section):
-    """[defence]: what this node refuses from validly signed peers (docs/security.md)."""
+        Raises:
+            ValueError: a combination the spec refuses (its one-line message).
+        """
+        values = {name: getattr(self, name) for name in type(self).model_fields}
+        try:
+            return TrainingSpec(
+                **{name: values[name] for name in TRAINING_FILE_FIELDS},
+                trainer=TrainerConfig(**{name: values[name] for name in TRAINER_FILE_FIELDS}),
+                rounds=rounds,
+                seed=seed,
+            )
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("training: ")) from exc
 
-    active: bool = Field(True, description="All content and resource defences on or off.")
-    preset_only: bool = Field(
-        True, description="Admit only task configs of this node's own preset and swarm seed."
+
+def _file_fields(model: type[BaseModel], names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: (model.model_fields[name].annotation, model.model_fields[name]) for name in names}
+
+
+if TYPE_CHECKING:
+    TrainingSection = _TrainingFile
+else:
+    TrainingSection = create_model(
+        "TrainingSection",
+        __base__=_TrainingFile,
+        __module__=__name__,
+        __doc__=_TrainingFile.__doc__,
+        **_file_fields(TrainingSpec, TRAINING_FILE_FIELDS),
+        **_file_fields(TrainerConfig, TRAINER_FILE_FIELDS),
     )
-    max_prompt_chars: int = Field(8192, ge=1, description="Longest question admitted.")
-    max_completion_chars: int = Field(8192, ge=1, description="Longest completion admitted.")
-    max_groups_per_producer_round: int = Field(
-        64, ge=1, description="Most groups admitted from one producer round."
-    )
-    plausibility: bool = Field(
-        True, description="Drop groups this node's own model finds implausible."
-    )
-    plausibility_quantile: float = Field(
-        0.01, gt=0, le=1, description="Quantile of own completions' mean log-prob..."
-    )
-    plausibility_margin: float = Field(1.0, ge=0, description="...minus this many nats.")
-    length_guard: bool = Field(True, description="Drop needlessly long rewarded completions.")
-    length_factor: float = Field(
-        1.5, ge=1, description="Longest rewarded completion, times own rewarded length..."
-    )
-    length_quantile: float = Field(0.95, gt=0, le=1, description="...at this quantile.")
-    calibration_min: int = Field(
-        32, ge=1, description="Own completions a family needs before its thresholds apply."
-    )
-    quarantine_rate: float = Field(
-        0.5, gt=0, le=1, description="Quarantine a producer when this share of its groups..."
-    )
-    quarantine_min_events: int = Field(8, ge=1, description="...of at least this many...")
-    quarantine_s: float = Field(600.0, ge=0, description="...were dropped, for this long.")
+"""[training]: the round's fields of :class:`~sapo_async.node.spec.TrainingSpec` and the
+trainer's of :class:`~sapo_async.policy.grpo.config.TrainerConfig`, under the same names,
+defaults and bounds (generated from them: nothing is written twice)."""
+
+DefenceSection = DefenceSpec
+"""[defence]: the spec's own model (:class:`~sapo_async.node.spec_parts.DefenceSpec`)."""
 
 
 class MetricsSection(Section):

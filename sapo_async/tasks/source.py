@@ -40,7 +40,7 @@ from typing import Any, Literal
 import reasoning_gym
 
 from sapo_async.errors import ConfigError, RejectedInput
-from sapo_async.limits import MAX_SWARM_SEED
+from sapo_async.limits import MAX_QUESTIONS_PER_ROUND, MAX_SWARM_SEED
 from sapo_async.tasks.spec import FamilySpec, config_digest
 from sapo_async.wire import TaskRef
 
@@ -59,7 +59,7 @@ __all__ = [
 
 Purpose = Literal["train", "eval", "warmstart"]
 _PURPOSE_CODE: Mapping[str, int] = {"train": 0, "eval": 1, "warmstart": 2}
-MAX_SLOTS = 1 << 10
+MAX_SLOTS = MAX_QUESTIONS_PER_ROUND
 MAX_ROUNDS = 1 << 20
 MAX_NODES = 1 << 20
 

@@ -21,6 +21,14 @@ CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ("--group-size", "1"),
     ),
     "questions_zero": (["train", "--questions-per-round", "0"], ("--questions-per-round",)),
+    "questions_above_the_task_slots": (
+        ["train", "--questions-per-round", "100000"],
+        ("--questions-per-round", "100000", "1..1024"),
+    ),
+    "rollouts_above_a_commitment": (
+        ["train", "--questions-per-round", "1", "--completions-per-question", "5000"],
+        ("--questions-per-round x --completions-per-question", "5000", "4096"),
+    ),
     "max_new_tokens_zero": (["train", "--max-new-tokens", "0"], ("--max-new-tokens",)),
     "temperature_inf": (["train", "--temperature", "inf"], ("--temperature", "inf", "finite")),
     "temperature_nan": (["train", "--temperature", "nan"], ("--temperature", "nan")),
@@ -29,7 +37,7 @@ CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "top_k_negative": (["train", "--top-k", "-1"], ("--top-k",)),
     "lr_zero": (["train", "--lr", "0"], ("--lr",)),
     "lr_inf": (["train", "--lr", "inf"], ("--lr", "inf")),
-    "aggregation_unknown": (["train", "--aggregation", "sapo"], ("--aggregation", "'sapo'")),
+    "loss_type_unknown": (["train", "--loss-type", "sapo"], ("--loss-type", "'sapo'")),
     "tasks_unknown": (["train", "--tasks", "nope"], ("--tasks", "'nope'", "cpu")),
     "regime_unknown": (["train", "--regime", "medium"], ("--regime", "'medium'")),
     "device_unknown": (["train", "--device", "tpu"], ("--device", "'tpu'")),

@@ -145,9 +145,20 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("training.max_staleness_rounds",),
     ),
     "max_age_zero": ("[training]\nmax_age_s = 0\n", ("training.max_age_s", "greater than 0")),
-    "overlap_not_bool": (
-        '[training]\noverlap_generation = "x"\n',
-        ("training.overlap_generation",),
+    "overlap_not_bool": ('[training]\noverlap = "x"\n', ("training.overlap",)),
+    "overlap_generation_renamed": (
+        "[training]\noverlap_generation = true\n",
+        ("training", "overlap_generation is now called overlap"),
+    ),
+    # main accepted these and failed inside the running node (B above the task slots) or
+    # ran rounds no commitment may carry (B x L above the contract's 4,096 rollouts)
+    "questions_above_the_task_slots": (
+        "[training]\nquestions_per_round = 100000\n",
+        ("training.questions_per_round", "100000", "less than or equal to 1024"),
+    ),
+    "rollouts_above_a_commitment": (
+        "[training]\nquestions_per_round = 1\nlocal = 1\ncompletions_per_question = 5000\n",
+        ("questions_per_round x completions_per_question", "5000", "4096"),
     ),
     "training_key_typo": ("[training]\nlrr = 1e-5\n", ("training.lrr", "'lr'")),
     # [metrics]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 from tests.badinput.conftest import Sandbox
 from tests.badinput.harness import assert_refused, invoke
 
@@ -117,3 +121,32 @@ def test_node_with_a_wrong_password_keeps_the_keystore(sandbox: Sandbox) -> None
     assert "data/key.json" in before
     outcome = invoke(["node", "--config", str(path)], env={"SAPO_KEY_PASSWORD": "wrong"})
     assert_refused(outcome, "key.json", before=before, sandbox=sandbox.root)
+
+
+def test_resume_refuses_a_checkpoint_whose_manifest_lists_no_digests(
+    sandbox: Sandbox, tiny_lm: Any, tiny_dir: Path
+) -> None:
+    # `files = {}` beside a truncated model.safetensors: nothing to check the file against,
+    # so main's loader met the torn file and died with a SafetensorError traceback
+    from sapo_async.node.learner import Learner
+    from sapo_async.tasks import TaskSource, preset
+
+    learner = Learner(tiny_lm.model, tiny_lm.tokenizer, TaskSource(preset("cpu")))
+    checkpoints = sandbox.data_dir / "checkpoints"
+    saved = learner.save(checkpoints)
+    manifest = json.loads((saved / "manifest.json").read_text())
+    (saved / "manifest.json").write_text(json.dumps({**manifest, "files": {}}))
+    model_file = saved / "model.safetensors"
+    model_file.write_bytes(model_file.read_bytes()[:100])
+    args = ["train", "--model", str(tiny_dir), "--rounds", "1"]
+    args += ["--checkpoint-dir", str(checkpoints), "--resume"]
+    before = sandbox.snapshot()
+    line = assert_refused(
+        invoke(args),
+        str(saved),
+        "lists no digest for model.safetensors",
+        code=1,
+        before=before,
+        sandbox=sandbox.root,
+    )
+    assert "no usable checkpoint" in line

@@ -45,7 +45,7 @@ def test_every_generated_token_is_trained_on_the_node_path(tiny_lm: Any) -> None
         local=1,
         external=0,
         # the two completions may score alike; train on them anyway
-        trainer=TrainerConfig(drop_uninformative=False, skip_empty=False, aggregation="dr_grpo"),
+        trainer=TrainerConfig(drop_uninformative=False, skip_empty=False, loss_type="dr_grpo"),
         ledger_enabled=False,
     )
     learner = build_learner(spec)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +155,7 @@ def test_trainer_steps_on_mixed_local_and_text_only_external_groups(
     trainer = Trainer(
         tiny_lm.model,
         tiny_lm.tokenizer,
-        TrainerConfig(lr=1e-3, aggregation=aggregation, tis_cap=2.0, minibatches=2),  # type: ignore[arg-type]
+        TrainerConfig(lr=1e-3, loss_type=aggregation, tis_cap=2.0, minibatches=2),
     )
     before = [p.detach().clone() for p in tiny_lm.model.parameters()]
     groups = [
@@ -182,7 +183,7 @@ def test_trainer_steps_on_mixed_local_and_text_only_external_groups(
 
 def test_kl_to_a_frozen_reference_grows_after_steps(tiny_lm: Any) -> None:
     trainer = Trainer(
-        tiny_lm.model, tiny_lm.tokenizer, TrainerConfig(lr=3e-3, beta=0.04, ppo_epochs=2)
+        tiny_lm.model, tiny_lm.tokenizer, TrainerConfig(lr=3e-3, kl_beta=0.04, ppo_epochs=2)
     )
     first = trainer.step([_group(tiny_lm, [1.0, 0.0, 0.0, 1.0])])
     second = trainer.step([_group(tiny_lm, [1.0, 0.0, 0.0, 1.0])])
@@ -310,6 +311,32 @@ def test_a_flipped_byte_falls_back_to_the_previous_checkpoint_and_keeps_the_dama
     fresh.round = 6
     fresh.save(tmp_path / "ck")
     assert (damaged.kept_as / "model.safetensors").read_bytes() == flipped
+
+
+def test_a_manifest_that_lists_no_digests_is_damage_and_resume_falls_back(
+    tiny_lm: Any, tmp_path: Path
+) -> None:
+    # `files = {}` beside a truncated model.safetensors left nothing to check the file
+    # against: the loader met the torn file and raised SafetensorError with a traceback.
+    node = _node(tiny_lm)
+    node.round = 2
+    node.save(tmp_path / "ck")
+    node.round = 4
+    newest = node.save(tmp_path / "ck")
+    manifest = json.loads((newest / "manifest.json").read_text())
+    (newest / "manifest.json").write_text(json.dumps({**manifest, "files": {}}))
+    model_file = newest / "model.safetensors"
+    model_file.write_bytes(model_file.read_bytes()[:100])
+
+    state = _node(tiny_lm).restore(tmp_path / "ck")
+    assert state.round == 2
+    (damaged,) = state.damaged
+    assert damaged.path == newest
+    assert damaged.reason == "the manifest lists no digest for model.safetensors (cannot check it)"
+    only = tmp_path / "only"
+    shutil.copytree(damaged.kept_as, only / "round-00000004")
+    with pytest.raises(CheckpointError, match=r"lists no digest for model\.safetensors"):
+        load_checkpoint(only, model=tiny_lm.model)
 
 
 def test_a_damaged_latest_pointer_still_finds_the_newest_checkpoint(

@@ -201,7 +201,7 @@ def test_config_builds_the_node_spec_with_the_same_names(tmp_path: Path) -> None
             "local": 2,
             "external": 3,
             "lr": 1e-5,
-            "overlap_generation": True,
+            "overlap": True,
             "max_age_s": 30,
         },
         nats={"urls": "nats://a:4222,nats://b:4222", "start": "last_minutes"},

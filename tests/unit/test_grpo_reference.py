@@ -107,7 +107,7 @@ def groups(tok: Any) -> list[ScoredGroup]:
 
 
 CASES: dict[str, dict[str, Any]] = {
-    f"{agg}{'_tis' if tis else ''}": {"aggregation": agg, "tis_cap": tis}
+    f"{agg}{'_tis' if tis else ''}": {"loss_type": agg, "tis_cap": tis}
     for agg in ("grpo", "dapo", "dr_grpo")
     for tis in (None, 1.2)
 }

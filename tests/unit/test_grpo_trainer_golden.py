@@ -96,9 +96,9 @@ def _groups(tok: Any) -> list[ScoredGroup]:
 
 CONFIGS = {
     "defaults": TrainerConfig(lr=1e-2),
-    "minibatches_tis": TrainerConfig(lr=1e-2, minibatches=2, tis_cap=2.0, aggregation="grpo"),
+    "minibatches_tis": TrainerConfig(lr=1e-2, minibatches=2, tis_cap=2.0, loss_type="grpo"),
     "epochs_kl_dr": TrainerConfig(
-        lr=1e-2, ppo_epochs=2, beta=0.05, aggregation="dr_grpo", advantage="mean", tis_cap=1.5
+        lr=1e-2, ppo_epochs=2, kl_beta=0.05, loss_type="dr_grpo", advantage="mean", tis_cap=1.5
     ),
 }
 

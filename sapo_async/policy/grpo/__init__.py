@@ -13,6 +13,7 @@ from sapo_async._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup
+    from sapo_async.policy.grpo.config import TrainerConfig
     from sapo_async.policy.grpo.core import (
         AGGREGATIONS,
         AdvantageMode,
@@ -24,11 +25,7 @@ if TYPE_CHECKING:
         policy_loss,
         truncated_is_weights,
     )
-    from sapo_async.policy.grpo.trainer import (
-        StepMetrics,
-        Trainer,
-        TrainerConfig,
-    )
+    from sapo_async.policy.grpo.trainer import StepMetrics, Trainer
 
 _LAZY = {
     "AGGREGATIONS": "sapo_async.policy.grpo.core",
@@ -39,7 +36,7 @@ _LAZY = {
     "ScoredGroup": "sapo_async.policy.grpo.batch",
     "StepMetrics": "sapo_async.policy.grpo.trainer",
     "Trainer": "sapo_async.policy.grpo.trainer",
-    "TrainerConfig": "sapo_async.policy.grpo.trainer",
+    "TrainerConfig": "sapo_async.policy.grpo.config",
     "aggregate": "sapo_async.policy.grpo.core",
     "group_advantages": "sapo_async.policy.grpo.core",
     "k3_kl": "sapo_async.policy.grpo.core",

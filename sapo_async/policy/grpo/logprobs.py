@@ -36,6 +36,7 @@ from torch.utils.checkpoint import checkpoint
 
 from sapo_async.errors import ConfigError
 from sapo_async.policy.grpo.batch import Batch
+from sapo_async.policy.grpo.config import DEFAULT_CHUNK_TOKENS
 
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",
@@ -44,11 +45,6 @@ __all__ = [
     "enable_activation_checkpointing",
     "token_logprobs",
 ]
-
-DEFAULT_CHUNK_TOKENS = 512
-"""Completion positions per vocabulary chunk: 512 x 151,936 x 4 bytes is 0.3 GB of
-float32 logits at Qwen2.5's vocabulary, small beside the model, and chunks of that size
-keep the head's matrix multiply efficient."""
 
 
 def token_logprobs(

@@ -51,19 +51,13 @@ from sapo_async.policy.grpo.batch import (
     ScoredCompletion,
     ScoredGroup,
 )
+from sapo_async.policy.grpo.config import TrainerConfig
 from sapo_async.policy.grpo.core import (
-    ADVANTAGE_MODES,
-    AGGREGATIONS,
-    TIS_LEVELS,
-    AdvantageMode,
-    Aggregation,
     LossTerms,
-    TisLevel,
     policy_loss,
     truncated_is_weights,
 )
 from sapo_async.policy.grpo.logprobs import (
-    DEFAULT_CHUNK_TOKENS,
     bf16_autocast,
     bf16_supported,
     enable_activation_checkpointing,
@@ -81,93 +75,6 @@ __all__ = [
 
 
 _log = get_logger("sapo_async.policy.grpo")
-
-
-@dataclass(frozen=True, slots=True)
-class TrainerConfig:
-    """GRPO and optimizer settings.
-
-    Attributes:
-        lr: AdamW learning rate (3e-5 suits the tiny model's sparse regime; real models
-            want ~1e-6).
-        weight_decay: AdamW weight decay (0: RL steps are few and small).
-        betas: AdamW betas.
-        max_grad_norm: gradient clipping threshold (<= 0 disables).
-        advantage: ``"std"`` or ``"mean"``.
-        aggregation: ``"grpo"``, ``"dapo"`` or ``"dr_grpo"``.
-        eps_low: lower clip epsilon.
-        eps_high: upper clip epsilon.
-        beta: k3 KL coefficient to a frozen copy of the initial model (0: no reference
-            kept).
-        tis_cap: cap of truncated importance weights from behaviour log-probs (None: off;
-            2.0 is the usual choice, docs/learning.md).
-        tis_level: ``"token"`` (one weight per token) or ``"sequence"`` (one per sequence,
-            the product of its tokens' ratios).
-        ppo_epochs: passes over the batch per step.
-        minibatches: optimizer steps per epoch (the batch is split by sequences).
-        max_completion_tokens: ``dr_grpo``'s constant normaliser, and the most completion
-            tokens trained on per sequence (longer completions are truncated).
-        drop_uninformative: drop all-equal-reward groups before the step.
-        skip_empty: skip the optimizer step when no group is informative.
-        micro_batch_tokens: padded tokens (rows x longest row) per forward/backward pass;
-            a minibatch's micro-batches accumulate into one optimizer step with the same
-            loss and gradient (None: the whole minibatch at once).
-        logprob_chunk_tokens: completion positions whose vocabulary logits exist at once.
-        gradient_checkpointing: recompute each layer's activations in the backward pass
-            (transformers models), trading compute for memory.
-        bf16: run forward and backward under bfloat16 autocast (CUDA devices that support
-            it, and CPU); log-probs and the loss stay float32.
-    """
-
-    lr: float = 3e-5
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    max_grad_norm: float = 1.0
-    advantage: AdvantageMode = "std"
-    aggregation: Aggregation = "dapo"
-    eps_low: float = 0.2
-    eps_high: float = 0.28
-    beta: float = 0.0
-    tis_cap: float | None = None
-    tis_level: TisLevel = "token"
-    ppo_epochs: int = 1
-    minibatches: int = 1
-    max_completion_tokens: int = 64
-    drop_uninformative: bool = True
-    skip_empty: bool = True
-    micro_batch_tokens: int | None = None
-    logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS
-    gradient_checkpointing: bool = False
-    bf16: bool = False
-
-    def validate(self) -> None:
-        """Check every field.
-
-        Raises:
-            ConfigError: a field out of range (named).
-        """
-        checks: list[tuple[bool, str, str]] = [
-            (self.lr > 0, "lr", f"must be > 0, got {self.lr}"),
-            (self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}"),
-            (self.advantage in ADVANTAGE_MODES, "advantage", f"must be in {ADVANTAGE_MODES}"),
-            (self.aggregation in AGGREGATIONS, "aggregation", f"must be in {AGGREGATIONS}"),
-            (self.eps_low >= 0 and self.eps_high >= 0, "eps_low", "clip epsilons must be >= 0"),
-            (self.beta >= 0, "beta", f"must be >= 0, got {self.beta}"),
-            (self.tis_cap is None or self.tis_cap > 0, "tis_cap", "must be > 0 or None"),
-            (self.ppo_epochs >= 1, "ppo_epochs", f"must be >= 1, got {self.ppo_epochs}"),
-            (self.minibatches >= 1, "minibatches", f"must be >= 1, got {self.minibatches}"),
-            (self.max_completion_tokens >= 1, "max_completion_tokens", "must be >= 1"),
-            (self.tis_level in TIS_LEVELS, "tis_level", f"must be in {TIS_LEVELS}"),
-            (
-                self.micro_batch_tokens is None or self.micro_batch_tokens >= 1,
-                "micro_batch_tokens",
-                f"must be >= 1 or None, got {self.micro_batch_tokens}",
-            ),
-            (self.logprob_chunk_tokens >= 1, "logprob_chunk_tokens", "must be >= 1"),
-        ]
-        for ok, name, msg in checks:
-            if not ok:
-                raise ConfigError(f"trainer.{name} {msg}", field=f"trainer.{name}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +122,7 @@ class Trainer:
     Args:
         model: the transformers causal LM to train in place.
         tokenizer: its tokenizer (EOS required).
-        config: settings (validated here).
+        config: settings (validated when built).
         add_special_tokens: passed to the tokenizer when re-tokenising prompt text
             (``False`` when prompts are already chat-templated, as for the generator).
 
@@ -232,7 +139,6 @@ class Trainer:
         add_special_tokens: bool = True,
     ) -> None:
         self.config = config or TrainerConfig()
-        self.config.validate()
         if tokenizer.eos_token_id is None:
             raise ConfigError("the tokenizer has no EOS token", field="model.tokenizer")
         self.model = model
@@ -260,7 +166,7 @@ class Trainer:
             )
         self.policy_version = 0
         self._ref: Any = None
-        if self.config.beta > 0:
+        if self.config.kl_beta > 0:
             self._ref = copy.deepcopy(model).eval()
             for p in self._ref.parameters():
                 p.requires_grad_(False)
@@ -410,10 +316,10 @@ class Trainer:
             old,
             batch.adv,
             batch.comp_mask,
-            aggregation=cfg.aggregation,
-            eps_low=cfg.eps_low,
-            eps_high=cfg.eps_high,
-            beta=cfg.beta,
+            aggregation=cfg.loss_type,
+            eps_low=cfg.clip_low,
+            eps_high=cfg.clip_high,
+            beta=cfg.kl_beta,
             ref_logp=ref,
             is_weights=weights,
             max_tokens=cfg.max_completion_tokens,
