@@ -1,4 +1,4 @@
-"""Publisher: retries what was not acknowledged, never what was refused; the actor flushes."""
+"""Publisher: retries what was not acknowledged, never what was refused."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from sapo_async.errors import PublishError, PublishRefused
-from sapo_async.fabric.publisher import Publisher, PublisherActor
+from sapo_async.fabric.publisher import Publisher
 from sapo_async.fabric.transport.base import PublishAck, StartAt
 from sapo_async.fabric.transport.memory import MemoryBroker, MemorySubscription, MemoryTransport
 from sapo_async.wire.rollout import SignedGroup
@@ -90,13 +90,3 @@ async def test_publishing_another_producers_group_is_refused_before_signing() ->
     publisher = Publisher(MemoryBroker().connect(SWARM), PRODUCER)
     with pytest.raises(ValueError, match="producer"):
         await publisher.publish(make_group(make_account(2)))
-
-
-async def test_publisher_actor_flushes_every_queued_group_when_stopped() -> None:
-    transport = MemoryBroker().connect(SWARM)
-    sub = await transport.subscribe()
-    async with PublisherActor(Publisher(transport, PRODUCER), mailbox_size=32) as actor:
-        for i in range(20):
-            await actor.send(make_group(PRODUCER, index=i))
-    assert actor.statistics().published == 20
-    assert len(await sub.fetch(64, 1.0)) == 20
