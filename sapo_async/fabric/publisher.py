@@ -114,8 +114,8 @@ class Publisher:
         if group.producer != self._account.address:
             raise ValueError(f"group.producer {group.producer} is not {self._account.address}")
         body = encode_group(group)
-        signed = sign_body(self._account, body)
         digest = rollout_hash(body)
+        signed = sign_body(self._account, body, hash32=digest)
         attempts = 1
 
         def retried(attempt: int, exc: Exception, delay: float) -> None:
@@ -126,7 +126,9 @@ class Publisher:
 
         try:
             ack = await retry_async(
-                lambda: self._transport.publish(signed, family=group.task.family),
+                lambda: self._transport.publish(
+                    signed, family=group.task.family, producer=group.producer, rollout_hash=digest
+                ),
                 retry_on=(PublishError, TransportUnavailable),
                 give_up_on=(PublishRefused,),
                 schedule=self._backoff,

@@ -26,16 +26,27 @@ class FlakyTransport:
         self.failures = failures
         self.error = error
         self.calls = 0
+        self.passed: tuple[str | None, bytes | None] = (None, None)
 
     @property
     def swarm(self) -> str:
         return self.inner.swarm
 
-    async def publish(self, signed: SignedGroup, *, family: str) -> PublishAck:
+    async def publish(
+        self,
+        signed: SignedGroup,
+        *,
+        family: str,
+        producer: str | None = None,
+        rollout_hash: bytes | None = None,
+    ) -> PublishAck:
         self.calls += 1
+        self.passed = (producer, rollout_hash)
         if self.calls <= self.failures:
             raise self.error
-        return await self.inner.publish(signed, family=family)
+        return await self.inner.publish(
+            signed, family=family, producer=producer, rollout_hash=rollout_hash
+        )
 
     async def subscribe(
         self,
@@ -90,3 +101,9 @@ async def test_publishing_another_producers_group_is_refused_before_signing() ->
     publisher = Publisher(MemoryBroker().connect(SWARM), PRODUCER)
     with pytest.raises(ValueError, match="producer"):
         await publisher.publish(make_group(make_account(2)))
+
+
+async def test_the_publisher_hands_the_transport_the_hash_and_producer_it_already_has() -> None:
+    transport = FlakyTransport(MemoryBroker().connect(SWARM), 0, PublishError("unused"))
+    receipt = await Publisher(transport, PRODUCER).publish(make_group(PRODUCER))
+    assert transport.passed == (PRODUCER.address, receipt.rollout_hash)
