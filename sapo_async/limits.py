@@ -79,6 +79,11 @@ CONSUMER_REPAIR_MAX_S = 30.0
 """Repairs back off to one try per 30 s: a stream the operator removed and re-creates is
 picked up within half a minute, without hammering the server meanwhile."""
 
+RETRY_JITTER = 0.5
+"""Every retry waits its schedule's delay times a random 1 to 1.5: nodes that lost the same
+server at the same instant drift half a delay apart per attempt instead of returning in
+lock-step, and no wait is shorter than the schedule, so each retry window below still holds."""
+
 PUBLISH_RETRIES = 5
 """A publish is tried 5 times with backoff (0.2 s doubling: ~6 s), covering a server restart."""
 

@@ -46,6 +46,7 @@ import anyio
 from sapo_async.backoff import Backoff
 from sapo_async.errors import SapoError
 from sapo_async.limits import (
+    RETRY_JITTER,
     SERVER_POLL_BASE_S,
     SERVER_POLL_MAX_S,
     SERVER_START_TIMEOUT_S,
@@ -54,8 +55,8 @@ from sapo_async.limits import (
 
 __all__ = ["READY_POLL", "ChildProcess", "StopOnExit", "free_port", "live_children", "port_open"]
 
-READY_POLL = Backoff(SERVER_POLL_BASE_S, SERVER_POLL_MAX_S)
-"""How often a starting child is probed: 10 ms doubling up to 0.2 s."""
+READY_POLL = Backoff(SERVER_POLL_BASE_S, SERVER_POLL_MAX_S, jitter=RETRY_JITTER)
+"""How often a starting child is probed: 10 ms doubling up to 0.2 s (jittered, as every retry)."""
 
 _LIVE: dict[int, ChildProcess] = {}
 

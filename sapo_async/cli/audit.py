@@ -208,17 +208,7 @@ def verify(  # noqa: PLR0917 - typer maps parameters to options
         for j in journals:
             j.close()
     if as_json:
-        rows = [
-            {
-                "node": r.node,
-                "round": r.round,
-                "kind": r.kind,
-                "producer": r.producer,
-                "included": r.included,
-                "proof": ["0x" + p.hex() for p in r.proof],
-            }
-            for r in results
-        ]
+        rows = [r.as_json() for r in results]
         typer.echo(json.dumps({"rollout_hash": "0x" + text, "found": rows}, indent=1))
     elif not results:
         typer.echo(f"0x{text}: not in any journal")

@@ -271,17 +271,7 @@ def verification_view(
     Args:
         searched: journals looked in (0 when the visitor gave the proof).
     """
-    rows = [
-        {
-            "node": r.node,
-            "round": r.round,
-            "kind": r.kind,
-            "producer": r.producer,
-            "included": r.included,
-            "proof": ["0x" + p.hex() for p in r.proof],
-        }
-        for r in found
-    ]
+    rows = [r.as_json() for r in found]
     included = bool(rows) and all(r["included"] for r in rows)
     if not rows:
         message = f"not included: no commitment names this hash in {searched} journal(s)"

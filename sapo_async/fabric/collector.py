@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Sequence
 import anyio
 
 from sapo_async.actors import Actor, ActorState
-from sapo_async.backoff import retry_delay
+from sapo_async.backoff import NATS_JOIN_BACKOFF, retry_async
 from sapo_async.errors import ActorStopped, RejectedInput, TransportUnavailable
 from sapo_async.fabric.admission import (
     AgeCheck,
@@ -174,23 +174,20 @@ class Collector(Actor[None]):
 
     async def _setup(self) -> None:
         self._owner = threading.get_ident()
+
         # The first subscription retries while JetStream is unreachable (a server of the
         # cluster restarting, a consumer leader being elected) for as long as a joining
         # node retries NATS, instead of failing the node at start.
-        deadline = time.monotonic() + NATS_JOIN_TIMEOUT_S
-        attempt = 0
-        while True:
-            try:
-                self._sub = await self._subscribe()
-            except TransportUnavailable as exc:
-                if time.monotonic() >= deadline:
-                    raise
-                delay = retry_delay(attempt, base_s=0.5, max_s=10.0)
-                self._log.warning("subscribe_retry", error=str(exc), retry_in_s=delay)
-                attempt += 1
-                await anyio.sleep(delay)  # backoff: nothing to wait on but time
-            else:
-                return
+        def retried(attempt: int, exc: Exception, delay: float) -> None:
+            self._log.warning("subscribe_retry", error=str(exc), retry_in_s=delay)
+
+        self._sub = await retry_async(
+            self._subscribe,
+            retry_on=(TransportUnavailable,),
+            schedule=NATS_JOIN_BACKOFF,
+            timeout_s=NATS_JOIN_TIMEOUT_S,
+            on_retry=retried,
+        )
 
     async def _subscribe(self) -> Subscription:
         if self.shards is None:

@@ -1,40 +1,37 @@
 """The publisher: encode, sign, publish, and wait for the server to acknowledge.
 
-Owns the producer side of the fabric. :class:`Publisher` is the plain call (the swarm
-awaits it per group); :class:`PublisherActor` puts a bounded mailbox in front of it so a
-generator never waits on the network, and flushes every queued group when it drains.
+Owns the producer side of the fabric. :class:`Publisher` is the one call (the node awaits
+it per group).
 
 Retries: a publish that was not acknowledged (timeout, server restarting) is retried with
-exponential backoff. That is safe because the message id is the rollout hash, so the
-server stores a group once however often it is sent within the duplicate window. A publish
-the server refuses for good (too large) is not retried.
+jittered exponential backoff (:func:`sapo_async.backoff.retry_async`). That is safe because
+the message id is the rollout hash, so the server stores a group once however often it is
+sent within the duplicate window. A publish the server refuses for good (too large) is not
+retried.
 
 Deliberately does not know where groups come from or who reads them.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
-import anyio
 from eth_account.signers.local import LocalAccount
 
-from sapo_async.actors import Actor, ActorStatistics
-from sapo_async.backoff import Backoff
+from sapo_async.backoff import Backoff, retry_async
 from sapo_async.errors import PublishError, PublishRefused, TransportUnavailable
 from sapo_async.fabric.transport.base import PublishAck, Transport
 from sapo_async.limits import (
-    DEFAULT_MAILBOX_SIZE,
     PUBLISH_RETRIES,
     PUBLISH_RETRY_BASE_S,
     PUBLISH_RETRY_MAX_S,
+    RETRY_JITTER,
 )
 from sapo_async.logs import get_logger
 from sapo_async.wire.rollout import RolloutGroup, encode_group
 from sapo_async.wire.signing import rollout_hash, sign_body
 
-__all__ = ["PublishReceipt", "Publisher", "PublisherActor", "PublisherStatistics"]
+__all__ = ["PublishReceipt", "Publisher", "PublisherStatistics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,14 +58,12 @@ class PublisherStatistics:
         duplicates: of those, ones the server already had (a retried publish).
         retries: extra attempts made.
         failed: groups given up on.
-        actor: the actor runtime's view, for :class:`PublisherActor`.
     """
 
     published: int
     duplicates: int
     retries: int
     failed: int
-    actor: ActorStatistics | None = None
 
 
 class Publisher:
@@ -94,7 +89,9 @@ class Publisher:
         self._transport = transport
         self._account = account
         self._retries = retries
-        self._backoff = Backoff(retry_base_s, max(retry_base_s, PUBLISH_RETRY_MAX_S))
+        self._backoff = Backoff(
+            retry_base_s, max(retry_base_s, PUBLISH_RETRY_MAX_S), jitter=RETRY_JITTER
+        )
         self._published = 0
         self._duplicates = 0
         self._retried = 0
@@ -117,29 +114,34 @@ class Publisher:
         if group.producer != self._account.address:
             raise ValueError(f"group.producer {group.producer} is not {self._account.address}")
         body = encode_group(group)
-        signed = sign_body(self._account, body)
         digest = rollout_hash(body)
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                ack = await self._transport.publish(signed, family=group.task.family)
-            except PublishRefused:
-                self._failed += 1
-                raise
-            except (PublishError, TransportUnavailable) as exc:
-                if attempt >= self._retries:
-                    self._failed += 1
-                    self._log.warning(
-                        "rollout_publish_failed", rollout_hash=digest.hex(), error=str(exc)
-                    )
-                    raise
-                self._retried += 1
-                delay = self._backoff.delay(attempt - 1)
-                self._log.info("rollout_publish_retried", attempt=attempt, delay_s=delay)
-                await anyio.sleep(delay)
-                continue
-            break
+        signed = sign_body(self._account, body, hash32=digest)
+        attempts = 1
+
+        def retried(attempt: int, exc: Exception, delay: float) -> None:
+            nonlocal attempts
+            attempts = attempt + 1
+            self._retried += 1
+            self._log.info("rollout_publish_retried", attempt=attempt, delay_s=delay)
+
+        try:
+            ack = await retry_async(
+                lambda: self._transport.publish(
+                    signed, family=group.task.family, producer=group.producer, rollout_hash=digest
+                ),
+                retry_on=(PublishError, TransportUnavailable),
+                give_up_on=(PublishRefused,),
+                schedule=self._backoff,
+                attempts=self._retries,
+                on_retry=retried,
+            )
+        except PublishRefused:
+            self._failed += 1
+            raise
+        except (PublishError, TransportUnavailable) as exc:
+            self._failed += 1
+            self._log.warning("rollout_publish_failed", rollout_hash=digest.hex(), error=str(exc))
+            raise
         self._published += 1
         self._duplicates += int(ack.duplicate)
         self._log.debug(
@@ -149,39 +151,8 @@ class Publisher:
             round=group.producer_round,
             duplicate=ack.duplicate,
         )
-        return PublishReceipt(digest, ack, attempt)
+        return PublishReceipt(digest, ack, attempts)
 
     def statistics(self) -> PublisherStatistics:
         """Counters so far."""
         return PublisherStatistics(self._published, self._duplicates, self._retried, self._failed)
-
-
-class PublisherActor(Actor[RolloutGroup]):
-    """A :class:`Publisher` behind a bounded mailbox: ``await actor.send(group)``.
-
-    A group that still fails after every retry is logged and counted, not raised: one
-    unreachable server must not take the node down (the swarm reads ``statistics()``).
-    Stopping the actor publishes everything already queued first (within the drain deadline).
-    """
-
-    def __init__(
-        self,
-        publisher: Publisher,
-        *,
-        mailbox_size: int = DEFAULT_MAILBOX_SIZE,
-        name: str = "publisher",
-    ) -> None:
-        super().__init__(name, mailbox_size=mailbox_size)
-        self.publisher = publisher
-
-    async def _handle(self, message: RolloutGroup) -> None:
-        # A failure was already counted and logged by the publisher.
-        with contextlib.suppress(PublishError, TransportUnavailable):
-            await self.publisher.publish(message)
-
-    def statistics(self) -> PublisherStatistics:  # type: ignore[override]
-        """The publisher's counters plus the actor runtime's view."""
-        s = self.publisher.statistics()
-        return PublisherStatistics(
-            s.published, s.duplicates, s.retries, s.failed, actor=super().statistics()
-        )

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from sapo_async.ledger.rpc import rpc_chain
     from sapo_async.ledger.types import (
         CommitmentPayload,
-        NodeStats,
         OnChainCommitment,
+        OnChainTotals,
         RoundCommitment,
         SubmitReceipt,
         UsageCredit,
@@ -45,7 +45,7 @@ _LAZY = {
     "Ledger": "sapo_async.ledger.base",
     "MemoryLedger": "sapo_async.ledger.memory",
     "MerkleTree": "sapo_async.ledger.merkle",
-    "NodeStats": "sapo_async.ledger.types",
+    "OnChainTotals": "sapo_async.ledger.types",
     "OnChainCommitment": "sapo_async.ledger.types",
     "RoundCommitment": "sapo_async.ledger.types",
     "SubmitReceipt": "sapo_async.ledger.types",
@@ -71,8 +71,8 @@ __all__ = [
     "Ledger",
     "MemoryLedger",
     "MerkleTree",
-    "NodeStats",
     "OnChainCommitment",
+    "OnChainTotals",
     "RoundCommitment",
     "SubmitReceipt",
     "UsageCredit",

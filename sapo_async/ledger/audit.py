@@ -205,6 +205,17 @@ class RolloutVerification:
     included: bool
     proof: list[bytes]
 
+    def as_json(self) -> dict[str, object]:
+        """The row the audit command and the explorer print (hex proof, no hash)."""
+        return {
+            "node": self.node,
+            "round": self.round,
+            "kind": self.kind,
+            "producer": self.producer,
+            "included": self.included,
+            "proof": ["0x" + p.hex() for p in self.proof],
+        }
+
 
 async def verify_rollout(
     ledger: Ledger, journals: Sequence[Journal], rollout_hash: bytes

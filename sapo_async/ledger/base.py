@@ -19,8 +19,8 @@ from eth_account.signers.local import LocalAccount
 
 from sapo_async.ledger.types import (
     CommitmentPayload,
-    NodeStats,
     OnChainCommitment,
+    OnChainTotals,
     SubmitReceipt,
     UsageCredit,
 )
@@ -54,7 +54,7 @@ class Ledger(Protocol):
         """The stored commitment of ``node`` for ``round_``, or None."""
         ...
 
-    async def node_stats(self, node: str) -> NodeStats:
+    async def node_stats(self, node: str) -> OnChainTotals:
         """Running totals of ``node``."""
         ...
 

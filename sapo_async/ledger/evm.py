@@ -21,8 +21,8 @@ from sapo_async.ledger.chain import Chain, translate_errors
 from sapo_async.ledger.signing import sign_commitment, sign_registration
 from sapo_async.ledger.types import (
     CommitmentPayload,
-    NodeStats,
     OnChainCommitment,
+    OnChainTotals,
     SubmitReceipt,
     UsageCredit,
     checksum,
@@ -177,15 +177,15 @@ class EvmLedger:
 
         return await self.chain.run(read)
 
-    async def node_stats(self, node: str) -> NodeStats:
+    async def node_stats(self, node: str) -> OnChainTotals:
         """Running totals of ``node`` (zeros for an unknown address)."""
 
-        def read() -> NodeStats:
+        def read() -> OnChainTotals:
             address = checksum(node)
             fns = self._contract.functions
             info = fns.nodeInfo(address).call()
             registered_at, rounds, last_round, rollouts, external, credit = info
-            return NodeStats(
+            return OnChainTotals(
                 node=address,
                 registered=registered_at != 0,
                 metadata=str(fns.metadataOf(address).call()),

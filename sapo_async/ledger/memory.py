@@ -53,7 +53,7 @@ from sapo_async.ledger.merkle import verify_proof
 from sapo_async.ledger.signing import (
     TypedData,
     commitment_typed_data,
-    recover_signer,
+    recover_signer_or_none,
     registration_typed_data,
     sign_commitment,
     sign_registration,
@@ -64,8 +64,8 @@ from sapo_async.ledger.types import (
     MAX_ROLLOUTS_PER_ROUND,
     MAX_ROUND_STEP,
     CommitmentPayload,
-    NodeStats,
     OnChainCommitment,
+    OnChainTotals,
     SubmitReceipt,
     UsageCredit,
     checksum,
@@ -208,12 +208,12 @@ class MemoryLedger:
         await anyio.lowlevel.checkpoint()
         return self._stored.get((checksum(node), round_))
 
-    async def node_stats(self, node: str) -> NodeStats:
+    async def node_stats(self, node: str) -> OnChainTotals:
         """Running totals of ``node`` (zeros for an unknown address)."""
         await anyio.lowlevel.checkpoint()
         address = checksum(node)
         t = self._totals_of(address)
-        return NodeStats(
+        return OnChainTotals(
             node=address,
             registered=t.registered_at != 0,
             metadata=self._metadata.get(address, ""),
@@ -313,7 +313,7 @@ class MemoryLedger:
     def _check_signer(self, node: str, data: TypedData, signature: bytes) -> None:
         if len(signature) != _SIGNATURE_BYTES:
             raise reverted("ECDSAInvalidSignatureLength", length=len(signature))
-        signer = recover_signer(data, signature)
+        signer = recover_signer_or_none(data, signature)
         if signer is None:
             raise reverted("ECDSAInvalidSignature")
         if signer != node:

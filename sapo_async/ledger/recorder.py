@@ -1,9 +1,8 @@
 """The recorder actor: moves each round's commitment from the journal onto the ledger.
 
-Owns delivery: :meth:`Recorder.record` (or its synchronous twin
-:meth:`Recorder.record_nowait`) journals a :class:`RoundCommitment` durably and returns
+Owns delivery: :meth:`Recorder.record` journals a :class:`RoundCommitment` durably and returns
 without waiting for the chain; one sender task lands pending entries in round order with
-retries and exponential backoff (:func:`sapo_async.backoff.retry_delay`), and resumes
+retries and jittered exponential backoff (:class:`sapo_async.backoff.Backoff`), and resumes
 whatever a previous process left pending. It does not know how rounds are made or how the
 chain is reached.
 
@@ -28,8 +27,7 @@ Life cycle (:class:`~sapo_async.actors.Actor`): created -> starting -> running -
 start. Asking a stopped recorder for work raises ActorStopped.
 
 Journal writes: :meth:`Recorder.record` and the sender write through
-:meth:`Journal.write`, so an fsync never stalls the event loop; :meth:`record_nowait`
-writes on the caller's thread (kept for synchronous callers: it blocks for the fsync).
+:meth:`Journal.write`, so an fsync never stalls the event loop.
 """
 
 from __future__ import annotations
@@ -42,7 +40,7 @@ from eth_account.signers.local import LocalAccount
 
 from sapo_async import limits
 from sapo_async.actors import Actor, ActorState
-from sapo_async.backoff import retry_delay
+from sapo_async.backoff import Backoff
 from sapo_async.errors import ActorStopped, CommitmentRejected, LedgerError, RejectedInput
 from sapo_async.ledger.base import Ledger
 from sapo_async.ledger.journal import EntryState, Journal, JournalEntry
@@ -100,8 +98,8 @@ class Recorder(Actor[None]):
         self._journal = journal
         self._account = account
         self._metadata = metadata
-        self._retry_base_s = retry_base_s
         self._retry_max_s = retry_max_s
+        self._backoff = Backoff(retry_base_s, retry_max_s, jitter=limits.RETRY_JITTER)
         self._wake = anyio.Event()
         self._progress = anyio.Event()
         self._registered = False
@@ -148,29 +146,11 @@ class Recorder(Actor[None]):
 
         Raises:
             ActorStopped: the recorder is not running.
-            RejectedInput: as :meth:`record_nowait`.
-        """
-        self._check_intake(commitment)
-        fresh = await self._journal.write(self._journal.append, commitment)
-        self._journaled(commitment, fresh)
-        return fresh
-
-    def record_nowait(self, commitment: RoundCommitment) -> bool:
-        """Journal ``commitment`` durably and schedule it for the chain; never waits for it.
-
-        The journal write (an fsync) runs on the caller's thread: async callers that must
-        not stall their event loop use :meth:`record`.
-
-        Returns:
-            True if newly journaled, False if this exact commitment already was.
-
-        Raises:
-            ActorStopped: the recorder is not running.
             RejectedInput: the commitment is for another node (``wrong_node``), conflicts
                 with a journaled one, or its round does not increase.
         """
         self._check_intake(commitment)
-        fresh = self._journal.append(commitment)
+        fresh = await self._journal.write(self._journal.append, commitment)
         self._journaled(commitment, fresh)
         return fresh
 
@@ -269,7 +249,7 @@ class Recorder(Actor[None]):
                 await self._journal.write(
                     self._journal.record_attempt, self.node, entry.round, self._last_error
                 )
-                delay = retry_delay(attempt, base_s=self._retry_base_s, max_s=self._retry_max_s)
+                delay = self._backoff.delay(attempt)
                 log = (
                     self._log.warning
                     if attempt < limits.LEDGER_MAX_ATTEMPTS_LOGGED

@@ -68,7 +68,7 @@ def contribution_scores(
 
     Args:
         credits: every ``UsageCredited`` event of the ledger.
-        rounds_committed: rounds each node committed (``NodeStats.rounds_committed``).
+        rounds_committed: rounds each node committed (``OnChainTotals.rounds_committed``).
         trusted: consumers whose rounds weigh 1; None trusts every consumer.
 
     Returns:

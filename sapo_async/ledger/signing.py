@@ -23,7 +23,7 @@ __all__ = [
     "REGISTRATION_TYPES",
     "TypedData",
     "commitment_typed_data",
-    "recover_signer",
+    "recover_signer_or_none",
     "registration_typed_data",
     "sign_commitment",
     "sign_registration",
@@ -116,7 +116,7 @@ def typed_digest(data: TypedData) -> bytes:
     return keccak256(b"\x19" + signable.version + signable.header + signable.body)
 
 
-def recover_signer(data: TypedData, signature: bytes) -> str | None:
+def recover_signer_or_none(data: TypedData, signature: bytes) -> str | None:
     """The checksummed address that made ``signature`` over ``data``.
 
     Returns:

@@ -28,8 +28,8 @@ __all__ = [
     "MAX_ROLLOUTS_PER_ROUND",
     "MAX_ROUND_STEP",
     "CommitmentPayload",
-    "NodeStats",
     "OnChainCommitment",
+    "OnChainTotals",
     "RoundCommitment",
     "SubmitReceipt",
     "UsageCredit",
@@ -262,7 +262,7 @@ class OnChainCommitment:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeStats:
+class OnChainTotals:
     """A node's running totals on chain (all zero for an address the ledger never saw).
 
     Attributes:

@@ -28,13 +28,12 @@ import anyio
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from sapo_async.backoff import Backoff
+from sapo_async.backoff import NATS_JOIN_BACKOFF, retry_async
 from sapo_async.errors import TransportUnavailable
 from sapo_async.fabric.publisher import Publisher
 from sapo_async.fabric.transport.base import StartAt, Transport
 from sapo_async.ledger.journal import Journal
 from sapo_async.ledger.recorder import Recorder
-from sapo_async.limits import NATS_JOIN_BACKOFF_BASE_S, NATS_JOIN_BACKOFF_MAX_S
 from sapo_async.logs import get_logger
 from sapo_async.node.admission import NodeDefences, build_collector
 from sapo_async.node.checkpoint import has_checkpoint
@@ -49,9 +48,6 @@ _log = get_logger("swarm")
 
 _T = TypeVar("_T")
 Cleanup = Callable[[], Awaitable[None]]
-
-NATS_JOIN_BACKOFF = Backoff(base_s=NATS_JOIN_BACKOFF_BASE_S, max_s=NATS_JOIN_BACKOFF_MAX_S)
-"""How a joining node retries NATS (see :mod:`sapo_async.limits`)."""
 
 
 def node_index_for(address: str) -> int:
@@ -250,18 +246,22 @@ async def _connect_with_backoff(
     Raises:
         TransportUnavailable: still unreachable after ``timeout_s``.
     """
-    deadline = anyio.current_time() + timeout_s
-    for delay in NATS_JOIN_BACKOFF.delays():
-        try:
-            return await connect()
-        except TransportUnavailable as exc:
-            if anyio.current_time() + delay > deadline:
-                raise TransportUnavailable(
-                    f"{what} still unreachable after {timeout_s:.0f} s: {exc}"
-                ) from exc
-            _log.warning("waiting_for_nats", target=what, retry_in_s=delay, error=str(exc))
-            await anyio.sleep(delay)
-    raise AssertionError("unreachable: an endless schedule ran out")  # pragma: no cover
+
+    def retried(attempt: int, exc: Exception, delay: float) -> None:
+        _log.warning("waiting_for_nats", target=what, retry_in_s=delay, error=str(exc))
+
+    try:
+        return await retry_async(
+            connect,
+            retry_on=(TransportUnavailable,),
+            schedule=NATS_JOIN_BACKOFF,
+            timeout_s=timeout_s,
+            on_retry=retried,
+        )
+    except TransportUnavailable as exc:
+        raise TransportUnavailable(
+            f"{what} still unreachable after {timeout_s:.0f} s: {exc}"
+        ) from exc
 
 
 class _Callback:

@@ -127,17 +127,19 @@ def signing_digest(hash32: bytes) -> bytes:
     return keccak256(EIP191_PREFIX + hash32)
 
 
-def sign_body(account: LocalAccount, body: bytes) -> SignedGroup:
+def sign_body(account: LocalAccount, body: bytes, *, hash32: bytes | None = None) -> SignedGroup:
     """Sign already-encoded group bytes.
 
     Args:
         account: the producer's key.
         body: ``encode_group(group)``.
+        hash32: ``rollout_hash(body)`` when the caller has it already (the publisher), so
+            the body is not hashed twice; hashed here when None.
 
     Returns:
         The envelope to publish.
     """
-    digest = signing_digest(rollout_hash(body))
+    digest = signing_digest(rollout_hash(body) if hash32 is None else hash32)
     raw = _private_key(bytes(account.key)).sign_recoverable(digest, hasher=None)
     signature = raw[:64] + bytes([raw[64] + 27])  # v in {27, 28}, as eth-account
     return SignedGroup(body=body, signature=signature)

@@ -27,7 +27,7 @@ async def main(url: str, address: str, journal_path: str, rounds: int) -> None:
         async with Recorder(ledger, journal, node, retry_base_s=0.05, retry_max_s=0.2) as rec:
             for r in range(rounds):
                 hashes = [bytes([r, i]) * 16 for i in range(4)]
-                rec.record_nowait(RoundCommitment(node.address, r, r, hashes))
+                await rec.record(RoundCommitment(node.address, r, r, hashes))
             print(f"journaled {rounds}", flush=True)
             await anyio.sleep_forever()
 

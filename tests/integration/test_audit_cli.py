@@ -45,7 +45,7 @@ def test_piped_swarm_audit_keeps_addresses_whole_when_a_node_registers_markup(
         with Journal(tmp_path / "j.sqlite") as journal:
             for node, metadata in nodes.items():
                 async with Recorder(ledger, journal, node, metadata=metadata) as rec:
-                    rec.record_nowait(RoundCommitment(node.address, 0, 0, [os.urandom(32)]))
+                    await rec.record(RoundCommitment(node.address, 0, 0, [os.urandom(32)]))
                     await rec.wait_idle(60)
 
     anyio.run(record)
@@ -93,7 +93,7 @@ def test_verify_finds_the_journal_the_node_of_the_config_writes(
         spec.ledger.journal_path.parent.mkdir(parents=True)
         with Journal(spec.ledger.journal_path) as journal:
             async with Recorder(ledger, journal, node) as rec:
-                rec.record_nowait(RoundCommitment(node.address, 0, 0, [own, os.urandom(32)]))
+                await rec.record(RoundCommitment(node.address, 0, 0, [own, os.urandom(32)]))
                 await rec.wait_idle(60)
 
     anyio.run(record)

@@ -62,7 +62,7 @@ async def test_explorer_over_rpc_shows_the_contracts_numbers_and_verifies(
             (b, RoundCommitment(b.address, 0, 0, [os.urandom(32)], {a.address: {0: [shared]}})),
         ):
             async with Recorder(ledger, journal, node) as rec:
-                rec.record_nowait(c)
+                await rec.record(c)
                 await rec.wait_idle(60)
 
     explorer = Explorer(

@@ -69,7 +69,7 @@ async def _swarm_rounds(ledger: EvmLedger, journal: Journal, rounds: int, seed: 
                             by_round = external.setdefault(other.address, {})
                             by_round.setdefault(producer_round, []).append(rollout)
                             used[node.address].add(rollout)
-                rec.record_nowait(RoundCommitment(node.address, r, r, own, external))
+                await rec.record(RoundCommitment(node.address, r, r, own, external))
                 published[node.address].extend((r, x) for x in own)
         for rec in recorders:
             await rec.wait_idle(120)
@@ -120,7 +120,7 @@ async def test_verify_rollout_proves_own_and_external_hashes_on_chain(
     with Journal(tmp_path / "j.sqlite") as journal, Journal(tmp_path / "liar.sqlite") as liar:
         for node, c in zip((a, b), commitments, strict=True):
             async with Recorder(ledger, journal, node) as rec:
-                rec.record_nowait(c)
+                await rec.record(c)
                 await rec.wait_idle(60)
         found = await verify_rollout(ledger, [journal], shared)
         assert sorted((v.node, v.round, v.kind, v.included) for v in found) == sorted(
@@ -156,7 +156,7 @@ def test_cli_deploys_audits_and_verifies_on_anvil(anvil: Anvil, tmp_path: Path, 
                 (b, RoundCommitment(b.address, 0, 0, [h()], {a.address: {0: [shared]}})),
             ):
                 async with Recorder(ledger, journal, node) as rec:
-                    rec.record_nowait(c)
+                    await rec.record(c)
                     await rec.wait_idle(60)
 
     anyio.run(record)

@@ -57,7 +57,7 @@ async def test_recorder_lands_every_round_in_order(embedded: EvmLedger, tmp_path
         async with Recorder(embedded, journal, node, metadata="model:x") as rec:
             assert rec.state is ActorState.RUNNING
             for c in commitments:
-                assert rec.record_nowait(c)
+                assert await rec.record(c)
             await rec.wait_idle(60)
             stats = rec.statistics()
             assert (stats.pending, stats.landed, stats.failed) == (0, 4, 0)
@@ -91,14 +91,14 @@ class GatedLedger:
         return await self.inner.submit(node, payload)
 
 
-async def test_record_nowait_never_waits_for_the_chain(embedded: EvmLedger, tmp_path: Path):
+async def test_record_never_waits_for_the_chain(embedded: EvmLedger, tmp_path: Path):
     node = Account.create()
     gated = GatedLedger(embedded)
     with Journal(tmp_path / "j.sqlite") as journal:
         async with Recorder(gated, journal, node) as rec:  # type: ignore[arg-type]
             with anyio.fail_after(5):  # the chain is blocked; journaling must not be
                 for r in range(5):
-                    rec.record_nowait(round_of(node, r))
+                    await rec.record(round_of(node, r))
             assert rec.statistics().pending == 5
             assert gated.submits == 0
             gated.gate.set()
@@ -115,7 +115,7 @@ async def test_round_already_on_chain_is_marked_landed_not_resent(
     await embedded.submit(node, c.payload())  # landed, but the process "died" before journaling it
     with Journal(tmp_path / "j.sqlite") as journal:
         async with Recorder(embedded, journal, node) as rec:
-            rec.record_nowait(c)
+            await rec.record(c)
             entry = await rec.wait_settled(2, 60)
             assert entry.state is EntryState.LANDED
             assert entry.tx_hash is None  # found on chain, not sent again
@@ -132,9 +132,9 @@ async def test_conflicting_and_superseded_rounds_are_marked_failed(
     await embedded.submit(node, round_of(node, 5).payload())
     with Journal(tmp_path / "j.sqlite") as journal:
         async with Recorder(embedded, journal, node) as rec:
-            rec.record_nowait(round_of(node, 2))  # chain holds another round 2
-            rec.record_nowait(round_of(node, 4))  # round 5 is on chain: 4 can never land
-            rec.record_nowait(round_of(node, 6))
+            await rec.record(round_of(node, 2))  # chain holds another round 2
+            await rec.record(round_of(node, 4))  # round 5 is on chain: 4 can never land
+            await rec.record(round_of(node, 6))
             await rec.wait_idle(60)
         states = {e.round: (e.state, e.last_error) for e in journal.entries()}
     assert states[2][0] is EntryState.FAILED
@@ -172,7 +172,7 @@ async def test_recorder_retries_with_backoff_until_the_chain_answers(
     flaky = FlakyLedger(embedded, failures=4)
     with Journal(tmp_path / "j.sqlite") as journal:
         async with Recorder(flaky, journal, node, retry_base_s=0.01, retry_max_s=0.05) as rec:  # type: ignore[arg-type]
-            rec.record_nowait(round_of(node, 1))
+            await rec.record(round_of(node, 1))
             entry = await rec.wait_settled(1, 60)
             assert entry.state is EntryState.LANDED
             assert entry.attempts == 4
@@ -186,9 +186,9 @@ async def test_stopped_recorder_refuses_work_and_wrong_node_is_rejected(
     with Journal(tmp_path / "j.sqlite") as journal:
         async with Recorder(embedded, journal, node) as rec:
             with pytest.raises(RejectedInput):
-                rec.record_nowait(round_of(other, 1))
+                await rec.record(round_of(other, 1))
         with pytest.raises(ActorStopped):
-            rec.record_nowait(round_of(node, 1))
+            await rec.record(round_of(node, 1))
         await rec.aclose()  # idempotent
 
 
@@ -203,11 +203,11 @@ async def test_journaled_commitments_land_once_after_the_rpc_returns(anvil: Anvi
     commitments = [round_of(node, r) for r in range(6)]
     with Journal(tmp_path / "j.sqlite") as journal:
         async with Recorder(ledger, journal, node, retry_base_s=0.05, retry_max_s=0.3) as rec:
-            rec.record_nowait(commitments[0])
+            await rec.record(commitments[0])
             await rec.wait_idle(60)
             anvil.stop()  # the endpoint goes away (state dumped to disk)
             for c in commitments[1:]:
-                rec.record_nowait(c)
+                await rec.record(c)
             with anyio.fail_after(60):
                 while rec.statistics().send_failures < 2:
                     await anyio.sleep(0.05)
@@ -287,7 +287,7 @@ async def test_open_embedded_ledger_serves_unfunded_nodes(tmp_path: Path):
     node = Account.create()
     with Journal(tmp_path / "j.sqlite") as journal:
         async with Recorder(ledger, journal, node) as rec:
-            rec.record_nowait(round_of(node, 0))
+            await rec.record(round_of(node, 0))
             assert (await rec.wait_settled(0, 60)).state is EntryState.LANDED
     assert ledger.chain.w3.eth.get_balance(node.address) == 0
 
@@ -300,13 +300,13 @@ async def test_consumer_round_waits_for_its_producer_round_then_lands(
     used = round_of(consumer, 1, external_hashes={producer.address: {4: shared}})
     with Journal(tmp_path / "j.sqlite") as journal:
         async with Recorder(embedded, journal, consumer, retry_base_s=0.05, retry_max_s=0.2) as rec:
-            rec.record_nowait(used)
+            await rec.record(used)
             with anyio.fail_after(30):  # refused while the producer's round is not on chain
                 while rec.statistics().send_failures < 2:
                     await anyio.sleep(0.05)
             assert rec.statistics().pending == 1
             async with Recorder(embedded, journal, producer) as prec:
-                prec.record_nowait(RoundCommitment(producer.address, 4, 4, shared))
+                await prec.record(RoundCommitment(producer.address, 4, 4, shared))
                 await prec.wait_idle(60)
             entry = await rec.wait_settled(1, 60)
             assert entry.state is EntryState.LANDED
@@ -327,7 +327,7 @@ async def test_a_producer_round_that_never_lands_costs_its_credit_not_the_consum
     ghostly = [os.urandom(32)]
     with Journal(tmp_path / "j.sqlite") as journal:
         async with Recorder(embedded, journal, producer) as prec:
-            prec.record_nowait(RoundCommitment(producer.address, 0, 0, real))
+            await prec.record(RoundCommitment(producer.address, 0, 0, real))
             await prec.wait_idle(60)
         mixed = round_of(
             consumer,
@@ -335,8 +335,8 @@ async def test_a_producer_round_that_never_lands_costs_its_credit_not_the_consum
             external_hashes={ghost.address: {0: ghostly}, producer.address: {0: real}},
         )
         async with Recorder(embedded, journal, consumer, retry_base_s=0.05, retry_max_s=0.2) as rec:
-            rec.record_nowait(mixed)
-            rec.record_nowait(round_of(consumer, 2))
+            await rec.record(mixed)
+            await rec.record(round_of(consumer, 2))
             landed = await rec.wait_settled(1, 60)
             assert landed.state is EntryState.LANDED
             assert (await rec.wait_settled(2, 60)).state is EntryState.LANDED

@@ -67,6 +67,26 @@ async def test_published_group_arrives_with_its_hash_as_message_id(
     await sub.aclose()
 
 
+async def test_the_hash_and_producer_a_publisher_passes_are_used_as_given_not_derived_again(
+    transport_factory: TransportFactory,
+) -> None:
+    transport = await transport_factory()
+    account, other = make_account(1), make_account(2)
+    signed = sign_group(account, make_group(account))
+    # Values the body does not hold: only a transport that uses what it is given (and
+    # neither hashes nor decodes the body again) routes and names the message by them.
+    given_hash = bytes(32 * [0x11])
+    await transport.publish(
+        signed, family="basic_arithmetic", producer=other.address, rollout_hash=given_hash
+    )
+    sub = await transport.subscribe(start=StartAt.everything())
+    (delivery,) = await sub.fetch(4, 2.0)
+    assert delivery.msg_id == given_hash.hex()
+    assert delivery.subject == sharded_subject(SWARM, "basic_arithmetic", other.address)
+    await delivery.ack()
+    await sub.aclose()
+
+
 async def test_republishing_the_same_group_is_stored_once(
     transport_factory: TransportFactory,
 ) -> None:

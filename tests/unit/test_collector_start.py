@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+from sapo_async.backoff import Backoff
 from sapo_async.errors import TransportUnavailable
 from sapo_async.fabric import collector as collector_module
 from sapo_async.fabric.collector import Collector
@@ -45,7 +46,7 @@ async def test_a_collector_started_while_jetstream_is_unreachable_comes_up_when_
 ) -> None:
     broker = MemoryBroker()
     flaky = Flaky(broker.connect(SWARM), failures=2)
-    monkeypatch.setattr(collector_module, "retry_delay", lambda *a, **k: 0.01)
+    monkeypatch.setattr(collector_module, "NATS_JOIN_BACKOFF", Backoff(0.01, 0.01))
     peer = make_account(1)
     async with Collector(flaky, own_address=make_account(0).address) as collector:  # type: ignore[arg-type]
         await broker.connect(SWARM).publish(
@@ -59,7 +60,7 @@ async def test_a_collector_gives_up_after_the_join_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     flaky = Flaky(MemoryBroker().connect(SWARM), failures=10**9)
-    monkeypatch.setattr(collector_module, "retry_delay", lambda *a, **k: 0.01)
+    monkeypatch.setattr(collector_module, "NATS_JOIN_BACKOFF", Backoff(0.01, 0.01))
     monkeypatch.setattr(collector_module, "NATS_JOIN_TIMEOUT_S", 0.05)
 
     async def start_and_stop() -> None:

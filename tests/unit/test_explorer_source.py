@@ -27,7 +27,7 @@ def anyio_backend() -> str:
 
 async def commit(ledger: MemoryLedger, journal: Journal, node, c: RoundCommitment) -> None:
     async with Recorder(ledger, journal, node) as rec:
-        rec.record_nowait(c)
+        await rec.record(c)
         await rec.wait_idle(10)
 
 

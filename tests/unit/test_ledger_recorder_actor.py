@@ -92,7 +92,7 @@ async def test_a_bug_in_the_sender_fails_the_recorder_visibly(tmp_path: Path):
         rec = Recorder(BrokenLedger(), journal, node)
         with pytest.raises(ExceptionGroup) as caught:  # noqa: PT012 - the failure arrives mid-block
             async with rec:
-                rec.record_nowait(round_of(node, 1))
+                await rec.record(round_of(node, 1))
                 with anyio.fail_after(10):
                     await rec.wait_stopped()
         (failure,) = caught.value.exceptions

@@ -1,4 +1,4 @@
-"""Publisher: retries what was not acknowledged, never what was refused; the actor flushes."""
+"""Publisher: retries what was not acknowledged, never what was refused."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from sapo_async.errors import PublishError, PublishRefused
-from sapo_async.fabric.publisher import Publisher, PublisherActor
+from sapo_async.fabric.publisher import Publisher
 from sapo_async.fabric.transport.base import PublishAck, StartAt
 from sapo_async.fabric.transport.memory import MemoryBroker, MemorySubscription, MemoryTransport
 from sapo_async.wire.rollout import SignedGroup
@@ -26,16 +26,27 @@ class FlakyTransport:
         self.failures = failures
         self.error = error
         self.calls = 0
+        self.passed: tuple[str | None, bytes | None] = (None, None)
 
     @property
     def swarm(self) -> str:
         return self.inner.swarm
 
-    async def publish(self, signed: SignedGroup, *, family: str) -> PublishAck:
+    async def publish(
+        self,
+        signed: SignedGroup,
+        *,
+        family: str,
+        producer: str | None = None,
+        rollout_hash: bytes | None = None,
+    ) -> PublishAck:
         self.calls += 1
+        self.passed = (producer, rollout_hash)
         if self.calls <= self.failures:
             raise self.error
-        return await self.inner.publish(signed, family=family)
+        return await self.inner.publish(
+            signed, family=family, producer=producer, rollout_hash=rollout_hash
+        )
 
     async def subscribe(
         self,
@@ -92,11 +103,7 @@ async def test_publishing_another_producers_group_is_refused_before_signing() ->
         await publisher.publish(make_group(make_account(2)))
 
 
-async def test_publisher_actor_flushes_every_queued_group_when_stopped() -> None:
-    transport = MemoryBroker().connect(SWARM)
-    sub = await transport.subscribe()
-    async with PublisherActor(Publisher(transport, PRODUCER), mailbox_size=32) as actor:
-        for i in range(20):
-            await actor.send(make_group(PRODUCER, index=i))
-    assert actor.statistics().published == 20
-    assert len(await sub.fetch(64, 1.0)) == 20
+async def test_the_publisher_hands_the_transport_the_hash_and_producer_it_already_has() -> None:
+    transport = FlakyTransport(MemoryBroker().connect(SWARM), 0, PublishError("unused"))
+    receipt = await Publisher(transport, PRODUCER).publish(make_group(PRODUCER))
+    assert transport.passed == (PRODUCER.address, receipt.rollout_hash)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,7 +20,7 @@ from sapo_async.fabric.transport.shards import (
     sharded_subject,
     subject_matches,
 )
-from sapo_async.wire.rollout import encode_group
+from sapo_async.wire.rollout import encode_group, keccak256
 from tests.fixtures.fabric import make_account, make_group
 
 SW = "sw"
@@ -28,8 +30,9 @@ ADDRESSES = [make_account(i).address for i in range(64)]
 def test_a_producers_leaf_is_three_hex_digits_fixed_by_family_and_address() -> None:
     a = ADDRESSES[0]
     assert producer_leaf("bf", a) == producer_leaf("bf", a.lower())
-    assert len(producer_leaf("bf", a)) == 3
-    assert int(producer_leaf("bf", a), 16) >= 0
+    assert re.fullmatch("[0-9a-f]{3}", producer_leaf("bf", a))
+    # Fixed by the family too: the leaf is keccak256("<family>:<address>")'s first digits.
+    assert producer_leaf("bf", a) == keccak256(f"bf:{a.lower()}".encode()).hex()[:3]
     # Families spread one producer: not all 9 families land on the same leaf.
     assert len({producer_leaf(f"fam{i}", a) for i in range(9)}) > 1
     subject = sharded_subject(SW, "bf", a)

@@ -28,6 +28,7 @@ from typing import Protocol, runtime_checkable
 from sapo_async.errors import ConfigError
 from sapo_async.fabric.transport.shards import ShardSet
 from sapo_async.wire.rollout import SignedGroup
+from sapo_async.wire.signing import rollout_hash as hash_body
 
 __all__ = [
     "Delivery",
@@ -35,6 +36,7 @@ __all__ = [
     "StartAt",
     "Subscription",
     "Transport",
+    "message_id",
     "rollouts_subject",
     "validate_token",
 ]
@@ -53,6 +55,12 @@ def validate_token(value: str, *, field: str) -> str:
             f"{field} {value!r} must be 1-64 characters of [A-Za-z0-9_-]", field=field
         )
     return value
+
+
+def message_id(signed: SignedGroup, rollout_hash: bytes | None = None) -> str:
+    """The message id of ``signed`` (its rollout hash, hex): the caller's hash when it
+    passes one (the publisher hashed the body to sign it), else the body hashed here."""
+    return (hash_body(signed.body) if rollout_hash is None else rollout_hash).hex()
 
 
 def rollouts_subject(swarm: str, family: str) -> str:
@@ -166,8 +174,24 @@ class Transport(Protocol):
     @property
     def swarm(self) -> str: ...
 
-    async def publish(self, signed: SignedGroup, *, family: str) -> PublishAck:
+    async def publish(
+        self,
+        signed: SignedGroup,
+        *,
+        family: str,
+        producer: str | None = None,
+        rollout_hash: bytes | None = None,
+    ) -> PublishAck:
         """Publish ``signed`` on its producer's leaf of ``family`` and wait for the ack.
+
+        Args:
+            signed: the envelope.
+            family: the group's task family.
+            producer: the group's producer, when the caller encoded the group (the
+                publisher): the subject is routed on it without decoding the body again.
+            rollout_hash: ``rollout_hash(signed.body)`` when the caller has it: the
+                message id, without hashing the body again. Both are derived from the
+                body when None (a test or a hostile peer publishing raw bytes).
 
         Raises:
             PublishError: the server did not acknowledge in time.

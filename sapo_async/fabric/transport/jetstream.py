@@ -23,7 +23,13 @@ import structlog
 from nats.aio.client import Client as NatsClient
 
 from sapo_async.errors import PublishError, PublishRefused, TransportError, TransportUnavailable
-from sapo_async.fabric.transport.base import PublishAck, StartAt, rollouts_subject, validate_token
+from sapo_async.fabric.transport.base import (
+    PublishAck,
+    StartAt,
+    message_id,
+    rollouts_subject,
+    validate_token,
+)
 from sapo_async.fabric.transport.embedded import NatsOptions, connect_nats, nats_endpoint
 from sapo_async.fabric.transport.jetstream_admin import (
     TRANSIENT,
@@ -38,7 +44,7 @@ from sapo_async.fabric.transport.jetstream_pull import JetStreamDelivery, JetStr
 from sapo_async.fabric.transport.shards import ShardSet, publish_subject, subject_matches
 from sapo_async.limits import PUBLISH_ACK_TIMEOUT_S
 from sapo_async.wire.rollout import SignedGroup
-from sapo_async.wire.signing import encode_signed, rollout_hash
+from sapo_async.wire.signing import encode_signed
 
 __all__ = [
     "JetStreamDelivery",
@@ -146,7 +152,14 @@ class JetStreamTransport:
                 fix=f"nats stream edit {self.stream} --subjects 'sapo.{self._swarm}.rollouts.>'",
             )
 
-    async def publish(self, signed: SignedGroup, *, family: str) -> PublishAck:
+    async def publish(
+        self,
+        signed: SignedGroup,
+        *,
+        family: str,
+        producer: str | None = None,
+        rollout_hash: bytes | None = None,
+    ) -> PublishAck:
         """See ``base.Transport.publish``.
 
         Raises:
@@ -156,11 +169,11 @@ class JetStreamTransport:
         """
         subject = rollouts_subject(self._swarm, family)
         if self._leaves:
-            subject = publish_subject(subject, family, signed.body)
+            subject = publish_subject(subject, family, signed.body, producer)
         if self._closed:
             raise TransportUnavailable("transport is closed")
         data = encode_signed(signed)
-        msg_id = rollout_hash(signed.body).hex()
+        msg_id = message_id(signed, rollout_hash)
         if len(data) > self.settings.max_msg_size:
             raise PublishRefused(
                 f"message of {len(data)} bytes exceeds max_msg_size {self.settings.max_msg_size}",

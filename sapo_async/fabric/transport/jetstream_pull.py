@@ -14,7 +14,7 @@ pending that we did not receive gets a fresh subscription bound to it.
 
 Repair never ends the subscription: a re-creation the server refuses (the stream is gone
 for a while, the account is at its consumer limit, the consumer was deleted again) is
-counted, logged and tried again with backoff (:func:`sapo_async.backoff.retry_delay`,
+counted, logged and tried again with jittered backoff (:data:`CONSUMER_REPAIR_BACKOFF`,
 ``CONSUMER_REPAIR_BASE_S`` doubling to ``CONSUMER_REPAIR_MAX_S``); meanwhile ``fetch``
 returns nothing after waiting, as on a quiet stream. Only closing ends it.
 
@@ -36,7 +36,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.client import JetStreamContext
 
-from sapo_async.backoff import retry_delay
+from sapo_async.backoff import Backoff
 from sapo_async.errors import TransportUnavailable
 from sapo_async.fabric.transport.jetstream_admin import TRANSIENT
 from sapo_async.limits import (
@@ -46,12 +46,19 @@ from sapo_async.limits import (
     CONSUMER_STALL_CHECKS,
     EPHEMERAL_DELETE_TIMEOUT_S,
     PUBLISH_ACK_TIMEOUT_S,
+    RETRY_JITTER,
 )
 
 __all__ = ["JetStreamDelivery", "JetStreamSubscription"]
 
 # A lazy proxy (no .bind() at import): it follows configure_logging() called later.
 _log = structlog.get_logger("jetstream", component="jetstream")
+
+CONSUMER_REPAIR_BACKOFF = Backoff(
+    CONSUMER_REPAIR_BASE_S, CONSUMER_REPAIR_MAX_S, jitter=RETRY_JITTER
+)
+"""When a refused consumer re-creation is tried again: a due time its next fetch checks (the
+repair is not a loop of its own, so it takes the schedule, not ``retry_async``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,9 +252,7 @@ class JetStreamSubscription:
                 self._config.opt_start_time = None
             await self.create()
         except (nats.js.errors.APIError, *TRANSIENT) as exc:
-            delay = retry_delay(
-                self._repair_attempt, base_s=CONSUMER_REPAIR_BASE_S, max_s=CONSUMER_REPAIR_MAX_S
-            )
+            delay = CONSUMER_REPAIR_BACKOFF.delay(self._repair_attempt)
             self._repair_attempt += 1
             self._repair_due = time.monotonic() + delay
             self.repair_failures += 1

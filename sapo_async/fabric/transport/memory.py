@@ -28,6 +28,7 @@ from sapo_async.errors import PublishRefused, TransportError, TransportUnavailab
 from sapo_async.fabric.transport.base import (
     PublishAck,
     StartAt,
+    message_id,
     rollouts_subject,
     validate_token,
 )
@@ -39,7 +40,7 @@ from sapo_async.fabric.transport.shards import (
 )
 from sapo_async.limits import DUPLICATE_WINDOW_S, MAX_GROUP_BYTES, STREAM_MAX_AGE_S
 from sapo_async.wire.rollout import SignedGroup
-from sapo_async.wire.signing import encode_signed, rollout_hash
+from sapo_async.wire.signing import encode_signed
 
 __all__ = ["MemoryBroker", "MemoryDelivery", "MemorySubscription", "MemoryTransport"]
 
@@ -241,14 +242,22 @@ class MemoryTransport:
         """The swarm this connection publishes to and reads from."""
         return self._swarm
 
-    async def publish(self, signed: SignedGroup, *, family: str) -> PublishAck:
+    async def publish(
+        self,
+        signed: SignedGroup,
+        *,
+        family: str,
+        producer: str | None = None,
+        rollout_hash: bytes | None = None,
+    ) -> PublishAck:
         """See ``base.Transport.publish``."""
-        subject = publish_subject(rollouts_subject(self._swarm, family), family, signed.body)
+        legacy = rollouts_subject(self._swarm, family)
+        subject = publish_subject(legacy, family, signed.body, producer)
         if self._closed:
             raise TransportUnavailable("transport is closed")
         await anyio.lowlevel.checkpoint()
         return self._broker.store(
-            self._swarm, subject, encode_signed(signed), rollout_hash(signed.body).hex()
+            self._swarm, subject, encode_signed(signed), message_id(signed, rollout_hash)
         )
 
     async def subscribe(

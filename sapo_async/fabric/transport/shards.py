@@ -78,11 +78,20 @@ def sharded_subject(swarm: str, family: str, producer: str) -> str:
     return f"sapo.{swarm}.rollouts.{family}." + ".".join(producer_leaf(family, producer))
 
 
-def publish_subject(legacy: str, family: str, body: bytes) -> str:
+def publish_subject(legacy: str, family: str, body: bytes, producer: str | None = None) -> str:
     """The subject a group body goes on: its producer's leaf below the ``legacy`` subject
     of ``family`` (the legacy subject itself for a body without a producer, which every
-    receiver rejects anyway)."""
-    producer = body_producer(body)
+    receiver rejects anyway).
+
+    Args:
+        legacy: the family's unsharded subject.
+        family: the task family.
+        body: the encoded group.
+        producer: the body's producer when the caller knows it (the publisher encoded the
+            group); read back out of ``body`` only when None (raw or hostile bytes).
+    """
+    if producer is None:
+        producer = body_producer(body)
     return legacy if producer is None else f"{legacy}." + ".".join(producer_leaf(family, producer))
 
 
