@@ -1,7 +1,7 @@
 """The attack experiment: k of n nodes attack, defences off and on, common random numbers.
 
 Harness, not product, as the paper table is (:mod:`sapo_async.experiment.paper_table`):
-the product's round (:class:`~sapo_async.node.rounds.RoundLoop`) under a lockstep scheduler
+the product's round under the lockstep harness (:mod:`sapo_async.experiment.lockstep`)
 over the in-memory transport, the tiny model, the ledger off. Nodes keep their keys,
 questions and sampling seeds across runs, so "defences off" and "on", and the attack and
 no-attack runs, differ only by the attack and the defences. The attackers are the last
@@ -53,28 +53,18 @@ async def _run_one(
     spec: AttackSpec, attack_name: str, defences: bool, seed: int, config: tuple[int, int]
 ) -> RunMeasure:
     import resource
-    from contextlib import AsyncExitStack
-
-    import anyio
-    from eth_account import Account
 
     from sapo_async.experiment.attack.base import AttackPublisher
-    from sapo_async.fabric.collector import Collector
-    from sapo_async.fabric.publisher import Publisher
-    from sapo_async.fabric.transport.base import StartAt
-    from sapo_async.fabric.transport.memory import MemoryBroker
-    from sapo_async.node.learner import build_learner
-    from sapo_async.node.rounds import RoundLoop
+    from sapo_async.experiment.lockstep import lockstep
+    from sapo_async.fabric.transport.base import Transport
     from sapo_async.node.spec import NodeSpec
+    from sapo_async.node.swarm import PublisherFactory
     from sapo_async.policy.grpo.trainer import TrainerConfig
-    from sapo_async.wire import keccak256
 
     t0 = time.perf_counter()
     local, external = config
-    swarm = f"attack-{seed}"
-    broker = MemoryBroker()
     common = NodeSpec.build(
-        swarm=swarm,
+        swarm=f"attack-{seed}",
         model="tiny",
         regime=spec.regime,
         seed=seed,
@@ -91,94 +81,93 @@ async def _run_one(
     attack = make_attack(attack_name, spec.max_new_tokens) if attack_name != "none" else None
     first_attacker = spec.nodes - (spec.attackers if attack is not None else 0)
     honest = list(range(first_attacker))
-    nodes: list[RoundLoop] = []
-    publishers: list[Any] = []
-    for i in range(spec.nodes):
-        account = Account.from_key(keccak256(f"sapo-attack:{seed}:{i}".encode()))
-        node_spec = common.replace(name=f"node{i}", node_index=i, account=account)
-        transport = broker.connect(swarm)
-        publisher: Any = Publisher(transport, account)
-        if attack is not None and i >= first_attacker:
-            publisher = AttackPublisher(transport, account, attack, seed * 1000 + i)
-        publishers.append(publisher)
-        nodes.append(
-            RoundLoop(
-                node_spec,
-                name=f"node{i}",
-                learner=build_learner(node_spec),
-                publisher=publisher,
-                collector=Collector(
-                    transport,
-                    own_address=account.address,
-                    start=StartAt.everything(),
-                    name=f"collector{i}",
-                ),
-                offload=False,
-            )
-        )
-    attackers = {nodes[i].address for i in range(first_attacker, spec.nodes)}
+
+    def publisher_of(i: int) -> PublisherFactory | None:
+        if attack is None or i < first_attacker:
+            return None
+
+        def attacker(transport: Transport, account: Any) -> Any:
+            return AttackPublisher(transport, account, attack, seed * 1000 + i)
+
+        return attacker
+
     m = RunMeasure(attack_name, defences, seed, f"{local}/{external}", honest)
-    m.rewards = [[] for _ in nodes]
-    async with AsyncExitStack() as stack:
-        for node in nodes:
-            await stack.enter_async_context(node.collector)
-        for _r in range(spec.rounds):
-            r0, c0 = time.perf_counter(), time.process_time()
-            attacker_s = attacker_cpu = 0.0
-            shared = []
-            for i, node in enumerate(nodes):
-                s0, sc = time.perf_counter(), time.process_time()
-                shared.append(await node.share_round())
-                if i >= first_attacker:
-                    attacker_s += time.perf_counter() - s0
-                    attacker_cpu += time.process_time() - sc
-            # Every message published so far, own ones included (they are received and
-            # skipped): the lockstep waits until each honest collector has seen them all.
-            total = sum(
-                p.sent if isinstance(p, AttackPublisher) else n.stats().published
-                for p, n in zip(publishers, nodes, strict=True)
-            )
-            for i in honest:
-                with anyio.fail_after(600):
-                    # Polls: the collector has a waiter for admissions, not for messages
-                    # seen, and a flood's messages are mostly refused.
-                    while nodes[i].collector.statistics().received < total:  # noqa: ASYNC110
-                        await anyio.sleep(0.002)
-            texts: list[tuple[str, str]] = []
-            lengths: list[int] = []
-            for i in honest:
-                for g in shared[i].generated:
-                    for c in g.result.completions:
-                        texts.append((c.text, g.item.answer))
-                        lengths.append(len(c.token_ids or ()))
-            for i, (node, s) in enumerate(zip(nodes, shared, strict=True)):
-                s0, sc = time.perf_counter(), time.process_time()
-                report = await node.train_round(s)
-                if i >= first_attacker:
-                    attacker_s += time.perf_counter() - s0
-                    attacker_cpu += time.process_time() - sc
-                    continue
-                m.rewards[i].append(report.reward_mean)
-                for producer, n in report.external_used.items():
-                    origin = "attacker" if producer in attackers else "honest"
-                    m.trained_external[origin] = m.trained_external.get(origin, 0) + n
-            for i in range(first_attacker, spec.nodes):
-                m.rewards[i].append(0.0)
-            m.round_s.append(time.process_time() - c0 - attacker_cpu)
-            m.round_wall_s.append(time.perf_counter() - r0 - attacker_s)
-            hits = sum(attack.carries_payload(t, a) for t, a in texts) if attack else 0
-            m.payload.append(hits / max(len(texts), 1))
-            m.length.append(sum(lengths) / max(len(lengths), 1))
-    for i in honest:
-        stats = nodes[i].collector.statistics()
-        m.received += stats.received
-        for reason, n in {**stats.rejected, **stats.dropped}.items():
-            m.dropped[reason] = m.dropped.get(reason, 0) + n
-        m.quarantined = max(m.quarantined, len(nodes[i].quarantine.active()))
-    m.honest_groups_judged, m.honest_groups_dropped = _honest_verdicts(nodes, honest)
+    m.rewards = [[] for _ in range(spec.nodes)]
+    async with lockstep(
+        common, spec.nodes, key_label=f"sapo-attack:{seed}", publisher_of=publisher_of
+    ) as swarm:
+        nodes = swarm.nodes
+        await _run_rounds(spec, swarm, m, attack, first_attacker)
+        for i in honest:
+            stats = nodes[i].collector.statistics()
+            m.received += stats.received
+            for reason, n in {**stats.rejected, **stats.dropped}.items():
+                m.dropped[reason] = m.dropped.get(reason, 0) + n
+            m.quarantined = max(m.quarantined, len(nodes[i].quarantine.active()))
+        m.honest_groups_judged, m.honest_groups_dropped = _honest_verdicts(nodes, honest)
     m.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     m.seconds = time.perf_counter() - t0
     return m
+
+
+async def _run_rounds(
+    spec: AttackSpec, swarm: Any, m: RunMeasure, attack: Any, first_attacker: int
+) -> None:
+    """The lockstep rounds, measured into ``m``."""
+    import anyio
+
+    from sapo_async.experiment.attack.base import AttackPublisher
+
+    nodes = swarm.nodes
+    honest = m.honest
+    attackers = {nodes[i].address for i in range(first_attacker, spec.nodes)}
+    for _r in range(spec.rounds):
+        r0, c0 = time.perf_counter(), time.process_time()
+        attacker_s = attacker_cpu = 0.0
+        shared = []
+        for i in range(len(nodes)):
+            s0, sc = time.perf_counter(), time.process_time()
+            shared.append(await swarm.share(i))
+            if i >= first_attacker:
+                attacker_s += time.perf_counter() - s0
+                attacker_cpu += time.process_time() - sc
+        # Every message published so far, own ones included (they are received and
+        # skipped): the lockstep waits until each honest collector has seen them all.
+        total = sum(
+            n.publisher.sent if isinstance(n.publisher, AttackPublisher) else n.stats().published
+            for n in nodes
+        )
+        for i in honest:
+            with anyio.fail_after(600):
+                # Polls: the collector has a waiter for admissions, not for messages
+                # seen, and a flood's messages are mostly refused.
+                while nodes[i].collector.statistics().received < total:  # noqa: ASYNC110
+                    await anyio.sleep(0.002)
+        texts: list[tuple[str, str]] = []
+        lengths: list[int] = []
+        for i in honest:
+            for g in shared[i].generated:
+                for c in g.result.completions:
+                    texts.append((c.text, g.item.answer))
+                    lengths.append(len(c.token_ids or ()))
+        for i, s in enumerate(shared):
+            s0, sc = time.perf_counter(), time.process_time()
+            report = await swarm.train(i, s)
+            if i >= first_attacker:
+                attacker_s += time.perf_counter() - s0
+                attacker_cpu += time.process_time() - sc
+                continue
+            m.rewards[i].append(report.reward_mean)
+            for producer, n in report.external_used.items():
+                origin = "attacker" if producer in attackers else "honest"
+                m.trained_external[origin] = m.trained_external.get(origin, 0) + n
+        for i in range(first_attacker, spec.nodes):
+            m.rewards[i].append(0.0)
+        m.round_s.append(time.process_time() - c0 - attacker_cpu)
+        m.round_wall_s.append(time.perf_counter() - r0 - attacker_s)
+        hits = sum(attack.carries_payload(t, a) for t, a in texts) if attack else 0
+        m.payload.append(hits / max(len(texts), 1))
+        m.length.append(sum(lengths) / max(len(lengths), 1))
 
 
 def _honest_verdicts(nodes: list[Any], honest: list[int]) -> tuple[int, int]:
