@@ -157,7 +157,7 @@ def train(
             recent.append(m.reward_mean)
             del recent[:-10]
             if log_file is not None:
-                log_file.write(json.dumps(m.as_dict(), sort_keys=True) + "\n")
+                log_file.write(json.dumps(_log_line(m), sort_keys=True) + "\n")
                 log_file.flush()
             done = m.round + 1
             if checkpoint_dir is not None and checkpoint_every and done % checkpoint_every == 0:
@@ -177,6 +177,13 @@ def train(
         log_file.close()
     if checkpoint_dir is not None:
         learner.save(checkpoint_dir)
+
+
+def _log_line(report: Any) -> dict[str, Any]:
+    """A round's JSONL line: the report's fields, its step metrics flat as ``step_<name>``."""
+    line = report.as_dict()
+    line.update({f"step_{k}": v for k, v in line.pop("step").items()})
+    return dict(line)
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

@@ -364,7 +364,7 @@ def test_grpo_rounds_raise_training_reward_on_a_fixed_seed(tiny_lm: Any) -> None
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
     assert last > first + 0.05, (first, last)
     assert last > 2 * first
-    assert node.policy_version == sum(not m.step.skipped for m in metrics)
+    assert node.policy_version == sum(not m.step["skipped"] for m in metrics)
 
 
 def test_cli_train_writes_a_jsonl_line_per_round_and_a_checkpoint(
