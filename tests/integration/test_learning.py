@@ -439,3 +439,17 @@ def test_both_generators_satisfy_the_generation_port(tiny_lm: Any) -> None:
     assert isinstance(real, Generator)
     assert isinstance(FakeGenerator(lambda p, i, s: ""), Generator)
     assert real.tokenizer_id == tokenizer_id(tiny_lm.tokenizer)
+
+
+def test_a_lone_node_runs_rounds_from_its_round_and_the_counter_refuses_a_negative_round(
+    tiny_lm: Any,
+) -> None:
+    node = _node(tiny_lm)
+    node.set_round(5)
+    reports = run_alone(node, 2)
+    assert [r.round for r in reports] == [5, 6]
+    assert node.round == 7
+    assert all(r.external_total == 0 and r.groups_shared == r.local_used for r in reports)
+    assert all(r.generated_tokens > 0 for r in reports)
+    with pytest.raises(ValueError, match="round must be >= 0"):
+        node.set_round(-1)
