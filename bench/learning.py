@@ -47,7 +47,8 @@ import torch
 from results_path import results_path  # bench/ is on sys.path
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from sapo_async.node.learner import Learner, LearnerSettings, run_rounds
+from sapo_async.node.alone import run_alone
+from sapo_async.node.learner import Learner, LearnerSettings
 from sapo_async.policy.generation.sampling import sample_batch
 from sapo_async.policy.grpo import TrainerConfig
 from sapo_async.policy.models import load_tiny_model, read_report, tiny_model_dir, tiny_spec
@@ -69,14 +70,14 @@ def bench_tiny(regime: str, rounds: int, quick: bool, cache: Path | None) -> dic
         LearnerSettings(trainer=TrainerConfig(lr=3e-5)),
         model_id=lm.model_id,
     )
-    run_rounds(node, 3)  # warm-up: allocator, first-call overheads
-    metrics = run_rounds(node, rounds)
+    run_alone(node, 3)  # warm-up: allocator, first-call overheads
+    metrics = run_alone(node, rounds)
     gen = [m.generate_s for m in metrics]
     score = [m.score_s for m in metrics]
     train = [m.train_s for m in metrics]
     toks = [m.generated_tokens for m in metrics]
     total = [g + s + t for g, s, t in zip(gen, score, train, strict=True)]
-    rewards = [m.local_reward_mean for m in metrics]
+    rewards = [m.reward_mean for m in metrics]
     k = max(1, len(rewards) // 5)
     return {
         "regime": regime,
@@ -100,7 +101,7 @@ def bench_tiny(regime: str, rounds: int, quick: bool, cache: Path | None) -> dic
         "generated_tokens_per_round": statistics.mean(toks),
         "generated_tokens_per_s": sum(toks) / sum(gen),
         "informative_groups_per_round": statistics.mean(m.informative_local for m in metrics),
-        "steps_skipped": sum(m.step.skipped for m in metrics),
+        "steps_skipped": sum(bool(m.step["skipped"]) for m in metrics),
         "reward_first_fifth": statistics.mean(rewards[:k]),
         "reward_last_fifth": statistics.mean(rewards[-k:]),
     }

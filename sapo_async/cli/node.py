@@ -97,14 +97,14 @@ async def _stop_on_signal(running: Node, scope: Any) -> None:
         async for signum in signals:
             typer.echo(
                 f"received {signal.Signals(signum).name}: finishing the round "
-                f"(at most {running.drain_timeout_s:.0f} s), then checkpointing",
+                f"(at most {running.spec.drain_timeout_s:.0f} s), then checkpointing",
                 err=True,
             )
             running.request_stop()
-            with anyio.move_on_after(running.drain_timeout_s) as deadline:
-                await running.wait_rounds_done()
+            with anyio.move_on_after(running.spec.drain_timeout_s) as deadline:
+                await running.round_loop.wait_done()
             if deadline.cancelled_caught:
-                running.abandon_round()
+                running.round_loop.abandon_round()
             return
 
 

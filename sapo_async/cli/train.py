@@ -1,8 +1,9 @@
 """``sapo-async train`` (one node alone, J = 0) and ``sapo-async warmstart``.
 
-Owns only argument parsing, progress display and the JSONL log; the work is in
-:mod:`sapo_async.node.learner`, :mod:`sapo_async.policy.models` and
-:mod:`sapo_async.node.checkpoint`.
+Owns only argument parsing, progress display and the JSONL log (one
+:class:`~sapo_async.node.report.RoundReport` a line); the work is in
+:mod:`sapo_async.node.alone` (the lone node on the in-memory fabric),
+:mod:`sapo_async.policy.models` and :mod:`sapo_async.node.checkpoint`.
 Heavy imports happen inside the commands so ``--help`` stays fast.
 """
 
@@ -103,13 +104,9 @@ def train(
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from sapo_async.errors import ConfigError
-    from sapo_async.node.learner import (
-        Learner,
-        LearnerSettings,
-        RoundMetrics,
-        check_fits_context,
-        run_rounds,
-    )
+    from sapo_async.node.alone import run_alone
+    from sapo_async.node.learner import Learner, LearnerSettings, check_fits_context
+    from sapo_async.node.report import RoundReport
     from sapo_async.policy.grpo import TrainerConfig
     from sapo_async.policy.models import load_model, load_tiny_model, tiny_spec
     from sapo_async.tasks import TaskSource, preset
@@ -154,11 +151,11 @@ def train(
     ) as progress:
         bar = progress.add_task("", total=rounds)
 
-        def on_round(m: RoundMetrics) -> None:
-            recent.append(m.local_reward_mean)
+        def on_round(m: RoundReport) -> None:
+            recent.append(m.reward_mean)
             del recent[:-10]
             if log_file is not None:
-                log_file.write(json.dumps(m.as_dict(), sort_keys=True) + "\n")
+                log_file.write(json.dumps(_log_line(m), sort_keys=True) + "\n")
                 log_file.flush()
             done = m.round + 1
             if checkpoint_dir is not None and checkpoint_every and done % checkpoint_every == 0:
@@ -169,15 +166,22 @@ def train(
                 description=(
                     f"reward(10) {sum(recent) / len(recent):.3f}  informative "
                     f"{m.informative_local}/{questions_per_round}  "
-                    f"{(m.generate_s + m.score_s + m.train_s) * 1000:.0f} ms/round"
+                    f"{m.round_s * 1000:.0f} ms/round"
                 ),
             )
 
-        run_rounds(learner, rounds, on_round=on_round)
+        run_alone(learner, rounds, on_round=on_round)
     if log_file is not None:
         log_file.close()
     if checkpoint_dir is not None:
         learner.save(checkpoint_dir)
+
+
+def _log_line(report: Any) -> dict[str, Any]:
+    """A round's JSONL line: the report's fields, its step metrics flat as ``step_<name>``."""
+    line = report.as_dict()
+    line.update({f"step_{k}": v for k, v in line.pop("step").items()})
+    return dict(line)
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

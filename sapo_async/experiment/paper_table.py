@@ -6,13 +6,12 @@ the same sampling seeds (keyed by seed, node and round), so configurations diffe
 through what the nodes train on.
 
 Harness, not product: to make configurations comparable, the experiment runs the product's
-round (:class:`~sapo_async.node.rounds.RoundLoop`: the same generate, sign, publish, verify,
-re-derive, score, sample and train path) under a lockstep scheduler over the in-memory transport:
-every node shares round r, the scheduler waits until every collector has admitted the
-round's groups, then every node trains. In the product no node waits for another; here the
-lockstep only removes timing noise from the comparison. External groups are drawn from the
-latest round only (``max_staleness_rounds=0``), as in the paper and GenRL. The ledger is off
-(it does not change learning).
+round under the lockstep harness (:mod:`.lockstep`: nodes assembled as every node is, over
+the in-memory transport): every node shares round r, the harness waits until every
+collector has admitted the round's groups, then every node trains. In the product no node
+waits for another; here the lockstep only removes timing noise from the comparison.
+External groups are drawn from the latest round only (``max_staleness_rounds=0``), as in
+the paper and GenRL. The ledger is off (it does not change learning).
 
 Each (configuration, seed) runs in its own process (two at a time on two cores, one torch
 thread each).
@@ -134,27 +133,15 @@ def run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -> RunRe
 
 
 async def _run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -> RunResult:
-    from contextlib import AsyncExitStack
-
-    from eth_account import Account
-
-    from sapo_async.fabric.publisher import Publisher
-    from sapo_async.fabric.transport.base import StartAt
-    from sapo_async.fabric.transport.memory import MemoryBroker
-    from sapo_async.node.admission import NodeDefences, build_collector
-    from sapo_async.node.learner import build_learner
-    from sapo_async.node.rounds import RoundLoop
+    from sapo_async.experiment.lockstep import lockstep
     from sapo_async.node.spec import NodeSpec
     from sapo_async.policy.grpo.trainer import TrainerConfig
     from sapo_async.policy.models import load_tiny_model, tiny_spec
-    from sapo_async.wire import keccak256
 
     t0 = time.perf_counter()
-    swarm = f"paper-{spec.regime}-{seed}"
-    broker = MemoryBroker()
     mix = spec.tasks != "cpu"  # the regime's own model is warm-started on "cpu"
     common = NodeSpec.build(
-        swarm=swarm,
+        swarm=f"paper-{spec.regime}-{seed}",
         model="tiny",
         tasks=spec.tasks,
         regime=spec.regime,
@@ -168,54 +155,31 @@ async def _run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -
         max_staleness_rounds=0,
         ledger_enabled=False,
     )
-    nodes: list[RoundLoop] = []
-    for i in range(spec.nodes):
-        # Keys from (seed, node) so hashes, hence the canonical candidate order, repeat.
-        account = Account.from_key(keccak256(f"sapo-paper-table:{seed}:{i}".encode()))
-        node_spec = common.replace(name=f"node{i}", node_index=i, account=account)
-        if mix:
-            node_spec = node_spec.replace(
-                model=load_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))
-            )
-        transport = broker.connect(swarm)
-        learner = build_learner(node_spec)
-        node_defences = NodeDefences.build(node_spec, learner.tasks.families)
-        nodes.append(
-            RoundLoop(
-                node_spec,
-                name=f"node{i}",
-                learner=learner,
-                publisher=Publisher(transport, account),
-                collector=build_collector(
-                    node_spec,
-                    transport,
-                    node_defences,
-                    own_address=account.address,
-                    start=StartAt.everything(),
-                    name=f"collector{i}",
-                ),
-                defences=node_defences,
-                offload=False,
-            )
-        )
-    rewards: list[list[float]] = [[] for _ in nodes]
+
+    def own_model(_: int, node_spec: NodeSpec) -> NodeSpec:
+        if not mix:
+            return node_spec
+        return node_spec.replace(model=load_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks)))
+
+    rewards: list[list[float]] = [[] for _ in range(spec.nodes)]
     used = 0
-    async with AsyncExitStack() as stack:
-        for node in nodes:
-            await stack.enter_async_context(node.collector)
+    rejected: dict[str, int] = {}
+    # Keys from (seed, node) so hashes, hence the canonical candidate order, repeat.
+    async with lockstep(
+        common, spec.nodes, key_label=f"sapo-paper-table:{seed}", spec_of=own_model
+    ) as swarm:
         for r in range(spec.rounds):
-            shared = [await node.share_round() for node in nodes]
+            shared = [await swarm.share(i) for i in range(spec.nodes)]
             expected = (spec.nodes - 1) * spec.questions_per_round * (r + 1)
-            for node in nodes:
+            for node in swarm.nodes:
                 await node.collector.wait_accepted(expected, timeout=60)
-            for i, (node, s) in enumerate(zip(nodes, shared, strict=True)):
-                report = await node.train_round(s)
+            for i, s in enumerate(shared):
+                report = await swarm.train(i, s)
                 rewards[i].append(report.reward_mean)
                 used += report.external_total
-    rejected: dict[str, int] = {}
-    for node in nodes:
-        for reason, n in node.collector.statistics().rejected.items():
-            rejected[reason] = rejected.get(reason, 0) + n
+        for node in swarm.nodes:
+            for reason, n in node.collector.statistics().rejected.items():
+                rejected[reason] = rejected.get(reason, 0) + n
     return RunResult(f"{local}/{external}", seed, rewards, used, time.perf_counter() - t0, rejected)
 
 

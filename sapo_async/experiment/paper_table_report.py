@@ -5,7 +5,7 @@ Writes ``<regime>.json`` (the lockstep keys ``spec``, ``seconds``, ``paper_cumul
 ``families``, ``family_ratio_to_baseline``, ``staleness``, ``pace`` and ``filters``),
 ``<regime>.md`` (tables), ``<regime>.png`` (per-node traces, first seed) and one
 ``family-<name>.png`` per task family (swarm mean reward per round, mean over seeds, one
-line per arm). Pure functions over :class:`~sapo_async.experiment.paper_table_async.AsyncRun`
+line per arm). Pure functions over :class:`~sapo_async.experiment.paper_table_async_spec.AsyncRun`
 results; nothing here runs a model.
 """
 
@@ -29,7 +29,7 @@ from sapo_async.experiment.report import (
 )
 
 if TYPE_CHECKING:
-    from sapo_async.experiment.paper_table_async import AsyncRun, AsyncSpec
+    from sapo_async.experiment.paper_table_async_spec import AsyncRun, AsyncSpec
 
 __all__ = ["family_means", "pace", "write_async_outputs"]
 

@@ -1,11 +1,17 @@
 """One node's learner: its model, tasks, generator, verifier and GRPO trainer together.
 
 Owns :class:`Learner` (generate this node's groups of a round, score any group, take a
-GRPO step on a chosen list, checkpoint and restore), its :class:`LearnerSettings`, the
-lone-node loop :func:`run_rounds` that ``sapo-async train`` runs (J = 0), and
+GRPO step on a chosen list, checkpoint and restore), its :class:`LearnerSettings`, and
 :func:`build_learner`, which loads a learner as a :class:`~sapo_async.node.spec.NodeSpec`
-asks. The swarm's round (:mod:`.rounds`) reuses the learner's pieces with external groups
-mixed into :meth:`Learner.train`. The group-level pieces are pure (:mod:`.groups`).
+asks. Rounds are run by the round loop (:mod:`.rounds`), a lone node's too
+(``sapo-async train``: :mod:`.alone`). The group-level pieces are pure (:mod:`.groups`).
+
+The round counter (:attr:`Learner.round`, the next round to run) is kept here because it
+is checkpointed with the weights, and moved through one setter, :meth:`Learner.set_round`,
+by exactly two callers: the round loop after a round trains
+(:meth:`~sapo_async.node.rounds.RoundLoop.train_round`) and the assembly that resumes a
+node past its journal (:func:`~sapo_async.node.swarm.assemble`); :meth:`Learner.restore`
+sets it from the checkpoint it loads.
 
 Deliberately does not know about NATS, signing or the ledger.
 """
@@ -13,13 +19,10 @@ Deliberately does not know about NATS, signing or the ledger.
 from __future__ import annotations
 
 import copy
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import anyio
 
 from sapo_async.errors import ConfigError
 from sapo_async.node.checkpoint import CheckpointState, load_checkpoint, save_checkpoint
@@ -29,7 +32,6 @@ from sapo_async.node.groups import (
     round_seed,
     score_generated,
     score_rollout_group,
-    to_rollout_group,
 )
 from sapo_async.node.spec import NodeSpec, TrainingSpec
 from sapo_async.policy.generation.base import Generator
@@ -39,7 +41,7 @@ from sapo_async.tasks import PromptStyle, TaskItem, TaskSource, Verifier
 from sapo_async.tasks.spec import preset
 from sapo_async.wire import RolloutGroup, SamplingParams
 
-__all__ = ["Learner", "LearnerSettings", "RoundMetrics", "build_learner", "run_rounds"]
+__all__ = ["Learner", "LearnerSettings", "build_learner"]
 
 
 _ROUND = TrainingSpec()  # the one source of the round's defaults
@@ -112,35 +114,6 @@ class LearnerSettings:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class RoundMetrics:
-    """One round of a node.
-
-    Attributes:
-        round: the round index.
-        generate_s / score_s / train_s: wall time of each phase.
-        generated_tokens: completion tokens sampled this round.
-        local_reward_mean: mean reward of this round's own completions.
-        informative_local: own groups whose rewards differ.
-        step: the trainer's metrics.
-    """
-
-    round: int
-    generate_s: float
-    score_s: float
-    train_s: float
-    generated_tokens: int
-    local_reward_mean: float
-    informative_local: int
-    step: StepMetrics
-
-    def as_dict(self) -> dict[str, Any]:
-        """Flat JSON-ready dict (step metrics prefixed ``step_``)."""
-        d = {k: v for k, v in asdict(self).items() if k != "step"}
-        d.update({f"step_{k}": v for k, v in asdict(self.step).items() if k != "extra"})
-        return d
-
-
 class Learner:
     """One node's model and what it does with it: generate, score and train.
 
@@ -185,8 +158,23 @@ class Learner:
             add_special_tokens=not self.settings.chat_template,
         )
         self.verifier = Verifier(format_reward=self.settings.format_reward)
-        self.round = 0
+        self._round = 0
         self._chat = tokenizer if self.settings.chat_template else None
+
+    @property
+    def round(self) -> int:
+        """The next round this learner runs (see the module docstring: who moves it)."""
+        return self._round
+
+    def set_round(self, round_: int) -> None:
+        """Move the round counter (the one setter; see the module docstring).
+
+        Raises:
+            ValueError: a negative round.
+        """
+        if round_ < 0:
+            raise ValueError(f"round must be >= 0, got {round_}")
+        self._round = round_
 
     @property
     def tokenizer_id(self) -> str:
@@ -241,23 +229,6 @@ class Learner:
             item=item,
         )
 
-    def to_rollout_groups(
-        self, groups: Sequence[GeneratedGroup], *, swarm: str, producer: str
-    ) -> list[RolloutGroup]:
-        """Wire forms of this round's groups (round and policy version stamped)."""
-        return [
-            to_rollout_group(
-                g,
-                swarm=swarm,
-                producer=producer,
-                producer_round=self.round,
-                policy_version=self.policy_version,
-                model_id=self.model_id,
-                tokenizer_id=self.tokenizer_id,
-            )
-            for g in groups
-        ]
-
     def train(self, groups: Sequence[ScoredGroup]) -> StepMetrics:
         """One GRPO step on a chosen list of scored groups (local and external).
 
@@ -265,42 +236,6 @@ class Learner:
             TrainingError: non-finite loss or gradient.
         """
         return self.trainer.step(groups)
-
-    async def run_round(
-        self, external: Sequence[ScoredGroup] = (), *, advance: bool = True
-    ) -> RoundMetrics:
-        """Generate, score and train on this round's own groups plus ``external``.
-
-        Args:
-            external: already scored external groups to train on too (J of them).
-            advance: move to the next round afterwards.
-
-        Raises:
-            GenerationError, TrainingError: from the generator or the trainer.
-        """
-        t0 = time.perf_counter()
-        generated = await self.generate()
-        t1 = time.perf_counter()
-        local = self.score_local(generated)
-        t2 = time.perf_counter()
-        step = self.train([*local, *external])
-        t3 = time.perf_counter()
-        rewards = [c.reward for g in local for c in g.completions]
-        metrics = RoundMetrics(
-            round=self.round,
-            generate_s=t1 - t0,
-            score_s=t2 - t1,
-            train_s=t3 - t2,
-            generated_tokens=sum(
-                len(c.token_ids or ()) for g in generated for c in g.result.completions
-            ),
-            local_reward_mean=sum(rewards) / max(len(rewards), 1),
-            informative_local=sum(g.informative for g in local),
-            step=step,
-        )
-        if advance:
-            self.round += 1
-        return metrics
 
     def save(self, directory: Path) -> Path:
         """Checkpoint model, optimizer, round and RNG states (see :mod:`.checkpoint`).
@@ -326,38 +261,9 @@ class Learner:
             CheckpointError: no usable checkpoint, or an incompatible one.
         """
         state = load_checkpoint(directory, model=self.model, optimizer=self.trainer.optimizer)
-        self.round = state.round
+        self.set_round(state.round)
         self.trainer.policy_version = state.policy_version
         return state
-
-
-def run_rounds(
-    learner: Learner,
-    rounds: int,
-    *,
-    on_round: Callable[[RoundMetrics], None] | None = None,
-) -> list[RoundMetrics]:
-    """Run ``rounds`` rounds of a lone learner (J = 0) from its current round.
-
-    Args:
-        learner: the learner.
-        rounds: how many rounds.
-        on_round: called after each round (progress display, JSONL log, checkpoints).
-
-    Returns:
-        The per-round metrics.
-    """
-
-    async def _run() -> list[RoundMetrics]:
-        out: list[RoundMetrics] = []
-        for _ in range(rounds):
-            m = await learner.run_round()
-            out.append(m)
-            if on_round is not None:
-                on_round(m)
-        return out
-
-    return anyio.run(_run)
 
 
 def model_context(model: Any) -> int | None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -33,15 +32,12 @@ from anyio.abc import TaskStatus
 from sapo_async.actors import Actor, ActorState
 from sapo_async.errors import ActorError, SapoError
 from sapo_async.fabric.collector import Collector
-from sapo_async.fabric.publisher import Publisher
 from sapo_async.ledger.recorder import Recorder
 from sapo_async.limits import NODE_TEARDOWN_TIMEOUT_S
 from sapo_async.logs import get_logger
-from sapo_async.node.admission import NodeDefences
 from sapo_async.node.learner import Learner
 from sapo_async.node.report import NodeStats, RoundReport
 from sapo_async.node.rounds import RoundLoop
-from sapo_async.node.spec import NodeSpec
 
 __all__ = ["Node", "default_name"]
 
@@ -55,49 +51,29 @@ class Node(Actor[None]):
     """A running SAPO node (an async context manager; see the module docstring).
 
     Args:
-        spec: what the node is (its round, checkpoints, drain deadline, name, swarm).
-        learner: the node's model, tasks, generator, verifier and trainer.
-        publisher: signs and publishes the node's groups (its key is the node identity).
-        collector: admits other nodes' groups (not yet started; the node runs it).
-        recorder: journals round commitments for the ledger (None: no ledger).
-        defences: the defences the collector was built with
-            (:func:`~sapo_async.node.admission.build_collector`), shared with the round.
+        round_loop: the node's round loop over its pieces (built by
+            :func:`~sapo_async.node.swarm.assemble`); its collector is not yet started
+            (the node runs it).
 
-    Raises:
-        ConfigError: sleep mode with a generator that cannot sleep.
+    The round loop is public (:attr:`round_loop`: pause, resume, abandon the round,
+    checkpoint, the publisher); the node itself offers only what a caller of
+    :meth:`~sapo_async.node.swarm.Swarm.join` reads: who it is, its pieces, its reports.
     """
 
-    def __init__(
-        self,
-        spec: NodeSpec,
-        *,
-        learner: Learner,
-        publisher: Publisher,
-        collector: Collector,
-        recorder: Recorder | None = None,
-        defences: NodeDefences | None = None,
-    ) -> None:
-        name = spec.name or default_name(publisher.address)
+    def __init__(self, round_loop: RoundLoop) -> None:
+        spec = round_loop.spec
         super().__init__(
-            name,
+            round_loop.name,
             mailbox_size=0,
             drain_timeout=spec.drain_timeout_s,
             teardown_timeout=NODE_TEARDOWN_TIMEOUT_S,
         )
         self.spec = spec
-        self.round_loop = RoundLoop(
-            spec,
-            name=name,
-            learner=learner,
-            publisher=publisher,
-            collector=collector,
-            recorder=recorder,
-            defences=defences,
-        )
+        self.round_loop = round_loop
         self._cleanups = AsyncExitStack()
         self._release_recorder = anyio.Event()
         self._recorder_closed = anyio.Event()
-        self._log = get_logger("node", node=self.address, node_name=name)
+        self._log = get_logger("node", node=self.address, node_name=round_loop.name)
 
     # --- what the node is ----------------------------------------------------------------
 
@@ -110,11 +86,6 @@ class Node(Actor[None]):
     def learner(self) -> Learner:
         """The node's model, tasks, generator, verifier and trainer."""
         return self.round_loop.learner
-
-    @property
-    def publisher(self) -> Publisher:
-        """Signs and publishes the node's groups."""
-        return self.round_loop.publisher
 
     @property
     def collector(self) -> Collector:
@@ -130,11 +101,6 @@ class Node(Actor[None]):
     def round(self) -> int:
         """The next round this node will run."""
         return self.learner.round
-
-    @property
-    def drain_timeout_s(self) -> float:
-        """How long leaving lets the round in progress finish."""
-        return self.spec.drain_timeout_s
 
     @property
     def reports(self) -> list[RoundReport]:
@@ -164,36 +130,10 @@ class Node(Actor[None]):
         """
         await self.round_loop.history.wait_count(count, timeout=timeout)
 
-    # --- steering the rounds -------------------------------------------------------------
-
-    def pause(self) -> None:
-        """Stop starting new rounds (the others keep going; nobody waits for this node)."""
-        self.round_loop.pause()
-
-    def resume(self) -> None:
-        """Start rounds again after :meth:`pause`."""
-        self.round_loop.resume()
-
     def request_stop(self) -> None:
         """Ask the round loop to stop after the round in progress (non-blocking; safe from
         any task, e.g. a signal handler). :meth:`leave` still has to run."""
         self.round_loop.request_stop()
-
-    def abandon_round(self) -> None:
-        """Cancel the round in progress now (after a drain deadline passed)."""
-        self.round_loop.abandon_round()
-
-    async def wait_rounds_done(self) -> None:
-        """Wait until the round loop has ended (the node itself runs until :meth:`leave`)."""
-        await self.round_loop.wait_done()
-
-    async def save_checkpoint(self) -> Path | None:
-        """Checkpoint now (see :meth:`RoundLoop.save_checkpoint`).
-
-        Raises:
-            CheckpointError: the write failed.
-        """
-        return await self.round_loop.save_checkpoint()
 
     # --- life cycle ----------------------------------------------------------------------
 

@@ -64,6 +64,7 @@ class RoundReport:
         reward_by_family: ``{family: [sum, count]}`` of the rewards of this round's own
             completions, per task family.
         quarantined: producers this node refuses now (docs/security.md, quarantine).
+        generated_tokens: completion tokens the node sampled this round.
     """
 
     node: str
@@ -91,6 +92,7 @@ class RoundReport:
     external_staleness: list[int] = field(default_factory=list)
     reward_by_family: dict[str, list[float]] = field(default_factory=dict)
     quarantined: tuple[str, ...] = ()
+    generated_tokens: int = 0
 
     @property
     def external_total(self) -> int:

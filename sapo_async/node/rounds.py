@@ -21,14 +21,13 @@ what it trains on. Staleness has one owner, the collector: it refuses and evicts
 older than ``max_age_s`` or more than ``max_staleness_rounds`` behind the newest round it
 admitted from their producer (:func:`~sapo_async.node.admission.build_collector`).
 
-Overlap of generation and training (``training.overlap``, off by default):
-round r+1 is generated while round r trains, from the weights before round r's step (one
-policy version behind). It needs a generator with weights of its own, synced after both
-halves finish. A pre-generated round of a node that stops between the halves was shared
-but is never trained on nor committed.
+With ``training.overlap`` round r+1 is generated while round r trains, from the pre-step
+weights (one policy version behind; a generator with weights of its own, synced after both
+halves). A pre-generated round of a node that stops between the halves is never trained on.
 
-Deliberately does not know how its pieces are built (:mod:`.swarm`) nor started and stopped
-(:class:`~sapo_async.node.lifecycle.Node`); experiments drive ``share_round``/``train_round``.
+Deliberately does not know how its pieces are built (:func:`~sapo_async.node.swarm.assemble`)
+nor started and stopped (:class:`~sapo_async.node.lifecycle.Node`); the lockstep harness
+(:mod:`sapo_async.experiment.lockstep`) drives ``share_round``/``train_round`` itself.
 """
 
 from __future__ import annotations
@@ -437,7 +436,7 @@ class RoundLoop:
         t2 = time.perf_counter()
         used: Counter[str] = Counter(c.producer for c in chosen)
         self._used.update(used)
-        self.learner.round = shared.round + 1
+        self.learner.set_round(shared.round + 1)
         if self.recorder is not None:
             # Checkpoint before the commitment: a node killed at any point then resumes at
             # or after every round it committed, with the weights it trained, so it never
@@ -447,6 +446,7 @@ class RoundLoop:
         pending, confirmed = await self._commit(shared, chosen)
         received, rejections = self._collected()
         rewards = [c.reward for g in shared.local for c in g.completions]
+        completions = [c for g in shared.generated for c in g.result.completions]
         staleness = [choice.newest[c.producer] - c.buffered.group.producer_round for c in chosen]
         report = RoundReport(
             node=self.address,
@@ -474,6 +474,7 @@ class RoundLoop:
             external_staleness=staleness,
             reward_by_family=rewards_by_family(shared.local),
             quarantined=tuple(self.quarantine.active()),
+            generated_tokens=sum(len(c.token_ids or ()) for c in completions),
         )
         self.history.add(report)
         self._log.info(

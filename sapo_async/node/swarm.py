@@ -29,7 +29,8 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
 from sapo_async.backoff import NATS_JOIN_BACKOFF, retry_async
-from sapo_async.errors import TransportUnavailable
+from sapo_async.errors import ConfigError, TransportUnavailable
+from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.publisher import Publisher
 from sapo_async.fabric.transport.base import StartAt, Transport
 from sapo_async.ledger.journal import Journal
@@ -40,9 +41,10 @@ from sapo_async.node.checkpoint import has_checkpoint
 from sapo_async.node.embedded import EMBEDDED
 from sapo_async.node.learner import Learner, build_learner
 from sapo_async.node.lifecycle import Node, default_name
+from sapo_async.node.rounds import RoundLoop
 from sapo_async.node.spec import MAX_NODE_INDEX, FabricSpec, NodeSpec
 
-__all__ = ["Swarm", "node_index_for"]
+__all__ = ["NodeParts", "Swarm", "assemble", "complete_spec", "node_index_for"]
 
 _log = get_logger("swarm")
 
@@ -117,37 +119,11 @@ class Swarm:
             ConfigError: an invalid setting.
             TransportUnavailable: NATS stayed unreachable for ``fabric.connect_timeout_s``.
         """
-        account: LocalAccount = spec.account or Account.create()
-        index = spec.node_index
-        spec = dataclasses.replace(
-            spec,
-            account=account,
-            name=spec.name or default_name(account.address),
-            node_index=node_index_for(account.address) if index is None else index,
-        )
-        learner = await anyio.to_thread.run_sync(lambda: build_learner(spec, offload=True))
-        await _prepare_learner(spec, learner, account.address)
+        spec = complete_spec(spec)
         cleanups: list[Cleanup] = []
         try:
-            transport = spec.fabric.transport or await _connect(spec, cleanups)
-            defences = NodeDefences.build(spec, learner.tasks.families)
-            collector = build_collector(
-                spec,
-                transport,
-                defences,
-                own_address=account.address,
-                families=sorted({f.family for f in learner.tasks.families}) or None,
-                start=_start_at(spec.fabric),
-            )
-            recorder = await _make_recorder(spec, account, learner, cleanups)
-            node = Node(
-                spec,
-                learner=learner,
-                publisher=Publisher(transport, account),
-                collector=collector,
-                recorder=recorder,
-                defences=defences,
-            )
+            parts = await assemble(spec, cleanups)
+            node = Node(parts.round_loop(offload=True))
             # The node's cleanup stack unwinds last-in first-out: journal, ledger, transport,
             # then the embedded server.
             for cleanup in cleanups:
@@ -160,6 +136,98 @@ class Swarm:
                     await cleanup()
             raise
         return node
+
+
+PublisherFactory = Callable[[Transport, LocalAccount], Publisher]
+"""Builds a node's publisher from its transport and key (an experiment's attacker swaps it)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeParts:
+    """A node's pieces, as :func:`assemble` builds them from its (completed) spec."""
+
+    spec: NodeSpec
+    learner: Learner
+    transport: Transport
+    publisher: Publisher
+    collector: Collector
+    recorder: Recorder | None
+    defences: NodeDefences
+
+    def round_loop(self, *, offload: bool) -> RoundLoop:
+        """The node's round loop over these parts (``offload``: worker threads)."""
+        return RoundLoop(
+            self.spec,
+            name=str(self.spec.name),
+            learner=self.learner,
+            publisher=self.publisher,
+            collector=self.collector,
+            recorder=self.recorder,
+            defences=self.defences,
+            offload=offload,
+        )
+
+
+def complete_spec(spec: NodeSpec) -> NodeSpec:
+    """``spec`` with its key (a new one if none), name and task slot filled in."""
+    account: LocalAccount = spec.account or Account.create()
+    index = spec.node_index
+    return dataclasses.replace(
+        spec,
+        account=account,
+        name=spec.name or default_name(account.address),
+        node_index=node_index_for(account.address) if index is None else index,
+    )
+
+
+async def assemble(
+    spec: NodeSpec,
+    cleanups: list[Cleanup],
+    *,
+    learner: Learner | None = None,
+    publisher: PublisherFactory = Publisher,
+    offload: bool = True,
+) -> NodeParts:
+    """Build a node's pieces from ``spec``: the one way a node is assembled.
+
+    :meth:`Swarm.start`, the experiments' lockstep harness
+    (:mod:`sapo_async.experiment.lockstep`) and the lone node of ``sapo-async train``
+    (:mod:`.alone`) all come here. The transport is ``spec.fabric.transport`` when given (the
+    in-memory broker), else NATS; the recorder is None without a ledger.
+
+    Args:
+        spec: a completed spec (:func:`complete_spec`).
+        cleanups: where what must close when the node leaves is appended (in order).
+        learner: a learner built already (default: :func:`build_learner` from ``spec``).
+        publisher: builds the publisher (default :class:`Publisher`).
+        offload: the learner's generation runs in a worker thread.
+
+    Raises:
+        ConfigError: an invalid setting.
+        TransportUnavailable: NATS stayed unreachable for ``fabric.connect_timeout_s``.
+    """
+    account = spec.account
+    if account is None or spec.name is None:
+        raise ConfigError("assemble() takes a completed spec (complete_spec)", field="account")
+    if learner is None:
+        learner = await anyio.to_thread.run_sync(lambda: build_learner(spec, offload=offload))
+        await _prepare_learner(spec, learner, account.address)
+    transport = spec.fabric.transport or await _connect(spec, cleanups)
+    # The one place a node's collector is built: its whole admission pipeline, with the
+    # defences the round loop shares (quarantine, calibration).
+    defences = NodeDefences.build(spec, learner.tasks.families)
+    collector = build_collector(
+        spec,
+        transport,
+        defences,
+        own_address=account.address,
+        families=sorted({f.family for f in learner.tasks.families}) or None,
+        start=_start_at(spec.fabric),
+    )
+    recorder = await _make_recorder(spec, account, learner, cleanups)
+    return NodeParts(
+        spec, learner, transport, publisher(transport, account), collector, recorder, defences
+    )
 
 
 async def _prepare_learner(spec: NodeSpec, learner: Learner, address: str) -> None:
@@ -322,5 +390,5 @@ async def _make_recorder(
             journal_round=after_journal,
             skipped_rounds=after_journal - learner.round,
         )
-        learner.round = after_journal
+        learner.set_round(after_journal)
     return Recorder(ledger, journal, account, metadata=learner.model_id)

@@ -60,7 +60,7 @@ async def test_nodes_on_different_servers_lose_no_acknowledged_group_when_one_st
             n.request_stop()
         for n in nodes:
             with anyio.fail_after(120):
-                await n.wait_rounds_done()
+                await n.round_loop.wait_done()
         published = {n.address: n.stats().published for n in nodes}
         assert all(p >= 4 * 5 for p in published.values())
         # Every acknowledged group reaches every other node, exactly once.

@@ -14,8 +14,10 @@ from typer.testing import CliRunner
 
 from sapo_async.cli.main import build_app
 from sapo_async.errors import CheckpointError, RejectedInput
+from sapo_async.node.alone import run_alone
 from sapo_async.node.checkpoint import load_checkpoint
-from sapo_async.node.learner import Learner, LearnerSettings, run_rounds
+from sapo_async.node.groups import to_rollout_group
+from sapo_async.node.learner import Learner, LearnerSettings
 from sapo_async.policy.generation import Generator
 from sapo_async.policy.generation.fake import FakeGenerator
 from sapo_async.policy.generation.transformers_backend import TransformersGenerator
@@ -198,7 +200,18 @@ def test_external_group_round_trips_the_wire_and_scores_like_the_producer(tiny_l
     node = _node(tiny_lm)
     generated = anyio.run(node.generate)
     local = node.score_local(generated)
-    wire = node.to_rollout_groups(generated, swarm="s", producer="0xabc")
+    wire = [
+        to_rollout_group(
+            g,
+            swarm="s",
+            producer="0xabc",
+            producer_round=node.round,
+            policy_version=node.policy_version,
+            model_id=node.model_id,
+            tokenizer_id=node.tokenizer_id,
+        )
+        for g in generated
+    ]
     for group, mine in zip(wire, local, strict=True):
         back = decode_group(encode_group(group))
         scored = node.score_external(back)
@@ -228,11 +241,13 @@ def test_fake_generator_drives_a_round_through_text_only_completions(tiny_lm: An
         LearnerSettings(sampling=SAMPLING, trainer=TrainerConfig(lr=1e-3)),
         generator=fake,
     )
-    m = anyio.run(node.run_round)
-    assert m.local_reward_mean == pytest.approx(0.5)
+    (m,) = run_alone(node, 1)
+    assert m.reward_mean == pytest.approx(0.5)
     assert m.informative_local == 8
-    assert m.step.retokenised == 64
-    assert not m.step.skipped
+    assert m.local_used == 8
+    assert m.external_total == 0
+    assert m.step["retokenised"] == 64
+    assert not m.step["skipped"]
     assert fake.calls[0].n == 8
     assert extract_answer(script("2 + 3 =", 0, None)) == "5"
 
@@ -245,19 +260,19 @@ def test_resume_from_checkpoint_gives_the_same_next_round(
     tiny_dir: Path, tmp_path: Path, torch_one_thread: None
 ) -> None:
     a = _node(load_model(tiny_dir), lr=1e-3)
-    run_rounds(a, 4)
+    run_alone(a, 4)
     a.save(tmp_path / "ck")
-    next_a = run_rounds(a, 2)
+    next_a = run_alone(a, 2)
     b = _node(load_model(tiny_dir), lr=1e-3)
     b.restore(tmp_path / "ck")
     assert b.round == 4
-    assert b.policy_version == a.policy_version - sum(not m.step.skipped for m in next_a)
-    next_b = run_rounds(b, 2)
+    assert b.policy_version == a.policy_version - sum(not m.step["skipped"] for m in next_a)
+    next_b = run_alone(b, 2)
     assert a.policy_version > 0
     for ma, mb in zip(next_a, next_b, strict=True):
         assert ma.round == mb.round
-        assert ma.local_reward_mean == mb.local_reward_mean
-        assert ma.step.loss == mb.step.loss
+        assert ma.reward_mean == mb.reward_mean
+        assert ma.step["loss"] == mb.step["loss"]
     sa, sb = _state(a.model), _state(b.model)
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
@@ -287,13 +302,13 @@ def test_a_flipped_byte_falls_back_to_the_previous_checkpoint_and_keeps_the_dama
     # A flipped byte in the newest checkpoint stopped the node with a traceback although
     # the previous checkpoint (kept by the rotation) was intact.
     node = _node(tiny_lm)
-    node.round = 2
+    node.set_round(2)
     node.save(tmp_path / "ck")
     at_round_2 = _state(node.model)
     with torch.no_grad():
         for p in node.model.parameters():
             p.add_(1.0)
-    node.round = 4
+    node.set_round(4)
     newest = node.save(tmp_path / "ck")
     flipped = _flip_a_byte(newest / "model.safetensors")
 
@@ -309,9 +324,9 @@ def test_a_flipped_byte_falls_back_to_the_previous_checkpoint_and_keeps_the_dama
     assert damaged.kept_as == tmp_path / "ck" / "damaged-round-00000004"
     assert (damaged.kept_as / "model.safetensors").read_bytes() == flipped
     # The next save neither overwrites nor rotates the damaged copy away.
-    fresh.round = 4
+    fresh.set_round(4)
     fresh.save(tmp_path / "ck")
-    fresh.round = 6
+    fresh.set_round(6)
     fresh.save(tmp_path / "ck")
     assert (damaged.kept_as / "model.safetensors").read_bytes() == flipped
 
@@ -346,7 +361,7 @@ def test_a_damaged_latest_pointer_still_finds_the_newest_checkpoint(
     tiny_lm: Any, tmp_path: Path
 ) -> None:
     node = _node(tiny_lm)
-    node.round = 3
+    node.set_round(3)
     node.save(tmp_path / "ck")
     (tmp_path / "ck" / "LATEST").write_bytes(b"\xff\xfe round-0000")
     state = _node(tiny_lm).restore(tmp_path / "ck")
@@ -374,12 +389,12 @@ def test_with_no_good_checkpoint_left_the_error_names_each_and_changes_nothing(
 @pytest.mark.timeout(240)
 def test_grpo_rounds_raise_training_reward_on_a_fixed_seed(tiny_lm: Any) -> None:
     node = _node(tiny_lm, lr=3e-4)
-    metrics = run_rounds(node, 60)
-    rewards = [m.local_reward_mean for m in metrics]
+    metrics = run_alone(node, 60)
+    rewards = [m.reward_mean for m in metrics]
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
     assert last > first + 0.05, (first, last)
     assert last > 2 * first
-    assert node.policy_version == sum(not m.step.skipped for m in metrics)
+    assert node.policy_version == sum(not m.step["skipped"] for m in metrics)
 
 
 def test_cli_train_writes_a_jsonl_line_per_round_and_a_checkpoint(
@@ -454,3 +469,17 @@ def test_both_generators_satisfy_the_generation_port(tiny_lm: Any) -> None:
     assert isinstance(real, Generator)
     assert isinstance(FakeGenerator(lambda p, i, s: ""), Generator)
     assert real.tokenizer_id == tokenizer_id(tiny_lm.tokenizer)
+
+
+def test_a_lone_node_runs_rounds_from_its_round_and_the_counter_refuses_a_negative_round(
+    tiny_lm: Any,
+) -> None:
+    node = _node(tiny_lm)
+    node.set_round(5)
+    reports = run_alone(node, 2)
+    assert [r.round for r in reports] == [5, 6]
+    assert node.round == 7
+    assert all(r.external_total == 0 and r.groups_shared == r.local_used for r in reports)
+    assert all(r.generated_tokens > 0 for r in reports)
+    with pytest.raises(ValueError, match="round must be >= 0"):
+        node.set_round(-1)

@@ -39,7 +39,7 @@ async def test_overlapped_node_generates_from_its_own_synced_copy_one_version_be
         generator_model = node.learner.generator.model  # type: ignore[attr-defined]
         assert generator_model is not node.learner.model
         with anyio.fail_after(30):
-            await node.wait_rounds_done()
+            await node.round_loop.wait_done()
         # After the last sync, the generator's copy equals the trained weights.
         for (name, a), (_, b) in zip(
             generator_model.named_parameters(), node.learner.model.named_parameters(), strict=True

@@ -72,7 +72,7 @@ async def test_sleep_mode_sleeps_around_every_step_and_wakes_with_the_new_versio
     try:
         assert node.state is ActorState.RUNNING
         node.request_stop()  # drive the rounds by hand below
-        await node.wait_rounds_done()
+        await node.round_loop.wait_done()
         sleepy = SleepyGenerator(node.learner.generator)
         node.learner.generator = sleepy  # type: ignore[assignment]
         node.round_loop.sleep_mode = True

@@ -15,6 +15,7 @@ from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.publisher import Publisher
 from sapo_async.fabric.transport.base import StartAt
 from sapo_async.fabric.transport.memory import MemoryBroker
+from sapo_async.node.groups import to_rollout_group
 from sapo_async.node.learner import build_learner
 from sapo_async.node.rounds import RoundLoop
 from sapo_async.node.spec import NodeSpec
@@ -67,11 +68,18 @@ def test_the_round_reads_and_trims_the_buffer_on_the_event_loop_thread(tiny_lm):
             # Another node's round 0 groups, then round 9 (round 0 is now stale: dropped).
             other = build_learner(spec.replace(node_index=1))
             for rnd in (0, 9):
-                other.round = rnd
-                for g in other.to_rollout_groups(
-                    await other.generate(rnd), swarm="local", producer=peer_account.address
-                ):
-                    await peer.publish(g)
+                for g in await other.generate(rnd):
+                    await peer.publish(
+                        to_rollout_group(
+                            g,
+                            swarm="local",
+                            producer=peer_account.address,
+                            producer_round=rnd,
+                            policy_version=other.policy_version,
+                            model_id=other.model_id,
+                            tokenizer_id=other.tokenizer_id,
+                        )
+                    )
             await collector.wait_accepted(4, timeout=30)
             await node.step()
         return collector.threads

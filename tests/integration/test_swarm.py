@@ -66,12 +66,12 @@ async def test_three_nodes_share_train_on_each_other_and_survive_a_pause_and_a_k
             assert all(r.groups_shared == 4 for r in n.reports)
 
         # Pause n2: the others keep completing rounds without it.
-        nodes[2].pause()
+        nodes[2].round_loop.pause()
         paused_at = len(nodes[2].reports)
         for n in nodes[:2]:
             await n.wait_rounds(len(n.reports) + 3, timeout=120)
         assert len(nodes[2].reports) <= paused_at + 1  # at most the round in flight finished
-        nodes[2].resume()
+        nodes[2].round_loop.resume()
         await nodes[2].wait_rounds(len(nodes[2].reports) + 1, timeout=120)
 
         # Kill n2 (it leaves mid-round): the others still go on.
@@ -84,7 +84,7 @@ async def test_three_nodes_share_train_on_each_other_and_survive_a_pause_and_a_k
             n.request_stop()
         for n in nodes[:2]:
             with anyio.fail_after(120):
-                await n.wait_rounds_done()
+                await n.round_loop.wait_done()
             assert n.recorder is not None
             await n.recorder.wait_idle(60)
         handle = embedded_ledger("it-three")

@@ -1,7 +1,7 @@
 """The attack experiment: k of n nodes attack, defences off and on, common random numbers.
 
 Harness, not product, as the paper table is (:mod:`sapo_async.experiment.paper_table`):
-the product's round (:class:`~sapo_async.node.rounds.RoundLoop`) under a lockstep scheduler
+the product's round under the lockstep harness (:mod:`sapo_async.experiment.lockstep`)
 over the in-memory transport, the tiny model, the ledger off. Nodes keep their keys,
 questions and sampling seeds across runs, so "defences off" and "on", and the attack and
 no-attack runs, differ only by the attack and the defences. The attackers are the last
@@ -20,118 +20,19 @@ import multiprocessing
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sapo_async.experiment.attack.absurd import Absurd
-from sapo_async.experiment.attack.base import Attack
-from sapo_async.experiment.attack.flood import Flood
-from sapo_async.experiment.attack.inject import Inject
-from sapo_async.experiment.attack.length import Length
-from sapo_async.experiment.attack.tokens import Tokens
-from sapo_async.experiment.attack.wrong import Wrong
+from sapo_async.experiment.attack.spec import (
+    ATTACKS,
+    AttackSpec,
+    RunMeasure,
+    make_attack,
+    quick,
+)
 
 __all__ = ["ATTACKS", "AttackSpec", "RunMeasure", "make_attack", "quick", "run_matrix", "run_one"]
-
-ATTACKS = ("inject", "tokens", "length", "flood", "absurd", "wrong")
-
-
-def make_attack(name: str, max_new_tokens: int = 16) -> Attack:
-    """The named attack, sized for ``max_new_tokens``."""
-    attacks: dict[str, Callable[[], Attack]] = {
-        "inject": Inject,
-        "tokens": Tokens,
-        "length": lambda: Length(max_new_tokens),
-        "flood": Flood,
-        "absurd": Absurd,
-        "wrong": Wrong,
-    }
-    return attacks[name]()
-
-
-@dataclass(frozen=True, slots=True)
-class AttackSpec:
-    """The experiment.
-
-    Attributes:
-        attacks: which attacks to run.
-        rounds: rounds per run.
-        seeds: swarm seeds.
-        nodes / attackers: swarm size and how many of them attack.
-        questions_per_round / completions_per_question: B and L.
-        local / external: I and J of every node.
-        lr: AdamW learning rate.
-        max_new_tokens: completion cap.
-        regime: the tiny model's warm start.
-    """
-
-    attacks: tuple[str, ...] = ATTACKS
-    rounds: int = 12
-    seeds: tuple[int, ...] = (0, 1)
-    nodes: int = 8
-    attackers: int = 2
-    questions_per_round: int = 4
-    completions_per_question: int = 8
-    local: int = 2
-    external: int = 2
-    lr: float = 3e-4
-    max_new_tokens: int = 16
-    regime: str = "dense"
-
-
-def quick(spec: AttackSpec) -> AttackSpec:
-    """A seconds-long version for tests: 4 nodes (1 attacker), 3 rounds, one seed, B=2, 1/1."""
-    return replace(
-        spec, rounds=3, seeds=(0,), nodes=4, attackers=1, questions_per_round=2, local=1, external=1
-    )
-
-
-@dataclass(slots=True)
-class RunMeasure:
-    """One run, measured on the honest nodes.
-
-    Attributes:
-        attack: the attack (``"none"`` for the no-attack run).
-        defences: defences on.
-        seed: swarm seed.
-        config: ``"I/J"``.
-        honest: indices of the honest nodes.
-        rewards: ``rewards[node][round]`` for every node (attackers included).
-        payload: per round, the fraction of honest own completions carrying the payload.
-        length: per round, the honest own completions' mean length (tokens).
-        round_s: per round, CPU seconds of the run's process without the attackers' own
-            share and train (process time: robust to other jobs on a shared machine).
-        round_wall_s: the same in wall-clock seconds.
-        trained_external: external groups honest nodes trained on, by origin
-            (``honest`` / ``attacker``).
-        dropped: honest nodes' refusals by reason (admission and after).
-        received: external groups honest nodes' collectors saw.
-        honest_groups_dropped: groups from honest producers refused by honest nodes.
-        honest_groups_judged: groups from honest producers honest nodes admitted.
-        quarantined: producers quarantined by some honest node at the end.
-        peak_rss_mb: the process's peak resident memory.
-        seconds: wall time.
-    """
-
-    attack: str
-    defences: bool
-    seed: int
-    config: str
-    honest: list[int]
-    rewards: list[list[float]] = field(default_factory=list)
-    payload: list[float] = field(default_factory=list)
-    length: list[float] = field(default_factory=list)
-    round_s: list[float] = field(default_factory=list)
-    round_wall_s: list[float] = field(default_factory=list)
-    trained_external: dict[str, int] = field(default_factory=dict)
-    dropped: dict[str, int] = field(default_factory=dict)
-    received: int = 0
-    honest_groups_dropped: int = 0
-    honest_groups_judged: int = 0
-    quarantined: int = 0
-    peak_rss_mb: float = 0.0
-    seconds: float = 0.0
 
 
 def run_one(
@@ -152,28 +53,18 @@ async def _run_one(
     spec: AttackSpec, attack_name: str, defences: bool, seed: int, config: tuple[int, int]
 ) -> RunMeasure:
     import resource
-    from contextlib import AsyncExitStack
-
-    import anyio
-    from eth_account import Account
 
     from sapo_async.experiment.attack.base import AttackPublisher
-    from sapo_async.fabric.publisher import Publisher
-    from sapo_async.fabric.transport.base import StartAt
-    from sapo_async.fabric.transport.memory import MemoryBroker
-    from sapo_async.node.admission import NodeDefences, build_collector
-    from sapo_async.node.learner import build_learner
-    from sapo_async.node.rounds import RoundLoop
+    from sapo_async.experiment.lockstep import lockstep
+    from sapo_async.fabric.transport.base import Transport
     from sapo_async.node.spec import NodeSpec
+    from sapo_async.node.swarm import PublisherFactory
     from sapo_async.policy.grpo.trainer import TrainerConfig
-    from sapo_async.wire import keccak256
 
     t0 = time.perf_counter()
     local, external = config
-    swarm = f"attack-{seed}"
-    broker = MemoryBroker()
     common = NodeSpec.build(
-        swarm=swarm,
+        swarm=f"attack-{seed}",
         model="tiny",
         regime=spec.regime,
         seed=seed,
@@ -190,99 +81,93 @@ async def _run_one(
     attack = make_attack(attack_name, spec.max_new_tokens) if attack_name != "none" else None
     first_attacker = spec.nodes - (spec.attackers if attack is not None else 0)
     honest = list(range(first_attacker))
-    nodes: list[RoundLoop] = []
-    publishers: list[Any] = []
-    for i in range(spec.nodes):
-        account = Account.from_key(keccak256(f"sapo-attack:{seed}:{i}".encode()))
-        node_spec = common.replace(name=f"node{i}", node_index=i, account=account)
-        transport = broker.connect(swarm)
-        publisher: Any = Publisher(transport, account)
-        if attack is not None and i >= first_attacker:
-            publisher = AttackPublisher(transport, account, attack, seed * 1000 + i)
-        publishers.append(publisher)
-        learner = build_learner(node_spec)
-        node_defences = NodeDefences.build(node_spec, learner.tasks.families)
-        nodes.append(
-            RoundLoop(
-                node_spec,
-                name=f"node{i}",
-                learner=learner,
-                publisher=publisher,
-                collector=build_collector(
-                    node_spec,
-                    transport,
-                    node_defences,
-                    own_address=account.address,
-                    start=StartAt.everything(),
-                    name=f"collector{i}",
-                ),
-                defences=node_defences,
-                offload=False,
-            )
-        )
-    attackers = {nodes[i].address for i in range(first_attacker, spec.nodes)}
+
+    def publisher_of(i: int) -> PublisherFactory | None:
+        if attack is None or i < first_attacker:
+            return None
+
+        def attacker(transport: Transport, account: Any) -> Any:
+            return AttackPublisher(transport, account, attack, seed * 1000 + i)
+
+        return attacker
+
     m = RunMeasure(attack_name, defences, seed, f"{local}/{external}", honest)
-    m.rewards = [[] for _ in nodes]
-    async with AsyncExitStack() as stack:
-        for node in nodes:
-            await stack.enter_async_context(node.collector)
-        for _r in range(spec.rounds):
-            r0, c0 = time.perf_counter(), time.process_time()
-            attacker_s = attacker_cpu = 0.0
-            shared = []
-            for i, node in enumerate(nodes):
-                s0, sc = time.perf_counter(), time.process_time()
-                shared.append(await node.share_round())
-                if i >= first_attacker:
-                    attacker_s += time.perf_counter() - s0
-                    attacker_cpu += time.process_time() - sc
-            # Every message published so far, own ones included (they are received and
-            # skipped): the lockstep waits until each honest collector has seen them all.
-            total = sum(
-                p.sent if isinstance(p, AttackPublisher) else n.stats().published
-                for p, n in zip(publishers, nodes, strict=True)
-            )
-            for i in honest:
-                with anyio.fail_after(600):
-                    # Polls: the collector has a waiter for admissions, not for messages
-                    # seen, and a flood's messages are mostly refused.
-                    while nodes[i].collector.statistics().received < total:  # noqa: ASYNC110
-                        await anyio.sleep(0.002)
-            texts: list[tuple[str, str]] = []
-            lengths: list[int] = []
-            for i in honest:
-                for g in shared[i].generated:
-                    for c in g.result.completions:
-                        texts.append((c.text, g.item.answer))
-                        lengths.append(len(c.token_ids or ()))
-            for i, (node, s) in enumerate(zip(nodes, shared, strict=True)):
-                s0, sc = time.perf_counter(), time.process_time()
-                report = await node.train_round(s)
-                if i >= first_attacker:
-                    attacker_s += time.perf_counter() - s0
-                    attacker_cpu += time.process_time() - sc
-                    continue
-                m.rewards[i].append(report.reward_mean)
-                for producer, n in report.external_used.items():
-                    origin = "attacker" if producer in attackers else "honest"
-                    m.trained_external[origin] = m.trained_external.get(origin, 0) + n
-            for i in range(first_attacker, spec.nodes):
-                m.rewards[i].append(0.0)
-            m.round_s.append(time.process_time() - c0 - attacker_cpu)
-            m.round_wall_s.append(time.perf_counter() - r0 - attacker_s)
-            hits = sum(attack.carries_payload(t, a) for t, a in texts) if attack else 0
-            m.payload.append(hits / max(len(texts), 1))
-            m.length.append(sum(lengths) / max(len(lengths), 1))
-    for i in honest:
-        stats = nodes[i].collector.statistics()
-        m.received += stats.received
-        for reason, n in {**stats.rejected, **stats.dropped}.items():
-            m.dropped[reason] = m.dropped.get(reason, 0) + n
-        m.quarantined = max(m.quarantined, len(nodes[i].quarantine.active()))
-    m.honest_groups_judged, m.honest_groups_dropped = _honest_verdicts(nodes, honest)
+    m.rewards = [[] for _ in range(spec.nodes)]
+    async with lockstep(
+        common, spec.nodes, key_label=f"sapo-attack:{seed}", publisher_of=publisher_of
+    ) as swarm:
+        nodes = swarm.nodes
+        await _run_rounds(spec, swarm, m, attack, first_attacker)
+        for i in honest:
+            stats = nodes[i].collector.statistics()
+            m.received += stats.received
+            for reason, n in {**stats.rejected, **stats.dropped}.items():
+                m.dropped[reason] = m.dropped.get(reason, 0) + n
+            m.quarantined = max(m.quarantined, len(nodes[i].quarantine.active()))
+        m.honest_groups_judged, m.honest_groups_dropped = _honest_verdicts(nodes, honest)
     m.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     m.seconds = time.perf_counter() - t0
     return m
+
+
+async def _run_rounds(
+    spec: AttackSpec, swarm: Any, m: RunMeasure, attack: Any, first_attacker: int
+) -> None:
+    """The lockstep rounds, measured into ``m``."""
+    import anyio
+
+    from sapo_async.experiment.attack.base import AttackPublisher
+
+    nodes = swarm.nodes
+    honest = m.honest
+    attackers = {nodes[i].address for i in range(first_attacker, spec.nodes)}
+    for _r in range(spec.rounds):
+        r0, c0 = time.perf_counter(), time.process_time()
+        attacker_s = attacker_cpu = 0.0
+        shared = []
+        for i in range(len(nodes)):
+            s0, sc = time.perf_counter(), time.process_time()
+            shared.append(await swarm.share(i))
+            if i >= first_attacker:
+                attacker_s += time.perf_counter() - s0
+                attacker_cpu += time.process_time() - sc
+        # Every message published so far, own ones included (they are received and
+        # skipped): the lockstep waits until each honest collector has seen them all.
+        total = sum(
+            n.publisher.sent if isinstance(n.publisher, AttackPublisher) else n.stats().published
+            for n in nodes
+        )
+        for i in honest:
+            with anyio.fail_after(600):
+                # Polls: the collector has a waiter for admissions, not for messages
+                # seen, and a flood's messages are mostly refused.
+                while nodes[i].collector.statistics().received < total:  # noqa: ASYNC110
+                    await anyio.sleep(0.002)
+        texts: list[tuple[str, str]] = []
+        lengths: list[int] = []
+        for i in honest:
+            for g in shared[i].generated:
+                for c in g.result.completions:
+                    texts.append((c.text, g.item.answer))
+                    lengths.append(len(c.token_ids or ()))
+        for i, s in enumerate(shared):
+            s0, sc = time.perf_counter(), time.process_time()
+            report = await swarm.train(i, s)
+            if i >= first_attacker:
+                attacker_s += time.perf_counter() - s0
+                attacker_cpu += time.process_time() - sc
+                continue
+            m.rewards[i].append(report.reward_mean)
+            for producer, n in report.external_used.items():
+                origin = "attacker" if producer in attackers else "honest"
+                m.trained_external[origin] = m.trained_external.get(origin, 0) + n
+        for i in range(first_attacker, spec.nodes):
+            m.rewards[i].append(0.0)
+        m.round_s.append(time.process_time() - c0 - attacker_cpu)
+        m.round_wall_s.append(time.perf_counter() - r0 - attacker_s)
+        hits = sum(attack.carries_payload(t, a) for t, a in texts) if attack else 0
+        m.payload.append(hits / max(len(texts), 1))
+        m.length.append(sum(lengths) / max(len(lengths), 1))
 
 
 def _honest_verdicts(nodes: list[Any], honest: list[int]) -> tuple[int, int]:

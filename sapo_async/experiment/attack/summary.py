@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sapo_async.experiment.attack.runner import AttackSpec, RunMeasure
+from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure
 
 __all__ = ["markdown_table", "summarise", "write_outputs"]
 

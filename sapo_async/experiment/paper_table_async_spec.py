@@ -1,0 +1,153 @@
+"""What the async paper table runs and records: :class:`AsyncSpec` (with its arms) and
+:class:`AsyncRun`.
+
+Its own module so that the runner (:mod:`.paper_table_async`) and the report
+(:mod:`.paper_table_report`) both import it and neither imports the other (no import cycle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from sapo_async.errors import ConfigError
+
+__all__ = ["ASYNC_PRESETS", "FILTERS", "AsyncRun", "AsyncSpec", "parse_arm", "quick_async"]
+
+FILTERS = ("", "tis", "ftis", "fresh")
+
+
+def parse_arm(arm: str) -> tuple[int, int, str]:
+    """``"4/4+ftis"`` -> ``(4, 4, "ftis")``.
+
+    Raises:
+        ConfigError: not ``I/J`` with non-negative integers and a known filter.
+    """
+    head, _, filt = arm.partition("+")
+    try:
+        i, j = (int(x) for x in head.split("/"))
+    except ValueError:
+        raise ConfigError(
+            f"arm {arm!r} must be I/J with integers, optionally +tis, +ftis or +fresh",
+            field="arms",
+        ) from None
+    if i < 0 or j < 0 or i + j == 0 or filt not in FILTERS:
+        raise ConfigError(
+            f"arm {arm!r}: I, J >= 0, not both 0, suffix one of tis, ftis, fresh", field="arms"
+        )
+    return i, j, filt
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncSpec:
+    """One regime's experiment on the async path.
+
+    Attributes:
+        regime: the tiny model's warm start (``sparse``: the format must be discovered).
+        tasks: task preset the model is warm-started on and the swarm draws from.
+        rounds: rounds per node (the compute budget, equal for every arm).
+        seeds: swarm seeds.
+        arms: ``"I/J"`` with an optional ``+tis`` / ``+ftis``, run on every seed; the
+            first is the baseline.
+        side_arms: arms run on the first seed only (the filter comparison and where
+            sharing stops paying: the CPU budget does not stretch to every seed).
+        nodes: nodes per swarm.
+        questions_per_round / completions_per_question: B and L.
+        lr: AdamW learning rate.
+        threshold: reward for the rounds-to-threshold column.
+        max_new_tokens: completion cap.
+        max_staleness_rounds: the sampler's staleness bound (the product's default, 4).
+        tis_cap: truncation of the ``+tis`` arms' importance weights.
+        ratio_cap: the ``+ftis`` filter's bound on a completion's importance ratio.
+        threads: worker threads computing at once per swarm (one torch thread each).
+    """
+
+    regime: str = "sparse"
+    tasks: str = "cpu_mix"
+    rounds: int = 60
+    seeds: tuple[int, ...] = (0, 1, 2)
+    arms: tuple[str, ...] = ("8/0", "4/4")
+    side_arms: tuple[str, ...] = ("4/4+tis", "4/4+ftis", "1/7", "0/8")
+    nodes: int = 8
+    questions_per_round: int = 8
+    completions_per_question: int = 8
+    lr: float = 3e-5
+    threshold: float = 0.05
+    max_new_tokens: int = 16
+    max_staleness_rounds: int = 4
+    tis_cap: float = 2.0
+    ratio_cap: float = 1.5
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        for arm in (*self.arms, *self.side_arms):
+            parse_arm(arm)
+        if not self.arms or not self.seeds:
+            raise ConfigError("the async paper table needs at least one arm and one seed")
+
+    @property
+    def all_arms(self) -> tuple[str, ...]:
+        """Every arm, main ones first."""
+        return (*self.arms, *(a for a in self.side_arms if a not in self.arms))
+
+    def jobs(self) -> list[tuple[str, int]]:
+        """(arm, seed) pairs in running order: every seed of the main arms, seed by seed,
+        then the side arms on the first seed."""
+        main = [(arm, seed) for seed in self.seeds for arm in self.arms]
+        side = [(arm, self.seeds[0]) for arm in self.side_arms if arm not in self.arms]
+        return main + side
+
+
+ASYNC_PRESETS: dict[str, AsyncSpec] = {"sparse": AsyncSpec()}
+
+
+def quick_async(spec: AsyncSpec) -> AsyncSpec:
+    """A seconds-long version for tests: 3 nodes, 3 rounds, B = L = 4, two arms."""
+    return replace(
+        spec,
+        rounds=3,
+        seeds=spec.seeds[:1],
+        arms=("4/0", "2/2+ftis"),
+        side_arms=(),
+        nodes=3,
+        questions_per_round=4,
+        completions_per_question=4,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncRun:
+    """One (arm, seed) swarm.
+
+    Attributes:
+        config: the arm, e.g. ``"4/4"`` or ``"4/4+ftis"``.
+        seed: the swarm seed.
+        rewards: ``rewards[node][round]``, each node's training reward.
+        family_rewards: ``family_rewards[family][node][round] = [sum, count]`` of that
+            family's own completions.
+        ended_s: ``ended_s[node][round]``, seconds from the swarm's start to the round's end.
+        staleness: staleness of each external group trained on -> how many.
+        external_used: external groups trained on, summed over nodes and rounds.
+        received: external groups the collectors admitted, summed over nodes.
+        external_failed: candidates dropped at scoring (filter included), by reason.
+        log_ratios: the ratio filter's per-completion log ratios (``+ftis`` arms).
+        commitments: round commitments confirmed on the ledger / journaled.
+        phase_s: mean seconds per node-round of generate, publish, score (own and
+            external) and train.
+        seconds: wall time of the run (nodes joined to last node done).
+        rejected: collector rejections summed over nodes, by reason.
+    """
+
+    config: str
+    seed: int
+    rewards: list[list[float]]
+    family_rewards: dict[str, list[list[list[float]]]]
+    ended_s: list[list[float]]
+    staleness: dict[int, int]
+    external_used: int
+    received: int
+    external_failed: dict[str, int]
+    log_ratios: list[float]
+    commitments: dict[str, int]
+    phase_s: dict[str, float]
+    seconds: float
+    rejected: dict[str, int] = field(default_factory=dict)
