@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, Protocol
 
 from eth_account import Account
 
@@ -31,7 +32,47 @@ from sapo_async.node.spec import NodeSpec
 from sapo_async.node.swarm import Cleanup, PublisherFactory, assemble, complete_spec
 from sapo_async.wire import keccak256
 
-__all__ = ["Lockstep", "lockstep"]
+__all__ = ["Lockstep", "SizedRun", "lockstep", "lockstep_spec"]
+
+
+class SizedRun(Protocol):
+    """What an experiment's spec says about every node's round (paper table and attack)."""
+
+    @property
+    def regime(self) -> Any: ...
+    @property
+    def questions_per_round(self) -> int: ...
+    @property
+    def completions_per_question(self) -> int: ...
+    @property
+    def max_new_tokens(self) -> int: ...
+    @property
+    def lr(self) -> float: ...
+
+
+def lockstep_spec(
+    run: SizedRun, *, swarm: str, local: int, external: int, seed: int, **extra: Any
+) -> NodeSpec:
+    """The spec every node of a lockstep run shares: the tiny model of ``run.regime``, its
+    round sizes and learning rate, I/J, the freshest external groups only (one round of
+    lockstep is one round behind at most), no ledger; ``extra`` as :meth:`NodeSpec.build`."""
+    from sapo_async.policy.grpo.config import TrainerConfig
+
+    return NodeSpec.build(
+        swarm=swarm,
+        model="tiny",
+        regime=run.regime,
+        seed=seed,
+        questions_per_round=run.questions_per_round,
+        completions_per_question=run.completions_per_question,
+        max_new_tokens=run.max_new_tokens,
+        trainer=TrainerConfig(lr=run.lr),
+        local=local,
+        external=external,
+        max_staleness_rounds=0,
+        ledger_enabled=False,
+        **extra,
+    )
 
 
 class Lockstep:

@@ -133,27 +133,19 @@ def run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -> RunRe
 
 
 async def _run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -> RunResult:
-    from sapo_async.experiment.lockstep import lockstep
+    from sapo_async.experiment.lockstep import lockstep, lockstep_spec
     from sapo_async.node.spec import NodeSpec
-    from sapo_async.policy.grpo.trainer import TrainerConfig
     from sapo_async.policy.models import load_tiny_model, tiny_spec
 
     t0 = time.perf_counter()
     mix = spec.tasks != "cpu"  # the regime's own model is warm-started on "cpu"
-    common = NodeSpec.build(
+    common = lockstep_spec(
+        spec,
         swarm=f"paper-{spec.regime}-{seed}",
-        model="tiny",
-        tasks=spec.tasks,
-        regime=spec.regime,
-        seed=seed,
-        questions_per_round=spec.questions_per_round,
-        completions_per_question=spec.completions_per_question,
-        max_new_tokens=spec.max_new_tokens,
-        trainer=TrainerConfig(lr=spec.lr),
         local=local,
         external=external,
-        max_staleness_rounds=0,
-        ledger_enabled=False,
+        seed=seed,
+        tasks=spec.tasks,
     )
 
     def own_model(_: int, node_spec: NodeSpec) -> NodeSpec:

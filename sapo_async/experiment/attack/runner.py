@@ -55,27 +55,18 @@ async def _run_one(
     import resource
 
     from sapo_async.experiment.attack.base import AttackPublisher
-    from sapo_async.experiment.lockstep import lockstep
+    from sapo_async.experiment.lockstep import lockstep, lockstep_spec
     from sapo_async.fabric.transport.base import Transport
-    from sapo_async.node.spec import NodeSpec
     from sapo_async.node.swarm import PublisherFactory
-    from sapo_async.policy.grpo.trainer import TrainerConfig
 
     t0 = time.perf_counter()
     local, external = config
-    common = NodeSpec.build(
+    common = lockstep_spec(
+        spec,
         swarm=f"attack-{seed}",
-        model="tiny",
-        regime=spec.regime,
-        seed=seed,
-        questions_per_round=spec.questions_per_round,
-        completions_per_question=spec.completions_per_question,
-        max_new_tokens=spec.max_new_tokens,
-        trainer=TrainerConfig(lr=spec.lr),
         local=local,
         external=external,
-        max_staleness_rounds=0,
-        ledger_enabled=False,
+        seed=seed,
         defence_active=defences,
     )
     attack = make_attack(attack_name, spec.max_new_tokens) if attack_name != "none" else None
