@@ -337,9 +337,9 @@ def test_a_manifest_that_lists_no_digests_is_damage_and_resume_falls_back(
     # `files = {}` beside a truncated model.safetensors left nothing to check the file
     # against: the loader met the torn file and raised SafetensorError with a traceback.
     node = _node(tiny_lm)
-    node.round = 2
+    node.set_round(2)
     node.save(tmp_path / "ck")
-    node.round = 4
+    node.set_round(4)
     newest = node.save(tmp_path / "ck")
     manifest = json.loads((newest / "manifest.json").read_text())
     (newest / "manifest.json").write_text(json.dumps({**manifest, "files": {}}))
