@@ -125,6 +125,9 @@ NODE_TEARDOWN_TIMEOUT_S = 300.0
 """Leaving writes a checkpoint (weights plus optimizer state: seconds for the tiny model,
 about a minute for a 1.5B model on a slow disk) and closes the journal and transport."""
 
+SWARM_LAND_TIMEOUT_S = 60.0
+"""A node's last commitments land within a second on the embedded chain; 60 s is a hang."""
+
 
 # --- collector ----------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """``sapo-async swarm`` (a local swarm, the README's main job) and
 ``sapo-async experiment paper-table``.
 
-Owns argument parsing, the live display and the logs; the work is in
-:mod:`sapo_async.node.swarm`, :mod:`sapo_async.node.lifecycle` and :mod:`sapo_async.experiment`.
+Owns argument parsing, the live display and the closing audit; running the nodes and their
+logs is :func:`sapo_async.node.runner.run_swarm`'s, the rest is in :mod:`sapo_async.node`
+and :mod:`sapo_async.experiment`.
 """
 
 # PLC0415: lazy imports keep `--help` fast; B008/PLR0917: typer's declarative options.
@@ -11,7 +12,6 @@ Owns argument parsing, the live display and the logs; the work is in
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -84,6 +84,7 @@ def swarm(
 
 
 async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
+    import math
     import time
 
     import anyio
@@ -94,8 +95,8 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
     from sapo_async.node.embedded import embedded_ledger
     from sapo_async.node.lifecycle import Node
     from sapo_async.node.report import RoundReport
+    from sapo_async.node.runner import run_swarm
     from sapo_async.node.spec import NodeSpec
-    from sapo_async.node.swarm import Swarm
     from sapo_async.ops.status import live_table, print_unclipped
 
     torch.set_num_threads(1)
@@ -111,83 +112,68 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
         f"I/J = {opts['local']}/{opts['external']}, {opts['rounds']} rounds, "
         f"{opts['regime']} regime (the tiny model is built on first use)"
     )
-    nodes: list[Node] = []
     latest: dict[str, RoundReport] = {}
     history: list[list[float]] = []
-    try:
-        common = NodeSpec.build(
-            swarm=opts["name"],
-            regime=opts["regime"],
-            local=opts["local"],
-            external=opts["external"],
-            rounds=opts["rounds"],
-            seed=opts["seed"],
-            nats_url=opts["nats_url"],
-            ledger_enabled=opts["ledger"],
-            limiter=limiter,
-        )
-        for i in range(opts["nodes"]):
-            nodes.append(await Swarm.join(common, name=f"node{i}", node_index=i))
+    common = NodeSpec.build(
+        swarm=opts["name"],
+        regime=opts["regime"],
+        local=opts["local"],
+        external=opts["external"],
+        rounds=opts["rounds"],
+        seed=opts["seed"],
+        nats_url=opts["nats_url"],
+        ledger_enabled=opts["ledger"],
+        limiter=limiter,
+    )
+    specs = [common.replace(name=f"node{i}", node_index=i) for i in range(opts["nodes"])]
+    shown: list[Any] = []  # the live display, once it is up
 
-        def table() -> Table:
-            t = Table(title=f"swarm {opts['name']!r}  ({time.perf_counter() - t0:.0f} s)")
-            for col in (
-                "node",
-                "address",
-                "round",
-                "reward",
-                "shared",
-                "ext used",
-                "rejected",
-                "commits ok/pending",
-            ):
-                t.add_column(col, justify="right")
-            for n in nodes:
-                r = latest.get(n.name)
-                if r is None:
-                    t.add_row(n.name, n.address[:10], "-", "-", "-", "-", "-", "-")
-                    continue
-                t.add_row(
-                    n.name,
-                    n.address[:10],
-                    str(r.round),
-                    f"{_mean(n, 10):.3f}",
-                    str(r.groups_shared),
-                    str(r.external_total),
-                    str(n.collector.statistics().rejected_total),
-                    f"{r.commitments_confirmed}/{r.commitments_pending}",
-                )
-            return t
+    def reported(node: Node, report: RoundReport) -> None:
+        latest[node.name] = report
+        if shown:
+            shown[0].update(table())
 
-        async def follow(node: Node, sink: Any) -> None:
-            with (log_dir / f"{node.name}.jsonl").open("w") as fh:
-                async for report in node.rounds():
-                    latest[node.name] = report
-                    fh.write(json.dumps(report.as_dict()) + "\n")
-                    fh.flush()
-                    sink()
+    def table() -> Table:
+        t = Table(title=f"swarm {opts['name']!r}  ({time.perf_counter() - t0:.0f} s)")
+        for col in (
+            "node",
+            "address",
+            "round",
+            "reward",
+            "shared",
+            "ext used",
+            "rejected",
+            "commits ok/pending",
+        ):
+            t.add_column(col, justify="right")
+        for n in run.nodes:
+            r = latest.get(n.name)
+            if r is None:
+                t.add_row(n.name, n.address[:10], "-", "-", "-", "-", "-", "-")
+                continue
+            t.add_row(
+                n.name,
+                n.address[:10],
+                str(r.round),
+                f"{_mean(n, 10):.3f}",
+                str(r.groups_shared),
+                str(r.external_total),
+                str(n.collector.statistics().rejected_total),
+                f"{r.commitments_confirmed}/{r.commitments_pending}",
+            )
+        return t
 
+    async with run_swarm(specs, log_dir=log_dir, on_report=reported) as run:
         async with _explorer(opts, console):
             with live_table(table(), console=console) as live:
-                async with anyio.create_task_group() as tg:
-                    for n in nodes:
-                        tg.start_soon(follow, n, lambda: live.update(table()))
-        for n in nodes:
-            history.append([r.reward_mean for r in n.reports])
-        if opts["ledger"]:
-            for n in nodes:
-                if n.recorder is not None:
-                    await n.recorder.wait_idle(60)
-            handle = embedded_ledger(opts["name"])
-            if handle is not None:
-                from sapo_async.ledger.audit import audit_swarm, swarm_table
+                shown.append(live)
+                await run.wait_settled(math.inf)  # the rounds take as long as they take
+        history.extend([r.reward_mean for r in n.reports] for n in run.nodes)
+        handle = embedded_ledger(opts["name"]) if opts["ledger"] else None
+        if handle is not None:
+            from sapo_async.ledger.audit import audit_swarm, swarm_table
 
-                print_unclipped(
-                    console, swarm_table(await audit_swarm(handle.ledger, breakdown=False))
-                )
-    finally:
-        for n in reversed(nodes):
-            await n.leave()
+            print_unclipped(console, swarm_table(await audit_swarm(handle.ledger, breakdown=False)))
     window = max(1, min(10, opts["rounds"] // 3))
     rounds = min(len(h) for h in history) if history else 0
     first = sum(sum(h[:window]) for h in history) / max(1, window * len(history))

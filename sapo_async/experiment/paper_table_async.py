@@ -3,13 +3,14 @@
 Where :mod:`.paper_table` (``--path lockstep``) runs the nodes under a lockstep scheduler on
 the in-memory transport with the ledger off, this runs each (arm, seed) as a swarm of
 ``nodes`` real nodes joined through :meth:`~sapo_async.node.swarm.Swarm.join`, the Python
-API a user calls: a private nats-server with JetStream, the swarm's contract on the
-embedded EVM (every node journals and commits its rounds), no barrier and no round clock.
-Each node is an asyncio task of one process with its own round counter; its generation and
-training run in worker threads, ``threads`` at a time, so nodes drift apart by however the
-scheduler serves them, and what a node trains on is whatever its buffer holds when it
-samples (groups at most ``max_staleness_rounds`` behind their producer's newest, the
-product's default bound).
+API a user calls, by the runner ``sapo-async swarm`` uses too
+(:func:`~sapo_async.node.runner.run_swarm`): a private nats-server with JetStream, the
+swarm's contract on the embedded EVM (every node journals and commits its rounds), no
+barrier and no round clock. Each node is an asyncio task of one process with its own round
+counter; its generation and training run in worker threads, ``threads`` at a time, so nodes
+drift apart by however the scheduler serves them, and what a node trains on is whatever its
+buffer holds when it samples (groups at most ``max_staleness_rounds`` behind their
+producer's newest, the product's default bound).
 
 Same compute budget and same questions for every arm: each node runs ``rounds`` rounds,
 and the questions and sampling seeds are keyed by (seed, node, round) as in the lockstep
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import multiprocessing
 import statistics
 import sys
@@ -62,6 +64,11 @@ __all__ = [
 ]
 
 
+LAND_TIMEOUT_S = 120.0
+"""A swarm of nodes at their own pace may end with a queue of commitments to land; 120 s
+is a hang."""
+
+
 def run_async_one(spec: AsyncSpec, arm: str, seed: int, *, progress: bool = True) -> AsyncRun:
     """Run one arm and seed as a swarm in this process (blocking).
 
@@ -83,9 +90,10 @@ async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> As
     from eth_account import Account
 
     from sapo_async.node.filters import RatioFilter
+    from sapo_async.node.lifecycle import Node
     from sapo_async.node.report import RoundReport
+    from sapo_async.node.runner import run_swarm
     from sapo_async.node.spec import NodeSpec
-    from sapo_async.node.swarm import Swarm
     from sapo_async.policy.grpo.trainer import TrainerConfig
     from sapo_async.policy.models import load_tiny_model, tiny_spec
     from sapo_async.wire import keccak256
@@ -133,30 +141,40 @@ async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> As
                 flush=True,
             )
 
-    async def node_task(i: int) -> None:
+    def node_spec(i: int) -> NodeSpec:
         # Keys from (seed, node) so hashes, hence the canonical candidate order, repeat.
         account = Account.from_key(keccak256(f"sapo-paper-table:{seed}:{i}".encode()))
-        node_spec = common.replace(
+        return common.replace(
             name=f"node{i}",
             node_index=i,
             account=account,
             model=dataclasses.replace(loaded, model=copy.deepcopy(loaded.model)),
         )
-        async with Swarm.join(node_spec) as node:
-            async for report in node.rounds():
-                reports[i].append(report)
-                ended[i].append(time.perf_counter() - t0)
-                show()
-            if node.recorder is not None:
-                await node.recorder.wait_idle(120)
-                stats = node.recorder.statistics()
-                commitments["confirmed"] += stats.landed
-                commitments["pending"] += stats.pending
-            rejected.update(node.collector.statistics().rejected)
 
-    async with anyio.create_task_group() as tg:
-        for i in range(spec.nodes):
-            tg.start_soon(node_task, i)
+    index = {f"node{i}": i for i in range(spec.nodes)}
+
+    def reported(node: Node, report: RoundReport) -> None:
+        reports[index[node.name]].append(report)
+        ended[index[node.name]].append(time.perf_counter() - t0)
+        show()
+
+    def settled(node: Node) -> None:
+        if node.recorder is not None:
+            stats = node.recorder.statistics()
+            commitments["confirmed"] += stats.landed
+            commitments["pending"] += stats.pending
+        rejected.update(node.collector.statistics().rejected)
+
+    async with run_swarm(
+        [node_spec(i) for i in range(spec.nodes)],
+        log_dir=None,
+        on_report=reported,
+        on_settled=settled,
+        land_timeout_s=LAND_TIMEOUT_S,
+        join_at_once=True,  # the model is loaded above, once
+        leave_when_settled=True,
+    ) as run:
+        await run.wait_settled(math.inf)  # the rounds take as long as they take
     seconds = time.perf_counter() - t0
     return _summarise(arm, seed, reports, ended, ratio_filter, commitments, rejected, seconds)
 

@@ -1,10 +1,10 @@
 """A short embedded swarm to explore: ``sapo-async explorer --demo``.
 
-Owns running a few tiny-model nodes on the process's embedded NATS and EVM, writing their
-JSONL round logs (the same lines ``sapo-async swarm`` writes), and serving the explorer
-over them while they run and after. Each node lives in a task of its own (join, follow
-its rounds into its log, wait for the end, leave), so a node can be added later from any
-task (:meth:`DemoSwarm.add_node`: a late joiner, what the live view shows).
+Owns the demo's settings and serving the explorer over a few tiny-model nodes on the
+process's embedded NATS and EVM while they run and after. Running them (each in a task of
+its own, its JSONL round log the same lines ``sapo-async swarm`` writes) is
+:func:`~sapo_async.node.runner.run_swarm`'s, so a node can be added later from any task
+(:meth:`DemoSwarm.add_node`: a late joiner, what the live view shows).
 
 Deliberately small: the swarm's numbers come from :mod:`sapo_async.node`, the explorer's
 from :mod:`.source`; this module only wires them.
@@ -13,26 +13,21 @@ from :mod:`.source`; this module only wires them.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
 
 from sapo_async.errors import SapoError
 from sapo_async.explorer.source import Explorer
 from sapo_async.node.embedded import embedded_ledger
 from sapo_async.node.lifecycle import Node
+from sapo_async.node.runner import SwarmRun, run_swarm
 from sapo_async.node.spec import NodeSpec
-from sapo_async.node.swarm import Swarm
 
 __all__ = ["DemoSettings", "DemoSwarm", "demo_swarm", "serve_demo", "serve_embedded"]
-
-RECORDER_IDLE_TIMEOUT_S = 60.0
-"""A node's last commitments land within a second on the embedded chain; 60 s is a hang."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,22 +47,18 @@ class DemoSettings:
 class DemoSwarm:
     """The running demo: its nodes, their logs, the ledger they commit to."""
 
-    def __init__(self, settings: DemoSettings, log_dir: Path, tg: TaskGroup) -> None:
+    def __init__(
+        self, settings: DemoSettings, log_dir: Path, common: NodeSpec, run: SwarmRun
+    ) -> None:
         self.settings = settings
         self.log_dir = log_dir
-        self.nodes: list[Node] = []
-        self._tg = tg
-        self._closing = anyio.Event()
-        self._settled: dict[str, anyio.Event] = {}
-        self._common = NodeSpec.build(
-            swarm=settings.name,
-            regime=settings.regime,
-            local=settings.local,
-            external=settings.external,
-            rounds=settings.rounds,
-            seed=settings.seed,
-            limiter=anyio.CapacityLimiter(settings.threads),
-        )
+        self._common = common  # one limiter for every node, late joiners too
+        self._run = run
+
+    @property
+    def nodes(self) -> list[Node]:
+        """The nodes joined so far, in the order they joined."""
+        return self._run.nodes
 
     @property
     def ledger(self) -> Any:
@@ -99,8 +90,11 @@ class DemoSwarm:
     async def add_node(self, rounds: int | None = None) -> Node:
         """Join one more node, running ``rounds`` rounds (default: the settings'); returns
         once it serves."""
-        node: Node = await self._tg.start(self._run_node, len(self.nodes), rounds)
-        return node
+        extra = {} if rounds is None else {"rounds": rounds}
+        index = len(self.nodes)
+        return await self._run.add_node(
+            self._common.replace(name=f"node{index}", node_index=index, **extra)
+        )
 
     async def wait_settled(self, timeout: float) -> None:  # noqa: ASYNC109
         """Wait until every node joined so far finished its rounds and its last
@@ -109,45 +103,24 @@ class DemoSwarm:
         Raises:
             TimeoutError: not in time.
         """
-        with anyio.fail_after(timeout):
-            for event in list(self._settled.values()):
-                await event.wait()
-
-    async def _run_node(
-        self, index: int, rounds: int | None, *, task_status: TaskStatus[Node]
-    ) -> None:
-        extra = {} if rounds is None else {"rounds": rounds}
-        async with Swarm.join(self._common, name=f"node{index}", node_index=index, **extra) as node:
-            self.nodes.append(node)
-            settled = self._settled[node.address] = anyio.Event()
-            task_status.started(node)
-            with (self.log_dir / f"{node.name}.jsonl").open("w") as fh:
-                async for report in node.rounds():
-                    fh.write(json.dumps(report.as_dict()) + "\n")
-                    fh.flush()
-            if node.recorder is not None:
-                await node.recorder.wait_idle(RECORDER_IDLE_TIMEOUT_S)
-            settled.set()
-            await self._closing.wait()  # stay joined: the ledger lives while a node does
-
-    def _close(self) -> None:
-        self._closing.set()
-        for node in self.nodes:
-            node.request_stop()
+        await self._run.wait_settled(timeout)
 
 
 @contextlib.asynccontextmanager
 async def demo_swarm(settings: DemoSettings, log_dir: Path) -> AsyncIterator[DemoSwarm]:
     """Run the demo swarm while the block runs (nodes leave at the end)."""
-    log_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before any node runs
-    async with anyio.create_task_group() as tg:
-        demo = DemoSwarm(settings, log_dir, tg)
-        try:
-            for _ in range(settings.nodes):
-                await demo.add_node()
-            yield demo
-        finally:
-            demo._close()
+    common = NodeSpec.build(
+        swarm=settings.name,
+        regime=settings.regime,
+        local=settings.local,
+        external=settings.external,
+        rounds=settings.rounds,
+        seed=settings.seed,
+        limiter=anyio.CapacityLimiter(settings.threads),
+    )
+    specs = [common.replace(name=f"node{i}", node_index=i) for i in range(settings.nodes)]
+    async with run_swarm(specs, log_dir=log_dir) as run:
+        yield DemoSwarm(settings, log_dir, common, run)
 
 
 @contextlib.asynccontextmanager

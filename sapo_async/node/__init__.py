@@ -9,7 +9,8 @@ worker thread), :mod:`.defence`, :mod:`.plausibility` and :mod:`.filters` (what 
 refuses from peers), :mod:`.rounds` (the round: generate, publish, collect, sample, train,
 commit),
 :mod:`.lifecycle` (the node's life cycle as an actor), :mod:`.checkpoint`, :mod:`.report` (what
-a round reports), :mod:`.embedded` (the process's shared NATS server and EVM) and
-:mod:`.swarm` (assembling a node from a spec).
+a round reports), :mod:`.embedded` (the process's shared NATS server and EVM),
+:mod:`.swarm` (assembling a node from a spec) and :mod:`.runner` (running a swarm of this
+process's nodes: their logs, their landed commitments).
 Imports the fabric, the ledger and the policy; none of them imports it.
 """
