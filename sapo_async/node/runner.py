@@ -32,10 +32,13 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from sapo_async.limits import SWARM_LAND_TIMEOUT_S
+from sapo_async.logs import get_logger
 from sapo_async.node.lifecycle import Node
 from sapo_async.node.report import RoundReport
 from sapo_async.node.spec import NodeSpec
 from sapo_async.node.swarm import Swarm
+
+_log = get_logger("runner")
 
 __all__ = ["OnReport", "OnSettled", "SwarmRun", "run_swarm"]
 
@@ -121,7 +124,17 @@ class SwarmRun:
             task_status.started(node)
             await self._follow(node)
             if node.recorder is not None:
-                await node.recorder.wait_idle(self._land_timeout_s)
+                try:
+                    await node.recorder.wait_idle(self._land_timeout_s)
+                except TimeoutError:
+                    # Nothing is lost: what did not land stays journaled and lands when the
+                    # node next runs. The caller reads the counts (pending) as they are.
+                    _log.warning(
+                        "commitments_still_pending",
+                        node=node.address,
+                        pending=node.recorder.statistics().pending,
+                        waited_s=self._land_timeout_s,
+                    )
             if self._on_settled is not None:
                 self._on_settled(node)
             settled.set()
@@ -161,7 +174,9 @@ async def run_swarm(
         log_dir: where ``<name>.jsonl`` round logs go (created); None: no logs.
         on_report: see :data:`OnReport`.
         on_settled: see :data:`OnSettled`.
-        land_timeout_s: how long a node's last commitments may take to land.
+        land_timeout_s: how long to wait for a node's last commitments to land; what is still
+            pending then stays journaled (it lands when the node next runs), is logged as
+            ``commitments_still_pending`` and the run goes on.
         join_at_once: join every node concurrently (the models must be loaded already:
             transformers' loading is not thread-safe); default: one after another.
         leave_when_settled: a node leaves as soon as it settled instead of at the block's
@@ -173,7 +188,6 @@ async def run_swarm(
     Raises:
         ConfigError: an invalid setting.
         TransportUnavailable: NATS stayed unreachable.
-        TimeoutError: a node's commitments did not land within ``land_timeout_s``.
         SapoError: a node's round loop failed.
     """
     if log_dir is not None:

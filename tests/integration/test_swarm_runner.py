@@ -69,3 +69,38 @@ async def test_runner_writes_a_line_per_round_per_node_and_returns_once_commitme
             on_chain = await handle.ledger.node_stats(node.address)
             assert on_chain.rounds_committed == ROUNDS
     assert embedded_ledger("it-runner") is None  # every node left at the block's end
+
+
+@pytest.mark.timeout(600)
+async def test_commitments_still_pending_at_the_land_timeout_do_not_fail_the_run(
+    tmp_path, no_leaks, monkeypatch
+):
+    # A loaded machine left 20 commitments per node pending after the README's swarm, and the
+    # land timeout's TimeoutError ended `sapo-async swarm` in a traceback before its audit
+    # table. What is pending stays journaled (it lands when the node next runs): the run must
+    # go on to its settled callbacks and close normally. The timeout is forced here.
+    from sapo_async.ledger.recorder import Recorder
+
+    async def never_idle(self: Recorder, timeout_s: float) -> None:
+        raise TimeoutError(f"still pending after {timeout_s} s")
+
+    monkeypatch.setattr(Recorder, "wait_idle", never_idle)
+    common = NodeSpec.build(
+        swarm="it-runner-pending",
+        regime="dense",
+        local=2,
+        external=0,
+        questions_per_round=2,
+        completions_per_question=4,
+        rounds=1,
+        limiter=anyio.CapacityLimiter(2),
+    )
+    settled: list[str] = []
+    async with run_swarm(
+        [common.replace(name="p0", node_index=0)],
+        log_dir=tmp_path / "logs",
+        on_settled=lambda node: settled.append(node.name),
+        land_timeout_s=0.1,
+    ) as run:
+        await run.wait_settled(300)
+    assert settled == ["p0"]
