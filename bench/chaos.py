@@ -131,15 +131,17 @@ def write_config(node: NodeProc, urls: list[str], rpc: str, contract: str) -> No
 swarm = "{SWARM}"
 name = "chaos-{node.index}"
 data_dir = "{node.data}"
-checkpoint_every = 1
 drain_timeout_s = 60
+
+[checkpoint]
+every = 1
 
 [nats]
 urls = {json.dumps(own_first)}
 stream_replicas = 3
 shards = 16
 shards_read = 8
-shard_rotate_minutes = 1
+shard_rotate_s = 60
 
 [ledger]
 rpc_url = "{rpc}"

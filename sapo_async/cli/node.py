@@ -64,7 +64,7 @@ def node(
     if choice.backend == "vllm":
         typer.echo("note: the vLLM path has not yet run on a GPU in this project (docs/gpu.md)")
     spec = cfg.to_spec(account=account, hardware=choice)
-    relayer = spec.ledger.relayer_key  # whoever pays for commitments must afford one
+    relayer = spec.ledger.relayer_private_key()  # whoever pays for commitments must afford one
     require_funds(cfg, account.address, relayer=_address(relayer) if relayer else None)
     anyio.run(_run, cfg, spec)
 

@@ -121,7 +121,7 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
         external=opts["external"],
         rounds=opts["rounds"],
         seed=opts["seed"],
-        nats_url=opts["nats_url"],
+        urls=opts["nats_url"] or (),
         ledger_enabled=opts["ledger"],
         limiter=limiter,
     )

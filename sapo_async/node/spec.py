@@ -21,11 +21,16 @@ exactly one part (``local=2``), ``<part>_<field>`` (``checkpoint_every=5``), or 
 the training part's :class:`~sapo_async.policy.grpo.config.TrainerConfig` (``lr=1e-5``,
 ``tis_cap=2.0``, or ``trainer_lr``).
 
-:class:`TrainingSpec` and :class:`DefenceSpec` are pydantic models
-(:class:`~sapo_async.policy.settings.Settings`) and node.toml's ``[training]`` and
-``[defence]`` sections are built from them, so a setting has one name, one default and
-one bound from the file to the trainer; the other parts are frozen dataclasses checked in
-``__post_init__``.
+Every part, and the spec itself, is a pydantic model
+(:class:`~sapo_async.policy.settings.Settings`), and node.toml's sections are generated from
+them (:mod:`sapo_async.ops.config_sections`): ``[node]`` from :data:`NODE_FILE_FIELDS`,
+``[model]`` and ``[tasks]`` from :data:`POLICY_FILE_FIELDS`, ``[training]`` from
+:data:`FILE_FIELDS` and the trainer's, ``[nats]``, ``[ledger]`` and ``[checkpoint]`` from
+the fabric's, ledger's and checkpoint's file fields, ``[defence]`` is :class:`DefenceSpec`.
+So a setting has one name, one default, one bound and one description from the file to the
+code that uses it; what a file cannot give (a loaded model, a transport, a key object) is
+the spec's only, and what it derives (paths under ``data_dir``, the hardware choice) is
+derived once, in :meth:`~sapo_async.ops.config.NodeConfig.to_spec`.
 
 Deliberately does not know how a node is assembled from it (:mod:`.swarm`), nor files or
 environment variables (the volunteer's config builds a spec; see
@@ -34,9 +39,7 @@ environment variables (the volunteer's config builds a spec; see
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -49,20 +52,15 @@ from sapo_async.limits import (
     MAX_SWARM_SEED,
 )
 from sapo_async.node.spec_parts import CheckpointSpec, DefenceSpec, FabricSpec, LedgerSpec
-from sapo_async.node.spec_parts import check as _check
-from sapo_async.node.spec_parts import one_of as _one_of
 from sapo_async.policy.grpo.config import TrainerConfig
-from sapo_async.policy.settings import Settings
-
-if TYPE_CHECKING:
-    import anyio
-    from eth_account.signers.local import LocalAccount
-
-    from sapo_async.tasks.spec import FamilySpec
+from sapo_async.policy.settings import Settings, renamed_message
 
 __all__ = [
     "FILE_FIELDS",
     "MAX_NODE_INDEX",
+    "NODE_FILE_FIELDS",
+    "POLICY_FILE_FIELDS",
+    "SWARM_NAME_PATTERN",
     "CheckpointSpec",
     "DefenceSpec",
     "FabricSpec",
@@ -76,45 +74,64 @@ MAX_NODE_INDEX = 1 << 20
 """Node slots in the task index layout (:data:`sapo_async.tasks.source.MAX_NODES`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class PolicySpec:
+class PolicySpec(Settings):
     """The model a node trains and how it generates.
 
-    Attributes:
-        model: ``"tiny"`` (the project's offline model of ``regime``), a local directory,
-            a hub id, or an already loaded :class:`~sapo_async.policy.models.LoadedModel`.
-        regime: the tiny model's warm start, ``"sparse"`` or ``"dense"``.
-        tasks: a task preset name (``"cpu"``, ``"paper"``) or family specs.
-        prompt_style: ``"compact"`` (bare expression, for models trained from scratch),
-            ``"instruct"`` (question plus answer-format instruction, for real LMs) or
-            ``"auto"`` (compact for the tiny model, instruct otherwise).
-        device: ``"cpu"`` or ``"cuda"``.
-        backend: ``"transformers"`` (CPU or CUDA, shares the trainer's module) or
-            ``"vllm"`` (a colocated engine on the GPU, weights pushed in memory and checked
-            by a log-prob probe after every step; needs the ``gpu`` extra).
-        gpu_memory_utilization: the vLLM engine's share of GPU memory.
-        sleep_mode: put the vLLM engine to sleep (level 1) around each training step.
+    node.toml's ``[model]`` and ``[tasks]`` carry :data:`POLICY_FILE_FIELDS` of it under the
+    same names; the rest is what the volunteer's request (``[model] name_or_path``,
+    ``backend`` and ``device``, each possibly ``"auto"``, and ``[tasks] preset`` or
+    ``families``) resolves to on the machine at hand
+    (:func:`~sapo_async.ops.hardware.select_backend`), so it is not a file key.
     """
 
-    model: Any = "tiny"
-    regime: Literal["sparse", "dense"] = "sparse"
-    tasks: str | tuple[FamilySpec, ...] = "cpu"
-    prompt_style: Literal["auto", "compact", "instruct"] = "auto"
-    device: str = "cpu"
-    backend: Literal["transformers", "vllm"] = "transformers"
-    gpu_memory_utilization: float = 0.3
-    sleep_mode: bool = False
+    part: ClassVar[str] = "policy"
 
-    def __post_init__(self) -> None:
-        _one_of(self.regime, ("sparse", "dense"), "policy.regime")
-        _one_of(self.prompt_style, ("auto", "compact", "instruct"), "policy.prompt_style")
-        _one_of(self.backend, ("transformers", "vllm"), "policy.backend")
-        _check(
-            0 < self.gpu_memory_utilization <= 1,
-            "policy.gpu_memory_utilization",
-            "in (0, 1]",
-            self.gpu_memory_utilization,
-        )
+    model: Any = Field(
+        default="tiny",
+        description="'tiny' (the project's offline model of regime), a local directory, a "
+        "hub id, or an already loaded LoadedModel.",
+    )
+    regime: Literal["sparse", "dense"] = Field(
+        default="sparse",
+        description="Reward regime: 'sparse' (answer tag required) or 'dense' (partial "
+        "credit); also picks the tiny model's warm start.",
+    )
+    tasks: Any = Field(
+        default="cpu",
+        description="A task preset name ('cpu', 'paper') or a tuple of FamilySpec.",
+    )
+    prompt_style: Literal["auto", "compact", "instruct"] = Field(
+        default="auto",
+        description="How questions are shown: 'compact' (bare expression, for models trained "
+        "from scratch), 'instruct' (question plus answer-format instruction, for real LMs) "
+        "or 'auto' (compact for the tiny model, instruct otherwise).",
+    )
+    device: Literal["cpu", "cuda"] = Field(
+        default="cpu", description="Device to train and generate on."
+    )
+    backend: Literal["transformers", "vllm"] = Field(
+        default="transformers",
+        description="'transformers' (CPU or CUDA, shares the trainer's module) or 'vllm' (a "
+        "colocated engine on the GPU, weights pushed in memory and checked by a log-prob "
+        "probe after every step; needs the gpu extra).",
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.3,
+        gt=0,
+        le=1,
+        description="Share of GPU memory vLLM may take (the trainer needs the rest).",
+    )
+    sleep_mode: bool = Field(
+        default=False,
+        description="Let vLLM release GPU memory while the trainer steps (level 1 sleep).",
+    )
+
+
+POLICY_FILE_FIELDS = {
+    "model": ("gpu_memory_utilization", "sleep_mode"),
+    "tasks": ("regime", "prompt_style"),
+}
+"""The policy settings node.toml's ``[model]`` and ``[tasks]`` carry under the spec's names."""
 
 
 class TrainingSpec(Settings):
@@ -180,7 +197,7 @@ class TrainingSpec(Settings):
         default_factory=TrainerConfig, description="GRPO and optimizer settings."
     )
     rounds: int | None = Field(
-        default=None, ge=0, description="Stop after this many rounds (None: until the node leaves)."
+        default=None, ge=1, description="Stop after this many rounds (None: until the node leaves)."
     )
     seed: int = Field(
         default=0,
@@ -214,15 +231,13 @@ class TrainingSpec(Settings):
 
 
 FILE_FIELDS = tuple(
-    name
-    for name in TrainingSpec.model_fields
-    if name not in {"trainer", "rounds", "seed", "external_filter"}
+    name for name in TrainingSpec.model_fields if name not in {"trainer", "external_filter"}
 )
-"""The round settings a volunteer sets in ``node.toml``'s ``[training]`` (``rounds`` and
-``seed`` are ``[node]``'s; ``trainer``'s own come from its model)."""
+"""The round settings a volunteer sets in ``node.toml``'s ``[training]`` (``trainer``'s own
+come from its model)."""
 
 
-_PARTS = {
+_PARTS: dict[str, type[Settings]] = {
     "policy": PolicySpec,
     "training": TrainingSpec,
     "fabric": FabricSpec,
@@ -232,52 +247,69 @@ _PARTS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class NodeSpec:
-    """Everything a node is built from (see the module docstring).
+SWARM_NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
+"""A swarm's name is part of every NATS subject and chain record: letters, digits, '-', '_'."""
 
-    Attributes:
-        swarm: the swarm's name (stream, subjects and ledger are per swarm).
-        name: a human name for logs and tables (None: from the address).
-        account: the node's key, its identity everywhere (None: a fresh one).
-        node_index: slot in the task index layout (None: derived from the address).
-        drain_timeout_s: how long leaving lets the round in progress finish.
-        limiter: worker-thread limiter shared by the nodes of a process.
-        policy / training / fabric / ledger / checkpoint / defence: the parts.
-    """
 
-    swarm: str = "local"
-    name: str | None = None
-    account: LocalAccount | None = None
-    node_index: int | None = None
-    drain_timeout_s: float = ACTOR_DRAIN_TIMEOUT_S
-    limiter: anyio.CapacityLimiter | None = None
-    policy: PolicySpec = field(default_factory=PolicySpec)
-    training: TrainingSpec = field(default_factory=TrainingSpec)
-    fabric: FabricSpec = field(default_factory=FabricSpec)
-    ledger: LedgerSpec = field(default_factory=LedgerSpec)
-    checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
-    defence: DefenceSpec = field(default_factory=DefenceSpec)
+class NodeSpec(Settings):
+    """Everything a node is built from (see the module docstring); node.toml's ``[node]``
+    carries :data:`NODE_FILE_FIELDS` of it (plus ``data_dir``, where the node's files go)."""
 
-    def __post_init__(self) -> None:
-        _check(bool(self.swarm), "swarm", "a non-empty name", self.swarm)
-        index = self.node_index
-        _check(
-            index is None or 0 <= index < MAX_NODE_INDEX,
-            "node_index",
-            f"None or in [0, {MAX_NODE_INDEX})",
-            index,
-        )
-        _check(self.drain_timeout_s > 0, "drain_timeout_s", "> 0", self.drain_timeout_s)
+    part: ClassVar[str] = ""
+
+    swarm: str = Field(
+        default="local",
+        min_length=1,
+        pattern=SWARM_NAME_PATTERN,
+        description="Swarm to join; part of every subject and of the chain records "
+        "(letters, digits, '-' and '_').",
+    )
+    name: str | None = Field(
+        default=None,
+        description="Human-readable node name for logs, metrics and tables (unset: from the "
+        "address).",
+    )
+    account: Any = Field(
+        default=None, description="The node's key (a LocalAccount), its identity everywhere."
+    )
+    node_index: int | None = Field(
+        default=None,
+        ge=0,
+        lt=MAX_NODE_INDEX,
+        description="Slot in the task index layout (None: derived from the address).",
+    )
+    drain_timeout_s: float = Field(
+        default=ACTOR_DRAIN_TIMEOUT_S,
+        gt=0,
+        description="On leave (SIGINT/SIGTERM for a volunteer), seconds allowed to finish the "
+        "round and flush publishes and the journal before stopping hard.",
+    )
+    limiter: Any = Field(
+        default=None, description="Worker-thread limiter shared by the nodes of a process."
+    )
+    policy: PolicySpec = Field(default_factory=PolicySpec, description="The model part.")
+    training: TrainingSpec = Field(default_factory=TrainingSpec, description="The round part.")
+    fabric: FabricSpec = Field(default_factory=FabricSpec, description="The sharing part.")
+    ledger: LedgerSpec = Field(default_factory=LedgerSpec, description="The chain part.")
+    checkpoint: CheckpointSpec = Field(
+        default_factory=CheckpointSpec, description="The checkpoint part."
+    )
+    defence: DefenceSpec = Field(default_factory=DefenceSpec, description="The defence part.")
+
+    @model_validator(mode="after")
+    def _parts_agree(self) -> Self:
         if self.policy.sleep_mode and self.training.overlap:
-            raise ConfigError(
+            raise ValueError(
                 "policy.sleep_mode and training.overlap exclude each other (the engine "
-                "sleeps while training)",
-                field="policy.sleep_mode",
+                "sleeps while training)"
             )
-        for part, kind in _PARTS.items():
-            value = getattr(self, part)
-            _check(isinstance(value, kind), part, f"a {kind.__name__}", value)
+        ledger = self.ledger
+        if ledger.enabled and ledger.rpc_url is not None and ledger.journal_path is None:
+            raise ValueError(
+                "ledger.journal_path is needed with ledger.rpc_url (where commitments are "
+                "journaled)"
+            )
+        return self
 
     @classmethod
     def build(cls, **settings: Any) -> Self:
@@ -318,22 +350,19 @@ class NodeSpec:
                     f"{part} is given whole and field by field ({', '.join(changes)})",
                     field=part,
                 )
-            current = getattr(self, part)
-            if isinstance(current, Settings):
-                top[part] = current.replace(**changes)
-            else:
-                top[part] = dataclasses.replace(current, **changes)
-        return dataclasses.replace(self, **top)
+            top[part] = getattr(self, part).replace(**changes)
+        return type(self)(**{**self.as_fields(), **top})
 
 
-_TOP_FIELDS = frozenset(f.name for f in dataclasses.fields(NodeSpec))
+NODE_FILE_FIELDS = ("swarm", "name", "drain_timeout_s")
+"""The node's own settings a volunteer sets in ``node.toml``'s ``[node]``."""
+
+_TOP_FIELDS = frozenset(NodeSpec.model_fields)
 _TRAINER = "trainer"  # the pseudo-part of the training part's TrainerConfig fields
 
 
-def _field_names(kind: type) -> list[str]:
-    if issubclass(kind, Settings):
-        return list(kind.model_fields)
-    return [f.name for f in dataclasses.fields(kind)]  # type: ignore[arg-type]
+def _field_names(kind: type[Settings]) -> list[str]:
+    return list(kind.model_fields)
 
 
 def _part_fields() -> dict[str, list[tuple[str, str]]]:
@@ -357,6 +386,12 @@ def _route(key: str) -> tuple[str, str]:
     found = _ROUTES.get(key, [])
     if len(found) == 1:
         return found[0]
+    kinds: dict[str, type[Settings]] = {"": NodeSpec, **_PARTS, _TRAINER: TrainerConfig}
+    for part, kind in kinds.items():
+        old = key.removeprefix(f"{part}_") if part else key
+        if old in kind.renamed:
+            where = f"{part}." if part else ""
+            raise ConfigError(renamed_message(where + old, kind.renamed[old]), field=key)
     if found:
         options = ", ".join(f"{part}_{name}" for part, name in found)
         raise ConfigError(f"{key} is ambiguous: say {options}", field=key)

@@ -1,34 +1,50 @@
 """The node spec's parts for the network, the chain, checkpoints and defences.
 
 Owns :class:`FabricSpec`, :class:`LedgerSpec`, :class:`CheckpointSpec` and
-:class:`DefenceSpec` (documented in :mod:`sapo_async.node.spec`, which re-exports them;
-:class:`DefenceSpec` is a :class:`~sapo_async.policy.settings.Settings` model, node.toml's
-``[defence]`` section itself) and
-the field checks every part uses (:func:`check`, :func:`one_of`): a bad value raises
+:class:`DefenceSpec` (documented in :mod:`sapo_async.node.spec`, which re-exports them).
+Each is a :class:`~sapo_async.policy.settings.Settings` model and node.toml's section of the
+same idea is generated from it (``[nats]`` from :data:`FABRIC_FILE_FIELDS`, ``[ledger]``
+from :data:`LEDGER_FILE_FIELDS`, ``[checkpoint]`` from :data:`CHECKPOINT_FILE_FIELDS`;
+``[defence]`` is :class:`DefenceSpec` itself): a setting has one name, one default, one
+bound and one description from the file to the code that uses it. The fields a file cannot
+give (a transport object, a journal path derived from ``[node] data_dir``) are the spec's
+only. Also the dataclass checks :class:`~sapo_async.node.spec.NodeSpec` uses
+(:func:`check`, :func:`one_of`): a bad value raises
 :class:`~sapo_async.errors.ConfigError` naming the field and what is allowed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import Field
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+from pydantic_settings import NoDecode
 
 from sapo_async.errors import ConfigError
+from sapo_async.fabric.transport.shards import SHARD_COUNTS
 from sapo_async.limits import (
     NATS_JOIN_TIMEOUT_S,
     SHARD_ROTATE_S,
 )
-from sapo_async.policy.settings import Settings
+from sapo_async.policy.settings import ReadableFile, Settings, check_host_port, split_list
 
 if TYPE_CHECKING:
-    from sapo_async.fabric.transport.base import Transport
     from sapo_async.fabric.transport.embedded import NatsOptions
     from sapo_async.fabric.transport.shards import ShardPlan
 
-__all__ = ["CheckpointSpec", "DefenceSpec", "FabricSpec", "LedgerSpec", "check", "one_of"]
+__all__ = [
+    "CHECKPOINT_FILE_FIELDS",
+    "FABRIC_FILE_FIELDS",
+    "LEDGER_FILE_FIELDS",
+    "CheckpointSpec",
+    "DefenceSpec",
+    "FabricSpec",
+    "LedgerSpec",
+    "check",
+    "one_of",
+    "read_private_key",
+]
 
 
 def check(ok: bool, field_name: str, allowed: str, value: Any) -> None:
@@ -40,126 +56,316 @@ def one_of(value: Any, allowed: tuple[Any, ...], field_name: str) -> None:
     check(value in allowed, field_name, "one of " + ", ".join(map(repr, allowed)), value)
 
 
-@dataclass(frozen=True, slots=True)
-class FabricSpec:
-    """How a node shares rollouts.
+NatsUrls = Annotated[tuple[str, ...], NoDecode, BeforeValidator(split_list)]
+"""NATS server URLs: a list, or (from the environment) ``a,b`` or a JSON list."""
 
-    Attributes:
-        nats_url: NATS server(s), comma-separated; None starts (or shares) an embedded
-            server in this process.
-        nats_options: a :class:`~sapo_async.fabric.transport.NatsOptions` (credentials,
-            TLS); its ``url`` is used when ``nats_url`` is None.
-        stream_replicas: replicas of the swarm's stream (3 on a three-server cluster, so
-            losing one server loses no acknowledged group).
-        connect_timeout_s: how long to keep retrying NATS (with backoff, saying what it
-            waits for) before giving up.
-        transport: use this transport instead of NATS (tests, the in-memory broker).
-        start: where this node's consumer starts: ``"new"`` messages only, ``"all"``
-            retained ones, or a number of seconds back.
-        include_tokens: share token ids and log-probs (receivers with the same tokenizer
-            use them for importance weights).
-        extra_check: a receiver-side check added to the collector's.
-        shards: S, how many shards this node divides the swarm into (1, 16, 256 or
-            4096; see ``fabric/transport/shards.py``); 1 reads everything.
-        shards_read: k, how many of them it reads at a time (``None``: all S).
-        shard_rotate_s: seconds before it moves on to the next k shards.
+
+def _nats_urls(value: tuple[str, ...]) -> tuple[str, ...]:
+    for url in value:
+        scheme = url.split("://", 1)[0] if "://" in url else ""
+        if scheme not in {"nats", "tls", "ws", "wss"}:
+            raise ValueError(
+                f"{url!r} is not a NATS URL: expected nats://, tls://, ws:// or wss://"
+            )
+        check_host_port(url)
+    return value
+
+
+def _shard_count(value: int) -> int:
+    if value not in SHARD_COUNTS:
+        raise ValueError(f"must be 1, 16, 256 or 4096 (16^0..16^3), got {value}")
+    return value
+
+
+def _start(value: Any) -> Any:
+    if value in ("new", "all"):
+        return value
+    if value == "last_minutes":
+        raise ValueError("'last_minutes' is gone: give the seconds back instead (600 for 10 min)")
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if isinstance(value, bool) or not 0 <= seconds < float("inf"):
+        raise ValueError(f"must be 'new', 'all' or a number of seconds >= 0, got {value!r}")
+    return seconds
+
+
+class FabricSpec(Settings):
+    """How a node shares rollouts; node.toml's ``[nats]`` is :data:`FABRIC_FILE_FIELDS` of it.
+
+    The default ``start = "all"`` reads what the stream retains (at most
+    :data:`~sapo_async.limits.STREAM_MAX_AGE_S`); the collector's age rule
+    (``training.max_age_s``) refuses what is older, so a large swarm may prefer a number of
+    seconds (the old file default, ``"new"`` with 10 minutes of look-back, is ``start = 600``).
     """
 
-    nats_url: str | None = None
-    nats_options: NatsOptions | None = None
-    stream_replicas: int = 1
-    connect_timeout_s: float = NATS_JOIN_TIMEOUT_S
-    transport: Transport | None = None
-    start: Literal["new", "all"] | float = "all"
-    include_tokens: bool = True
-    extra_check: Any = None
-    shards: int = 1
-    shards_read: int | None = None
-    shard_rotate_s: float = SHARD_ROTATE_S
+    part: ClassVar[str] = "fabric"
+    renamed: ClassVar[dict[str, str]] = {
+        "nats_url": "urls",
+        "nats_options": "urls, creds_file, nkey_seed_file, tls_ca, tls_cert and tls_key",
+        "lookback_minutes": "start (seconds back: start = 600 for 10 minutes)",
+        "shard_rotate_minutes": "shard_rotate_s (seconds)",
+    }
+
+    urls: Annotated[NatsUrls, AfterValidator(_nats_urls)] = Field(
+        default=(),
+        description="NATS server URLs (nats://host:4222, tls://...); empty starts (or shares) "
+        "an embedded private server in this process (a swarm of one machine).",
+    )
+    creds_file: ReadableFile = Field(
+        default=None,
+        description="NATS credentials file (JWT + nkey seed) for decentralised auth.",
+    )
+    nkey_seed_file: ReadableFile = Field(
+        default=None,
+        description="File with this node's NATS user nkey seed (SU...), for nkey auth.",
+    )
+    tls_ca: ReadableFile = Field(
+        default=None, description="CA certificate to verify the servers with."
+    )
+    tls_cert: ReadableFile = Field(
+        default=None, description="Client certificate for mutual TLS (needs tls_key)."
+    )
+    tls_key: ReadableFile = Field(
+        default=None, description="Client private key for mutual TLS (needs tls_cert)."
+    )
+    start: Annotated[Literal["new", "all"] | float, BeforeValidator(_start)] = Field(
+        default="all",
+        description="Where this node starts reading shared rollouts: 'new' ones only, 'all' "
+        "the stream retains, or a number of seconds back.",
+    )
+    stream_replicas: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="Replicas of the swarm's stream: 3 on a three-server cluster, so losing "
+        "a server loses no acknowledged group (every node that connects sets it: use the "
+        "swarm's value).",
+    )
+    connect_timeout_s: float = Field(
+        default=NATS_JOIN_TIMEOUT_S,
+        gt=0,
+        description="How long to keep retrying NATS at start (with backoff, saying what it "
+        "waits for) before giving up.",
+    )
+    include_tokens: bool = Field(
+        default=True,
+        description="Share token ids and log-probs (receivers with the same tokenizer use "
+        "them for importance weights).",
+    )
+    shards: Annotated[int, AfterValidator(_shard_count)] = Field(
+        default=1,
+        description="How many shards this node divides the swarm's rollouts into (by "
+        "producer, per family): 1, 16, 256 or 4096; 1 reads everything. See docs/fabric.md "
+        "for the count that fits a swarm's size.",
+    )
+    shards_read: int | None = Field(
+        default=None,
+        ge=1,
+        description="How many of those shards to read at a time (bounds ingress in large "
+        "swarms; the node moves to the next ones every shard_rotate_s); unset reads all.",
+    )
+    shard_rotate_s: float = Field(
+        default=SHARD_ROTATE_S,
+        gt=0,
+        description="Seconds before a node reading a subset of shards moves to the next one.",
+    )
+    transport: Any = Field(
+        default=None,
+        description="Use this Transport instead of NATS (tests, the in-memory broker).",
+    )
+    extra_check: Any = Field(
+        default=None, description="An operator's receiver-side check, run after the node's."
+    )
+
+    @model_validator(mode="after")
+    def _together(self) -> Self:
+        if self.shards_read is not None and self.shards_read > self.shards:
+            raise ValueError(
+                f"shards_read = {self.shards_read} is more than shards = {self.shards}: "
+                f"read 1..{self.shards} of them, or raise shards (1, 16, 256 or 4096)"
+            )
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key must be set together (mutual TLS)")
+        return self
 
     def shard_plan(self) -> ShardPlan | None:
-        """The shard plan these settings ask for; ``None`` reads everything.
-
-        Raises:
-            ConfigError: S not in 1/16/256/4096, k outside 1..S, or a rotation <= 0 s.
-        """
+        """The shard plan these settings ask for; ``None`` reads everything."""
         from sapo_async.fabric.transport.shards import ShardPlan
 
         plan = ShardPlan(self.shards, self.shards_read, self.shard_rotate_s)
         return None if plan.count == 1 else plan
 
-    def __post_init__(self) -> None:
-        self.shard_plan()  # validates the three shard fields
-        check(self.stream_replicas >= 1, "fabric.stream_replicas", ">= 1", self.stream_replicas)
-        check(self.connect_timeout_s > 0, "fabric.connect_timeout_s", "> 0", self.connect_timeout_s)
-        start = self.start
-        check(
-            start in ("new", "all")
-            or (isinstance(start, int | float) and not isinstance(start, bool) and start >= 0),
-            "fabric.start",
-            "'new', 'all' or a number of seconds >= 0",
-            start,
+    def options(self, url: str | None = None, **overrides: Any) -> NatsOptions:
+        """These settings as the transport's connection options.
+
+        Args:
+            url: connect to this URL only; default: every one of ``urls`` (none: embedded).
+            overrides: other :class:`NatsOptions` fields (``name``, ``connect_timeout``,
+                ``reconnect``).
+        """
+        from sapo_async.fabric.transport.embedded import NatsOptions
+
+        return NatsOptions(
+            url=url or ",".join(self.urls) or None,
+            creds_file=self.creds_file,
+            nkey_seed_file=self.nkey_seed_file,
+            tls_ca_file=self.tls_ca,
+            tls_cert_file=self.tls_cert,
+            tls_key_file=self.tls_key,
+            **overrides,
         )
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerSpec:
-    """Where a node's round commitments are recorded.
+FABRIC_FILE_FIELDS = tuple(
+    name for name in FabricSpec.model_fields if name not in {"transport", "extra_check"}
+)
+"""The fabric settings a volunteer sets in ``node.toml``'s ``[nats]``."""
 
-    Attributes:
-        enabled: record commitments at all.
-        rpc_url: JSON-RPC URL of the chain; None uses (or shares) an in-process EVM with
-            the swarm's contract deployed on it.
-        contract_address: the ledger contract on ``rpc_url``'s chain.
-        relayer_key: key of an account that pays for this node's commitments (EIP-712
-            relaying); None: the node pays its own gas.
-        journal_path: the ledger journal's SQLite file (needed with ``rpc_url``; the
-            embedded ledger keeps journals in a temporary directory).
-    """
 
-    enabled: bool = True
-    rpc_url: str | None = None
-    contract_address: str | None = None
-    relayer_key: str | None = field(default=None, repr=False)  # a secret: never in logs
-    journal_path: Path | None = None
+def _rpc_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not value.startswith(("http://", "https://", "ws://", "wss://")):
+        raise ValueError(f"{value!r} is not an RPC URL: expected http(s):// or ws(s)://")
+    check_host_port(value)
+    return value
 
-    def __post_init__(self) -> None:
-        if not self.enabled or self.rpc_url is None:
-            return
-        check(
-            self.rpc_url.startswith(("http://", "https://", "ws://", "wss://")),
-            "ledger.rpc_url",
-            "an http(s):// or ws(s):// URL",
-            self.rpc_url,
+
+def _checksummed(value: str | None) -> str | None:
+    if value is None:
+        return None
+    from eth_utils.address import to_checksum_address
+
+    expected = to_checksum_address(value)
+    digits = value[2:]
+    if digits not in {digits.lower(), digits.upper()} and value != expected:
+        raise ValueError(
+            f"{value!r} fails its EIP-55 checksum (mixed case must read {expected}): "
+            "a character was mistyped"
         )
-        if not self.contract_address:
-            raise ConfigError(
-                "ledger.rpc_url needs ledger.contract_address (the deployed contract)",
-                field="ledger.contract_address",
-            )
-        if self.journal_path is None:
-            raise ConfigError(
-                "ledger.rpc_url needs ledger.journal_path (where commitments are journaled)",
-                field="ledger.journal_path",
-            )
+    return value
 
 
-@dataclass(frozen=True, slots=True)
-class CheckpointSpec:
-    """Where a node saves its state and resumes from.
+def read_private_key(path: Path) -> str:
+    """The private key on the first line of ``path`` (``0x`` and 64 hex digits).
 
-    Attributes:
-        dir: checkpoints go here, and the node resumes from the latest one (model,
-            optimizer, round, RNG states); None: no checkpoints.
-        every: rounds between checkpoints (one is also saved on leave); a node with a
-            ledger recorder checkpoints every round, before its commitment.
+    Raises:
+        ValueError: the file cannot be read or its first line is not a private key; the
+            message never shows the file's content.
     """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from exc
+    key = lines[0].strip() if lines else ""
+    digits = key.removeprefix("0x")
+    if len(digits) != 64 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+        raise ValueError(
+            f"{path}: the first line must be a private key (0x followed by 64 hex digits)"
+        )
+    return "0x" + digits
 
-    dir: Path | None = None
-    every: int = 10
 
-    def __post_init__(self) -> None:
-        check(self.every >= 1, "checkpoint.every", ">= 1", self.every)
+def _key_file(value: Path | None) -> Path | None:
+    if value is not None:
+        read_private_key(value)  # a bad file fails when the settings load, not at start
+    return value
+
+
+class LedgerSpec(Settings):
+    """Where a node's round commitments are recorded; node.toml's ``[ledger]`` is
+    :data:`LEDGER_FILE_FIELDS` of it (``journal_path`` comes from ``[node] data_dir``)."""
+
+    part: ClassVar[str] = "ledger"
+
+    enabled: bool = Field(default=True, description="Record rollout commitments on the EVM ledger.")
+    rpc_url: Annotated[str | None, AfterValidator(_rpc_url)] = Field(
+        default=None,
+        description="JSON-RPC URL of the chain (http://127.0.0.1:8545 for anvil); unset "
+        "uses (or shares) an in-process EVM with the swarm's contract deployed on it.",
+    )
+    contract_address: Annotated[str | None, AfterValidator(_checksummed)] = Field(
+        default=None,
+        pattern=r"^0x[0-9a-fA-F]{40}$",
+        description="Address of the deployed SapoLedger contract (needed with rpc_url).",
+    )
+    chain_id: int | None = Field(
+        default=None, ge=1, description="Expected chain id; the node refuses a chain that differs."
+    )
+    relayer_key_file: Annotated[ReadableFile, AfterValidator(_key_file)] = Field(
+        default=None,
+        description="File whose first line is the private key of an account that pays gas "
+        "for this node's commitments: the node signs each one (EIP-712), the relayer sends "
+        "it. Unset: the node pays its own gas.",
+    )
+    relayer_key: str | None = Field(
+        default=None,
+        repr=False,  # a secret: never in logs
+        description="The relayer's private key itself (Python callers; node.toml names a file).",
+    )
+    journal_path: Path | None = Field(
+        default=None,
+        description="The ledger journal's SQLite file (needed with rpc_url; the embedded "
+        "ledger keeps journals in a temporary directory).",
+    )
+
+    @model_validator(mode="after")
+    def _together(self) -> Self:
+        if self.relayer_key is not None and self.relayer_key_file is not None:
+            raise ValueError("relayer_key and relayer_key_file exclude each other: give one")
+        if self.enabled and self.rpc_url is not None and self.contract_address is None:
+            raise ValueError(
+                "contract_address is needed with rpc_url: give the deployed contract's "
+                "address (`sapo-async devnet` prints it for a local chain)"
+            )
+        return self
+
+    def relayer_private_key(self) -> str | None:
+        """The relayer's key: ``relayer_key``, or read from ``relayer_key_file`` (None: the
+        node pays its own gas).
+
+        Raises:
+            ConfigError: the file cannot be read or holds no private key (its content is
+                never shown).
+        """
+        if self.relayer_key_file is None:
+            return self.relayer_key
+        try:
+            return read_private_key(self.relayer_key_file)
+        except ValueError as exc:
+            raise ConfigError(
+                f"ledger.relayer_key_file: {exc}", field="ledger.relayer_key_file"
+            ) from exc
+
+
+LEDGER_FILE_FIELDS = ("enabled", "rpc_url", "contract_address", "chain_id", "relayer_key_file")
+"""The ledger settings a volunteer sets in ``node.toml``'s ``[ledger]``."""
+
+
+class CheckpointSpec(Settings):
+    """Where a node saves its state and resumes from; node.toml's ``[checkpoint]`` is its
+    ``every`` (the directory is ``<data_dir>/checkpoints``)."""
+
+    part: ClassVar[str] = "checkpoint"
+
+    dir: Path | None = Field(
+        default=None,
+        description="Checkpoints go here, and the node resumes from the latest one (model, "
+        "optimizer, round, RNG states); None: no checkpoints.",
+    )
+    every: int = Field(
+        default=10,
+        ge=1,
+        description="Write a checkpoint every N rounds (one is also saved on leave); with "
+        "the ledger on, every round, before its commitment (a restart then never commits a "
+        "lower policy version than the chain has).",
+    )
+
+
+CHECKPOINT_FILE_FIELDS = ("every",)
+"""The checkpoint settings a volunteer sets in ``node.toml``'s ``[checkpoint]``."""
 
 
 class DefenceSpec(Settings):

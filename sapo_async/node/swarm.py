@@ -172,8 +172,7 @@ def complete_spec(spec: NodeSpec) -> NodeSpec:
     """``spec`` with its key (a new one if none), name and task slot filled in."""
     account: LocalAccount = spec.account or Account.create()
     index = spec.node_index
-    return dataclasses.replace(
-        spec,
+    return spec.replace(
         account=account,
         name=spec.name or default_name(account.address),
         node_index=node_index_for(account.address) if index is None else index,
@@ -280,16 +279,14 @@ def _start_at(fabric: FabricSpec) -> StartAt:
 
 async def _connect(spec: NodeSpec, cleanups: list[Cleanup]) -> Transport:
     """Connect to NATS JetStream (starting or sharing the embedded server without a URL)."""
-    from sapo_async.fabric.transport.embedded import NatsOptions
     from sapo_async.fabric.transport.jetstream import JetStreamTransport, StreamSettings
 
     fabric = spec.fabric
-    options = fabric.nats_options or NatsOptions()
-    url = fabric.nats_url or options.url
+    url = ",".join(fabric.urls) or None
     if url is None:
         url = await EMBEDDED.acquire_nats()
         cleanups.append(EMBEDDED.release_nats)
-    options = dataclasses.replace(options, url=url, name=f"sapo-{spec.name}")
+    options = fabric.options(url, name=f"sapo-{spec.name}")
     transport = await _connect_with_backoff(
         lambda: JetStreamTransport.connect(
             options, spec.swarm, settings=StreamSettings(replicas=fabric.stream_replicas)
@@ -369,7 +366,7 @@ async def _make_recorder(
         ledger = connect_ledger(
             ledger_spec.rpc_url,
             str(ledger_spec.contract_address),
-            relayer_key=ledger_spec.relayer_key,
+            relayer_key=ledger_spec.relayer_private_key(),
         )
         path = Path(str(ledger_spec.journal_path))
     journal = Journal(path)

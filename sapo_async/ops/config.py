@@ -1,10 +1,12 @@
 """A volunteer node's settings: one TOML file plus ``SAPO_*`` environment overrides.
 
 Owns the typed, frozen :class:`NodeConfig` (one pydantic model per TOML section, defined
-in :mod:`.config_sections`), its loader :func:`load_config`, the translation of pydantic's
-errors into one :class:`~sapo_async.errors.ConfigError`, and :meth:`NodeConfig.to_spec`,
-which turns the file's settings into the :class:`~sapo_async.node.spec.NodeSpec` a node is
-built from (the node sits below ops, so the conversion lives here).
+in :mod:`.config_sections`, most generated from the node spec's own models), its loader
+:func:`load_config`, the translation of pydantic's errors into one
+:class:`~sapo_async.errors.ConfigError`, and :meth:`NodeConfig.to_spec`, which builds the
+:class:`~sapo_async.node.spec.NodeSpec` a node is built from: each section's keys pass
+under their own names; only what the file derives (paths under ``data_dir``, the hardware
+choice, the task families) is added there, once.
 
 Precedence, highest first: keyword arguments to :func:`load_config`, environment variables
 (``SAPO_<SECTION>__<FIELD>``, e.g. ``SAPO_TRAINING__LR=1e-5``), the TOML file, defaults.
@@ -40,6 +42,7 @@ from sapo_async.ops.config_checks import did_you_mean
 from sapo_async.ops.config_docs import render_example, render_reference
 from sapo_async.ops.config_sections import (
     SECTIONS,
+    CheckpointSection,
     DefenceSection,
     IdentitySection,
     LedgerSection,
@@ -60,6 +63,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ENV_PREFIX",
     "KNOWN_ENVIRONMENT",
+    "CheckpointSection",
     "DefenceSection",
     "IdentitySection",
     "LedgerSection",
@@ -100,11 +104,12 @@ class NodeConfig(BaseSettings):
 
     node: NodeSection = Field(default_factory=NodeSection)  # type: ignore[arg-type]
     identity: IdentitySection = Field(default_factory=IdentitySection)  # type: ignore[arg-type]
-    nats: NatsSection = Field(default_factory=NatsSection)  # type: ignore[arg-type]
-    ledger: LedgerSection = Field(default_factory=LedgerSection)  # type: ignore[arg-type]
+    nats: NatsSection = Field(default_factory=NatsSection)
+    ledger: LedgerSection = Field(default_factory=LedgerSection)
     model: ModelSection = Field(default_factory=ModelSection)  # type: ignore[arg-type]
     tasks: TasksSection = Field(default_factory=TasksSection)  # type: ignore[arg-type]
     training: TrainingSection = Field(default_factory=TrainingSection)
+    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
     defence: DefenceSection = Field(default_factory=DefenceSection)
     metrics: MetricsSection = Field(default_factory=MetricsSection)  # type: ignore[arg-type]
 
@@ -161,28 +166,17 @@ class NodeConfig(BaseSettings):
         Raises:
             ConfigError: a combination the node cannot run (named).
         """
-        from sapo_async.node.spec import (
-            CheckpointSpec,
-            FabricSpec,
-            LedgerSpec,
-            NodeSpec,
-            PolicySpec,
-        )
+        from sapo_async.node.spec import PolicySpec
         from sapo_async.tasks.spec import FamilySpec
 
-        n, ledger = self.nats, self.ledger
-        urls = ",".join(n.urls) or None
         tasks: str | tuple[FamilySpec, ...] = self.tasks.preset
         if self.tasks.families:
             tasks = tuple(FamilySpec(f, {}) for f in self.tasks.families)
-        return NodeSpec(
-            swarm=self.node.swarm,
-            name=self.node.name or None,
+        spec: NodeSpec = self.node.to_part(
             account=account,
-            drain_timeout_s=self.node.drain_timeout_s,
             policy=PolicySpec(
+                **self.tasks.spec_values(),  # regime, prompt_style
                 model=hardware.model,
-                regime=self.tasks.regime,
                 tasks=tasks,
                 device=hardware.device,
                 backend=hardware.backend,
@@ -190,27 +184,13 @@ class NodeConfig(BaseSettings):
                 or self.model.gpu_memory_utilization,
                 sleep_mode=self.model.sleep_mode and hardware.backend == "vllm",
             ),
-            # [training] is generated from the spec's models: same names, no copying
-            training=self.training.spec(rounds=self.node.rounds, seed=self.node.seed),
-            fabric=FabricSpec(
-                nats_url=urls,
-                nats_options=n.options(urls),
-                start="new" if n.start == "new" else float(n.lookback_minutes) * 60.0,
-                stream_replicas=n.stream_replicas,
-                shards=n.shards,
-                shards_read=n.shards_read,
-                shard_rotate_s=n.shard_rotate_minutes * 60.0,
-            ),
-            ledger=LedgerSpec(
-                enabled=ledger.enabled,
-                rpc_url=ledger.rpc_url,
-                contract_address=ledger.contract_address,
-                relayer_key=ledger.read_relayer_key() if ledger.enabled else None,
-                journal_path=self.journal_path,
-            ),
-            checkpoint=CheckpointSpec(dir=self.checkpoint_dir, every=self.node.checkpoint_every),
+            training=self.training.to_part(),
+            fabric=self.nats.to_part(),
+            ledger=self.ledger.to_part(journal_path=self.journal_path),
+            checkpoint=self.checkpoint.to_part(dir=self.checkpoint_dir),
             defence=self.defence,  # [defence] is the spec's DefenceSpec itself
         )
+        return spec
 
 
 def _env_name(loc: tuple[int | str, ...]) -> str:

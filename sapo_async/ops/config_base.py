@@ -1,38 +1,23 @@
-"""The base of node.toml's section models: strictness, and lists the environment may give.
+"""The base of node.toml's section models: strictness, old names, and sections generated
+from the node spec's own models.
 
-Owns :class:`Section` (unknown keys, inf and nan refused; frozen), :data:`StrList` and
-:func:`split_list` for the sections in :mod:`.config_sections` and :mod:`.config_network`.
+Owns :class:`Section` (unknown keys, inf and nan refused; frozen; old key names refused
+naming the new one), :class:`SpecSection` and :func:`spec_section` (a section whose keys are
+fields of a spec part, copied with their types, defaults, bounds, checks and descriptions,
+so nothing is written twice), and :data:`StrList` for the file-only list settings.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, create_model, model_validator
 from pydantic_settings import NoDecode
 
-__all__ = ["Section", "StrList", "spec_default", "split_list"]
+from sapo_async.errors import ConfigError
+from sapo_async.policy.settings import Settings, renamed_message, split_list
 
-
-def split_list(value: Any) -> Any:
-    """Accept a JSON list or a comma-separated string where a list of strings is expected."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            try:
-                return json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"not a JSON list: {exc}") from exc
-        return [part.strip() for part in text.split(",") if part.strip()]
-    return value
-
-
-def spec_default(kind: Any, name: str) -> Any:
-    """The default of a node spec dataclass's field, so a section that names the same
-    setting (``[tasks] regime`` is ``PolicySpec.regime``) shares its one default."""
-    return {f.name: f.default for f in dataclasses.fields(kind)}[name]
+__all__ = ["Section", "SpecSection", "StrList", "spec_section", "split_list"]
 
 
 StrList = Annotated[list[str], NoDecode]
@@ -45,3 +30,64 @@ class Section(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
     )
+
+    renamed: ClassVar[dict[str, str]] = {}
+    """Old keys of this section and where they went: an old one is refused naming the new."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for old, new in cls.renamed.items():
+                if old in data:
+                    fix = "move the key" if new.startswith("[") else "rename the key"
+                    raise ValueError(f"{renamed_message(old, new)}: {fix}")
+        return data
+
+
+class SpecSection(Section):
+    """A section whose spec fields (:attr:`spec_fields`) are a spec part's, same names.
+
+    Building the part (:meth:`to_part`) runs the part's own checks across fields, at load
+    time, so a bad combination is named in the file's terms before any node starts.
+    """
+
+    spec_kind: ClassVar[type[Settings]]
+    spec_fields: ClassVar[tuple[str, ...]] = ()
+
+    if TYPE_CHECKING:  # the spec fields are added by spec_section, which mypy cannot see
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    def spec_values(self) -> dict[str, Any]:
+        """The values of this section's spec fields, by the spec's names."""
+        return {name: getattr(self, name) for name in self.spec_fields}
+
+    def to_part(self, **derived: Any) -> Any:
+        """The spec part these settings give, with ``derived`` fields (paths, choices)."""
+        return self.spec_kind(**self.spec_values(), **derived)
+
+    @model_validator(mode="after")
+    def _part_checks(self) -> Self:
+        try:
+            self.to_part()
+        except ConfigError as exc:
+            part = self.spec_kind.part
+            raise ValueError(str(exc).removeprefix(f"{part}: ") if part else str(exc)) from exc
+        return self
+
+
+def spec_section(
+    name: str, base: type[SpecSection], *also: tuple[type[Settings], tuple[str, ...]]
+) -> type[SpecSection]:
+    """A section model: ``base`` (its own file-only fields and checks, its ``spec_kind`` and
+    ``spec_fields``) plus those fields of the spec and any ``also`` (model, fields) pairs,
+    copied (annotation with its checks, default, bounds, description)."""
+    copied: dict[str, Any] = {}
+    for spec, fields in ((base.spec_kind, base.spec_fields), *also):
+        for field in fields:
+            copied[field] = (spec.model_fields[field].annotation, spec.model_fields[field])
+    section: type[SpecSection] = create_model(
+        name, __base__=base, __module__=base.__module__, __doc__=base.__doc__, **copied
+    )
+    return section

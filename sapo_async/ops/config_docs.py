@@ -29,7 +29,7 @@ def _toml_value(value: Any) -> str:
         return json.dumps(str(value))
     if isinstance(value, str):
         return json.dumps(value)
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     raise TypeError(f"no TOML form for {value!r}")
 

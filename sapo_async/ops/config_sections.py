@@ -1,8 +1,19 @@
 """The sections of a volunteer node's ``node.toml``: one frozen pydantic model each.
 
-Owns every setting's type, default, bounds and description (each field is documented
-exactly once, in its ``Field(description=...)``), and the checks across fields of one
-section. :data:`SECTIONS` lists them in file order.
+A section that names settings of the node spec is generated from the spec's own model
+(:func:`~sapo_async.ops.config_base.spec_section`): the key is the spec's field name, and
+its type, default, bounds, checks and description are the spec's, so nothing is written
+twice and nothing is renamed between the file and the node. ``[node]`` is
+:class:`~sapo_async.node.spec.NodeSpec`'s, ``[model]`` and ``[tasks]`` are
+:class:`~sapo_async.node.spec.PolicySpec`'s, ``[training]`` is
+:class:`~sapo_async.node.spec.TrainingSpec`'s and its trainer's, ``[nats]``,
+``[ledger]``, ``[checkpoint]`` are the fabric's, ledger's and checkpoint's parts, and
+``[defence]`` is :class:`~sapo_async.node.spec_parts.DefenceSpec` itself. This module owns
+only what a file has and a spec does not: where the node's files go (``[node] data_dir``),
+the request hardware selection resolves (``[model] name_or_path``, ``backend``,
+``device``; ``[tasks] preset``, ``families``), ``[identity]`` and ``[metrics]``, and the
+old key names each section refuses, naming the new. :data:`SECTIONS` lists them in file
+order.
 
 Does not know files, the environment or how settings are used: :mod:`.config` loads them,
 :mod:`.config_docs` renders them.
@@ -11,27 +22,37 @@ Does not know files, the environment or how settings are used: :mod:`.config` lo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, create_model, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator
 
-from sapo_async.errors import ConfigError
-from sapo_async.limits import MAX_SWARM_SEED
-from sapo_async.node.spec import FILE_FIELDS as TRAINING_FILE_FIELDS
-from sapo_async.node.spec import NodeSpec, PolicySpec, TrainingSpec
-from sapo_async.node.spec_parts import CheckpointSpec, DefenceSpec
-from sapo_async.ops.config_base import Section, StrList, spec_default, split_list
-from sapo_async.ops.config_checks import (
-    did_you_mean,
-    existing_file,
-    writable_dir,
+from sapo_async.node.spec import (
+    FILE_FIELDS as TRAINING_FILE_FIELDS,
 )
-from sapo_async.ops.config_network import LedgerSection, NatsSection
+from sapo_async.node.spec import (
+    NODE_FILE_FIELDS,
+    POLICY_FILE_FIELDS,
+    NodeSpec,
+    PolicySpec,
+    TrainingSpec,
+)
+from sapo_async.node.spec_parts import (
+    CHECKPOINT_FILE_FIELDS,
+    FABRIC_FILE_FIELDS,
+    LEDGER_FILE_FIELDS,
+    CheckpointSpec,
+    DefenceSpec,
+    FabricSpec,
+    LedgerSpec,
+)
+from sapo_async.ops.config_base import Section, SpecSection, StrList, spec_section, split_list
+from sapo_async.ops.config_checks import did_you_mean, existing_file, writable_dir
 from sapo_async.policy.grpo.config import FILE_FIELDS as TRAINER_FILE_FIELDS
 from sapo_async.policy.grpo.config import TrainerConfig
 
 __all__ = [
     "SECTIONS",
+    "CheckpointSection",
     "DefenceSection",
     "IdentitySection",
     "LedgerSection",
@@ -45,43 +66,20 @@ __all__ = [
 ]
 
 
-class NodeSection(Section):
-    """[node]: who this node is and how long it runs."""
+class _NodeFile(SpecSection):
+    """[node]: who this node is, where its files go, and how it leaves."""
 
-    swarm: str = Field(
-        "local",
-        min_length=1,
-        pattern=r"^[A-Za-z0-9_-]+$",
-        description="Swarm to join; part of every subject and of the chain records "
-        "(letters, digits, '-' and '_').",
-    )
-    name: str = Field("", description="Human-readable node name for logs and metrics (optional).")
+    spec_kind = NodeSpec
+    spec_fields = NODE_FILE_FIELDS
+    renamed: ClassVar[dict[str, str]] = {
+        "seed": "[training] seed",
+        "rounds": "[training] rounds",
+        "checkpoint_every": "[checkpoint] every",
+    }
+
     data_dir: Path = Field(
         Path("~/.sapo"),
         description="Directory for this node's keystore, checkpoints, ledger journal and logs.",
-    )
-    seed: int = Field(
-        0,
-        ge=0,
-        le=MAX_SWARM_SEED,
-        description="Seed for task sampling and generation RNGs (0..4095: it fills the top "
-        "12 bits of a 64-bit wire field).",
-    )
-    rounds: int | None = Field(
-        None, ge=1, description="Rounds to run, then stop; unset runs until stopped."
-    )
-    checkpoint_every: int = Field(
-        spec_default(CheckpointSpec, "every"),
-        ge=1,
-        description="Write a checkpoint (model, optimizer, round, RNG) every N rounds; with "
-        "the ledger on, every round, before its commitment (a restart then never commits a "
-        "lower policy version than the chain has).",
-    )
-    drain_timeout_s: float = Field(
-        spec_default(NodeSpec, "drain_timeout_s"),
-        gt=0,
-        description="On SIGINT/SIGTERM, seconds allowed to finish the round and flush "
-        "publishes and the journal before stopping hard.",
     )
 
     @field_validator("data_dir")
@@ -120,8 +118,16 @@ class IdentitySection(Section):
         return existing_file(value)
 
 
-class ModelSection(Section):
-    """[model]: the policy model and how it generates."""
+class _ModelFile(SpecSection):
+    """[model]: the policy model and how it generates.
+
+    ``name_or_path``, ``backend`` and ``device`` are the volunteer's request, where "auto"
+    lets hardware selection (:func:`~sapo_async.ops.hardware.select_backend`) choose the
+    spec's ``model``, ``backend`` and ``device`` for the machine; the rest are the spec's.
+    """
+
+    spec_kind = PolicySpec
+    spec_fields = POLICY_FILE_FIELDS["model"]
 
     name_or_path: str = Field(
         "auto",
@@ -135,19 +141,14 @@ class ModelSection(Section):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Device for training and generation; 'auto' uses CUDA if present."
     )
-    gpu_memory_utilization: float = Field(
-        spec_default(PolicySpec, "gpu_memory_utilization"),
-        gt=0,
-        le=1,
-        description="Share of GPU memory vLLM may take (the trainer needs the rest).",
-    )
-    sleep_mode: bool = Field(
-        False, description="Let vLLM release GPU memory while the trainer steps."
-    )
 
 
-class TasksSection(Section):
-    """[tasks]: the verifiable task families this node trains on."""
+class _TasksFile(SpecSection):
+    """[tasks]: the verifiable task families this node trains on (``preset`` or
+    ``families`` become the spec's ``tasks``)."""
+
+    spec_kind = PolicySpec
+    spec_fields = POLICY_FILE_FIELDS["tasks"]
 
     preset: str = Field(
         "cpu", min_length=1, description="Named task preset (families and difficulty)."
@@ -155,10 +156,6 @@ class TasksSection(Section):
     families: StrList = Field(
         default_factory=list,
         description="reasoning-gym families to use; non-empty overrides the preset.",
-    )
-    regime: Literal["dense", "sparse"] = Field(
-        spec_default(PolicySpec, "regime"),
-        description="Reward regime: 'dense' (partial credit) or 'sparse' (answer tag required).",
     )
 
     @field_validator("families", mode="before")
@@ -195,65 +192,66 @@ class TasksSection(Section):
         return value
 
 
-class _TrainingFile(Section):
+class _TrainingFile(SpecSection):
     """[training]: the SAPO/GRPO round and its trainer.
 
-    The fields are :class:`~sapo_async.node.spec.TrainingSpec`'s and
-    :class:`~sapo_async.policy.grpo.config.TrainerConfig`'s (:data:`TrainingSection`).
+    The fields are :class:`~sapo_async.node.spec.TrainingSpec`'s
+    (:data:`~sapo_async.node.spec.FILE_FIELDS`) and
+    :class:`~sapo_async.policy.grpo.config.TrainerConfig`'s, under the same names, defaults
+    and bounds (generated from them: nothing is written twice).
     """
 
+    spec_kind = TrainingSpec
+    spec_fields = TRAINING_FILE_FIELDS
     renamed: ClassVar[dict[str, str]] = {"overlap_generation": "overlap"}
 
-    @model_validator(mode="before")
-    @classmethod
-    def _old_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for old, new in cls.renamed.items():
-                if old in data:
-                    raise ValueError(f"{old} is now called {new}: rename the key")
-        return data
-
-    @model_validator(mode="after")
-    def _spec_checks(self) -> Self:
-        self.spec()  # the spec's own checks across fields (one place: TrainingSpec)
-        return self
-
-    def spec(self, *, rounds: int | None = None, seed: int = 0) -> TrainingSpec:
-        """The round these settings describe (``rounds`` and ``seed`` are ``[node]``'s).
-
-        Raises:
-            ValueError: a combination the spec refuses (its one-line message).
-        """
-        values = {name: getattr(self, name) for name in type(self).model_fields}
-        try:
-            return TrainingSpec(
-                **{name: values[name] for name in TRAINING_FILE_FIELDS},
-                trainer=TrainerConfig(**{name: values[name] for name in TRAINER_FILE_FIELDS}),
-                rounds=rounds,
-                seed=seed,
-            )
-        except ConfigError as exc:
-            raise ValueError(str(exc).removeprefix("training: ")) from exc
+    def to_part(self, **derived: Any) -> TrainingSpec:
+        """The round these settings describe, its trainer built from the trainer's keys."""
+        trainer = TrainerConfig(**{name: getattr(self, name) for name in TRAINER_FILE_FIELDS})
+        return TrainingSpec(**self.spec_values(), trainer=trainer, **derived)
 
 
-def _file_fields(model: type[BaseModel], names: tuple[str, ...]) -> dict[str, Any]:
-    return {name: (model.model_fields[name].annotation, model.model_fields[name]) for name in names}
+class _NatsFile(SpecSection):
+    """[nats]: the NATS servers rollouts are shared over (the spec's fabric part)."""
+
+    spec_kind = FabricSpec
+    spec_fields = FABRIC_FILE_FIELDS
+    renamed: ClassVar[dict[str, str]] = dict(FabricSpec.renamed)
 
 
-if TYPE_CHECKING:
+class _LedgerFile(SpecSection):
+    """[ledger]: where rollout commitments are recorded (the journal is
+    ``<data_dir>/journal/journal.sqlite``)."""
+
+    spec_kind = LedgerSpec
+    spec_fields = LEDGER_FILE_FIELDS
+
+
+class _CheckpointFile(SpecSection):
+    """[checkpoint]: how often the node saves (to ``<data_dir>/checkpoints``)."""
+
+    spec_kind = CheckpointSpec
+    spec_fields = CHECKPOINT_FILE_FIELDS
+
+
+if TYPE_CHECKING:  # mypy sees the bases (their spec fields typed Any); the models are generated
+    NodeSection = _NodeFile
+    ModelSection = _ModelFile
+    TasksSection = _TasksFile
     TrainingSection = _TrainingFile
+    NatsSection = _NatsFile
+    LedgerSection = _LedgerFile
+    CheckpointSection = _CheckpointFile
 else:
-    TrainingSection = create_model(
-        "TrainingSection",
-        __base__=_TrainingFile,
-        __module__=__name__,
-        __doc__=_TrainingFile.__doc__,
-        **_file_fields(TrainingSpec, TRAINING_FILE_FIELDS),
-        **_file_fields(TrainerConfig, TRAINER_FILE_FIELDS),
+    NodeSection = spec_section("NodeSection", _NodeFile)
+    ModelSection = spec_section("ModelSection", _ModelFile)
+    TasksSection = spec_section("TasksSection", _TasksFile)
+    TrainingSection = spec_section(
+        "TrainingSection", _TrainingFile, (TrainerConfig, TRAINER_FILE_FIELDS)
     )
-"""[training]: the round's fields of :class:`~sapo_async.node.spec.TrainingSpec` and the
-trainer's of :class:`~sapo_async.policy.grpo.config.TrainerConfig`, under the same names,
-defaults and bounds (generated from them: nothing is written twice)."""
+    NatsSection = spec_section("NatsSection", _NatsFile)
+    LedgerSection = spec_section("LedgerSection", _LedgerFile)
+    CheckpointSection = spec_section("CheckpointSection", _CheckpointFile)
 
 DefenceSection = DefenceSpec
 """[defence]: the spec's own model (:class:`~sapo_async.node.spec_parts.DefenceSpec`)."""
@@ -291,6 +289,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "model": ModelSection,
     "tasks": TasksSection,
     "training": TrainingSection,
+    "checkpoint": CheckpointSection,
     "defence": DefenceSection,
     "metrics": MetricsSection,
 }

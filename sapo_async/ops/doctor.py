@@ -91,7 +91,7 @@ async def _check_one_nats(url: str, cfg: NodeConfig, connect_timeout: float) -> 
     from sapo_async.fabric.transport.jetstream_admin import account_status
 
     name = f"nats {url}"
-    options = cfg.nats.options(
+    options = cfg.nats.to_part().options(
         url, connect_timeout=connect_timeout, reconnect=False, name="sapo-async-doctor"
     )
     try:
@@ -156,8 +156,7 @@ def check_shards(cfg: NodeConfig) -> Check:
     ``shards_read``); the config already refused impossible values."""
     from sapo_async.fabric.transport.shards import ShardPlan
 
-    n = cfg.nats
-    plan = ShardPlan(n.shards, n.shards_read, n.shard_rotate_minutes * 60.0)
+    plan = cfg.nats.to_part().shard_plan() or ShardPlan()
     return Check("shards", "ok", plan.describe())
 
 

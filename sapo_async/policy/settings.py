@@ -12,15 +12,27 @@ above. Deliberately does not know files or the environment (:mod:`sapo_async.ops
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from collections.abc import Collection
-from typing import Any, ClassVar, Self
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Self
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
 
 from sapo_async.errors import ConfigError
 
-__all__ = ["Settings", "settings_error"]
+__all__ = [
+    "ReadableFile",
+    "Settings",
+    "check_host_port",
+    "existing_file",
+    "renamed_message",
+    "settings_error",
+    "split_list",
+]
 
 
 def settings_error(exc: ValidationError, part: str, fields: Collection[str] = ()) -> ConfigError:
@@ -34,15 +46,21 @@ def settings_error(exc: ValidationError, part: str, fields: Collection[str] = ()
     for error in exc.errors(include_url=False):
         message = error["msg"].removeprefix("Value error, ")
         loc = tuple(error["loc"])
-        head = re.match(r"\w+", message)
-        if not loc and head is not None and head.group() in fields:
-            first = first or f"{part}.{head.group()}"
+        head = re.match(r"\w+(\.\w+)?", message)
+        if not loc and head is not None and head.group().split(".")[0] in fields:
+            first = first or ".".join(p for p in (part, head.group()) if p)
         name = ".".join(str(p) for p in (part, *loc) if p != "")
         first = first or name
         value = error.get("input")
         shown = "" if isinstance(value, dict) else f" = {value!r}"
-        items.append(f"{name}{shown}: {message}")
+        items.append(f"{name}{shown}: {message}" if name else message)
     return ConfigError("; ".join(items), field=first or part)
+
+
+def renamed_message(old: str, new: str) -> str:
+    """What an old setting name is refused with: ``x is now called y`` (``new`` may add a
+    hint after the name: ``start (seconds back)``)."""
+    return f"{old} is now called {new}"
 
 
 class Settings(BaseModel):
@@ -70,7 +88,7 @@ class Settings(BaseModel):
         if isinstance(data, dict):
             for old, new in cls.renamed.items():
                 if old in data:
-                    raise ValueError(f"{old} is now called {new}")
+                    raise ValueError(renamed_message(old, new))
         return data
 
     def __init__(self, **data: Any) -> None:
@@ -90,3 +108,51 @@ class Settings(BaseModel):
     def as_fields(self) -> dict[str, Any]:
         """Every field's value, nested models kept as they are (not dumped to dicts)."""
         return {name: getattr(self, name) for name in type(self).model_fields}
+
+
+# Value checks that pydantic's bounds cannot say, for fields of any settings model (carried
+# in the field's annotation, so a node.toml section generated from a spec checks the same).
+# Each raises ValueError naming the value and what is wrong.
+
+
+def split_list(value: Any) -> Any:
+    """Accept a JSON list or a comma-separated string where a list of strings is expected."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not a JSON list: {exc}") from exc
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+def existing_file(value: Path | None) -> Path | None:
+    """``value`` expanded, when it names a readable file (or is unset)."""
+    if value is None:
+        return None
+    path = value.expanduser()
+    if not path.is_file():
+        raise ValueError(f"no such file: {str(path)!r}")
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"{str(path)!r} is not readable by this user")
+    return path
+
+
+def check_host_port(url: str) -> None:
+    """Raise ValueError when ``url`` has no host or a port outside 1..65535."""
+    for one in url.split(","):
+        parts = urlsplit(one.strip())
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"{one!r} has a port outside 1..65535 or not a number") from None
+        if not parts.hostname:
+            raise ValueError(f"{one!r} names no host")
+        if port == 0:
+            raise ValueError(f"{one!r} has port 0; ports are 1..65535")
+
+
+ReadableFile = Annotated[Path | None, AfterValidator(existing_file)]
+"""An optional path that must name a readable file (expanded: ``~`` works)."""

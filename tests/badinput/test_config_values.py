@@ -14,16 +14,30 @@ from tests.badinput.harness import assert_refused, invoke
 # (toml, what the one error line must name)
 CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     # [node]
-    "seed_not_a_number": ('[node]\nseed = "abc"\n', ("node.seed", "'abc'", "valid integer")),
-    "seed_negative": ("[node]\nseed = -1\n", ("node.seed", "-1", "greater than or equal to 0")),
+    "seed_not_a_number": (
+        '[training]\nseed = "abc"\n',
+        ("training.seed", "'abc'", "valid integer"),
+    ),
+    "seed_negative": (
+        "[training]\nseed = -1\n",
+        ("training.seed", "-1", "greater than or equal to 0"),
+    ),
+    "seed_in_node": ("[node]\nseed = 3\n", ("node", "[training] seed", "move the key")),
     "swarm_with_space": ('[node]\nswarm = "a b"\n', ("node.swarm", "'a b'", "pattern")),
     "swarm_empty": ('[node]\nswarm = ""\n', ("node.swarm", "at least 1 character")),
-    "rounds_zero": ("[node]\nrounds = 0\n", ("node.rounds", "0", "greater than or equal to 1")),
-    "checkpoint_every_negative": (
-        "[node]\ncheckpoint_every = -1\n",
-        ("node.checkpoint_every", "-1", "greater than or equal to 1"),
+    "rounds_zero": (
+        "[training]\nrounds = 0\n",
+        ("training.rounds", "0", "greater than or equal to 1"),
     ),
-    "checkpoint_every_zero": ("[node]\ncheckpoint_every = 0\n", ("node.checkpoint_every",)),
+    "checkpoint_every_negative": (
+        "[checkpoint]\nevery = -1\n",
+        ("checkpoint.every", "-1", "greater than or equal to 1"),
+    ),
+    "checkpoint_every_zero": ("[checkpoint]\nevery = 0\n", ("checkpoint.every",)),
+    "checkpoint_every_in_node": (
+        "[node]\ncheckpoint_every = 2\n",
+        ("node", "[checkpoint] every", "move the key"),
+    ),
     "drain_timeout_zero": ("[node]\ndrain_timeout_s = 0\n", ("node.drain_timeout_s", "0")),
     "drain_timeout_nan": ("[node]\ndrain_timeout_s = nan\n", ("node.drain_timeout_s", "finite")),
     "data_dir_under_a_file": (
@@ -51,8 +65,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "nats_url_port_zero": ('[nats]\nurls = ["nats://h:0"]\n', ("nats.urls", "port 0")),
     "nats_urls_not_strings": ("[nats]\nurls = [1]\n", ("nats.urls", "valid string")),
     "nats_start_unknown": ('[nats]\nstart = "oldest"\n', ("nats.start", "'oldest'", "'new'")),
-    "lookback_negative": ("[nats]\nlookback_minutes = -5\n", ("nats.lookback_minutes", "-5")),
-    "lookback_inf": ("[nats]\nlookback_minutes = inf\n", ("nats.lookback_minutes", "finite")),
+    "start_negative": ("[nats]\nstart = -5\n", ("nats.start", "-5", "seconds >= 0")),
+    "start_inf": ("[nats]\nstart = inf\n", ("nats.start", "inf", "seconds >= 0")),
+    "lookback_minutes_old_key": (
+        "[nats]\nlookback_minutes = 5\n",
+        ("nats", "lookback_minutes", "start"),
+    ),
     "creds_file_missing": (
         '[nats]\ncreds_file = "/no/user.creds"\n',
         ("nats.creds_file", "/no/user.creds", "no such file"),
@@ -75,7 +93,7 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "rpc_url_without_contract": (
         '[ledger]\nrpc_url = "http://127.0.0.1:8545"\n',
-        ("ledger", "contract_address is not", "sapo-async devnet"),
+        ("ledger", "contract_address is needed with rpc_url", "sapo-async devnet"),
     ),
     "contract_address_short": (
         '[ledger]\ncontract_address = "0x123"\n',
@@ -194,12 +212,12 @@ def test_node_refuses_a_bad_value_in_one_line(sandbox: Sandbox, case: str) -> No
 
 
 def test_doctor_reports_a_bad_value_as_its_config_check(sandbox: Sandbox) -> None:
-    path = sandbox.config('[node]\nseed = "abc"\n')
+    path = sandbox.config('[training]\nseed = "abc"\n')
     before = sandbox.snapshot()
     outcome = invoke(["doctor", "--config", str(path), "--skip-gpu"])
     assert_refused(
         outcome,
-        "node.seed",
+        "training.seed",
         "'abc'",
         code=1,
         prefix="[FAIL] config:",

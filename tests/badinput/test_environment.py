@@ -15,7 +15,7 @@ CASES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("training.lr", "'abc'", "SAPO_TRAINING__LR", "valid number"),
     ),
     "lr_inf": ("SAPO_TRAINING__LR", "inf", ("training.lr", "SAPO_TRAINING__LR", "finite")),
-    "seed_not_a_number": ("SAPO_NODE__SEED", "abc", ("node.seed", "SAPO_NODE__SEED")),
+    "seed_not_a_number": ("SAPO_TRAINING__SEED", "abc", ("training.seed", "SAPO_TRAINING__SEED")),
     "temperature_inf": (
         "SAPO_TRAINING__TEMPERATURE",
         "inf",

@@ -31,10 +31,10 @@ def test_node_with_a_mistyped_variable_exits_2_in_one_line(sandbox: Sandbox) -> 
 
 
 def test_node_with_a_bad_seed_exits_2_in_one_line(sandbox: Sandbox) -> None:
-    path = sandbox.config('[node]\nseed = "abc"\n')
+    path = sandbox.config('[training]\nseed = "abc"\n')
     before = sandbox.snapshot()
     outcome = run_subprocess(["node", "--config", str(path)], cwd=sandbox.root)
-    assert_refused(outcome, "node.seed", "'abc'", before=before, sandbox=sandbox.root)
+    assert_refused(outcome, "training.seed", "'abc'", before=before, sandbox=sandbox.root)
 
 
 def test_debug_prints_the_traceback(sandbox: Sandbox) -> None:

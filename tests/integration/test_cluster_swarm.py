@@ -44,7 +44,7 @@ async def test_nodes_on_different_servers_lose_no_acknowledged_group_when_one_st
                     completions_per_question=4,
                     name=f"n{i}",
                     node_index=i,
-                    nats_url=",".join(own_first),
+                    urls=own_first,
                     stream_replicas=3,
                     ledger_enabled=False,
                     limiter=limiter,

@@ -66,10 +66,10 @@ def test_kill_9_then_restart_never_commits_a_lower_policy_version_and_a_relayer_
     key_file.write_text(relayer.key.hex() + "\n")
     key_file.chmod(0o600)
     config = write_config(tmp_path, anvil_chain.url, ledger.address)
-    # checkpoint_every stays above the rounds run: only the per-commitment checkpoint counts.
+    # [checkpoint] every stays above the rounds run: only the per-commitment checkpoint counts.
     config.write_text(
         config.read_text()
-        .replace("checkpoint_every = 2", "checkpoint_every = 50")
+        .replace("every = 2", "every = 50")
         .replace("[ledger]\n", f'[ledger]\nrelayer_key_file = "{key_file}"\n')
     )
     ident = subprocess.run(

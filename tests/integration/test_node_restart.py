@@ -31,8 +31,10 @@ def write_config(tmp_path: Path, rpc_url: str, contract: str) -> Path:
 [node]
 swarm = "restart"
 data_dir = "{tmp_path / "data"}"
-checkpoint_every = 2
 drain_timeout_s = 60
+
+[checkpoint]
+every = 2
 
 [ledger]
 rpc_url = "{rpc_url}"

@@ -45,10 +45,10 @@ def test_example_lists_allowed_values_of_choices() -> None:
 def test_defaults_match_the_documented_values() -> None:
     cfg = load_config()
     assert cfg.node.swarm == "local"
-    assert cfg.node.rounds is None
+    assert cfg.training.rounds is None
     assert cfg.node.data_dir == Path("~/.sapo").expanduser()
     assert cfg.keystore_path == cfg.node.data_dir / "key.json"
-    assert cfg.nats.urls == []
+    assert cfg.nats.urls == ()
     assert cfg.ledger.enabled is True
     assert cfg.ledger.rpc_url is None
     assert (cfg.training.local, cfg.training.external) == (4, 4)
@@ -68,7 +68,7 @@ def test_environment_overrides_the_file_and_merges_with_it(
     assert cfg.training.lr == 1e-5
     assert cfg.training.local == 2  # from the file, not reset by the env section
     assert cfg.node.swarm == "alpha"
-    assert cfg.nats.urls == ["nats://a:4222", "nats://b:4222"]
+    assert cfg.nats.urls == ("nats://a:4222", "nats://b:4222")
 
 
 def test_environment_list_may_be_json(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,7 +109,13 @@ def test_config_is_frozen() -> None:
             "less than or equal to 1",
         ),
         ('[nats]\nurls = ["http://x:80"]\n', "nats.urls", "not a NATS URL"),
-        ('[nats]\nstart = "oldest"\n', "nats.start", "'new' or 'last_minutes'"),
+        ('[nats]\nstart = "oldest"\n', "nats.start", "'new', 'all' or a number of seconds"),
+        ("[nats]\nstart = -5\n", "nats.start", "'new', 'all' or a number of seconds"),
+        ("[nats]\nlookback_minutes = 5\n", "nats", "lookback_minutes is now called start"),
+        ("[nats]\nshard_rotate_minutes = 5\n", "nats", "now called shard_rotate_s"),
+        ("[node]\nseed = 3\n", "node", "seed is now called [training] seed"),
+        ("[node]\nrounds = 3\n", "node", "rounds is now called [training] rounds"),
+        ("[node]\ncheckpoint_every = 3\n", "node", "now called [checkpoint] every"),
         ('[ledger]\ncontract_address = "0x12"\n', "ledger.contract_address", "pattern"),
         ('[ledger]\nrpc_url = "http://x:8545"\n', "ledger", "contract_address"),
         ('[node]\nswarm = "a b"\n', "node.swarm", "pattern"),
@@ -194,8 +200,10 @@ def test_config_builds_the_node_spec_with_the_same_names(tmp_path: Path) -> None
     from sapo_async.ops.hardware import HardwareChoice
 
     cfg = load_config(
-        node={"swarm": "alpha", "data_dir": str(tmp_path), "rounds": 5, "seed": 3},
+        node={"swarm": "alpha", "data_dir": str(tmp_path)},
         training={
+            "rounds": 5,
+            "seed": 3,
             "questions_per_round": 6,
             "completions_per_question": 4,
             "local": 2,
@@ -204,7 +212,7 @@ def test_config_builds_the_node_spec_with_the_same_names(tmp_path: Path) -> None
             "overlap": True,
             "max_age_s": 30,
         },
-        nats={"urls": "nats://a:4222,nats://b:4222", "start": "last_minutes"},
+        nats={"urls": "nats://a:4222,nats://b:4222", "start": 600},
         ledger={"rpc_url": "http://127.0.0.1:8545", "contract_address": "0x" + "2" * 40},
     )
     account = Account.create()
@@ -219,8 +227,8 @@ def test_config_builds_the_node_spec_with_the_same_names(tmp_path: Path) -> None
     assert spec.swarm == "alpha"
     assert spec.account is account
     assert spec.policy.model == "tiny"
-    assert spec.fabric.nats_url == "nats://a:4222,nats://b:4222"
-    assert spec.fabric.start == 600.0  # lookback_minutes = 10
+    assert spec.fabric.urls == ("nats://a:4222", "nats://b:4222")
+    assert spec.fabric.start == 600.0
     assert spec.ledger.rpc_url == "http://127.0.0.1:8545"
     assert spec.ledger.journal_path == tmp_path / "journal" / "journal.sqlite"
     assert spec.checkpoint.dir == tmp_path / "checkpoints"

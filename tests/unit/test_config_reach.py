@@ -60,9 +60,7 @@ CASES: dict[tuple[str, str], tuple[Any, Check, Any]] = {
     ("node", "swarm"): ("alpha", lambda b: b.spec.swarm, "alpha"),
     ("node", "name"): ("n1", lambda b: b.spec.name, "n1"),
     ("node", "data_dir"): ("dir", lambda b: b.spec.checkpoint.dir.parent, "dir"),
-    ("node", "seed"): (7, lambda b: (b.spec.training.seed, b.learner.swarm_seed), (7, 7)),
-    ("node", "rounds"): (3, lambda b: b.spec.training.rounds, 3),
-    ("node", "checkpoint_every"): (2, lambda b: b.spec.checkpoint.every, 2),
+    ("checkpoint", "every"): (2, lambda b: b.spec.checkpoint.every, 2),
     ("node", "drain_timeout_s"): (4.0, lambda b: b.spec.drain_timeout_s, 4.0),
     ("identity", "keystore"): ("file:key.json", lambda b: b.cfg.keystore_path, "file:key.json"),
     ("identity", "password_env"): ("MY_PW", lambda b: b.cfg.identity.password_env, "MY_PW"),
@@ -73,29 +71,31 @@ CASES: dict[tuple[str, str], tuple[Any, Check, Any]] = {
     ),
     ("nats", "urls"): (
         ["nats://a:4222"],
-        lambda b: (b.spec.fabric.nats_url, b.spec.fabric.nats_options.url),
-        ("nats://a:4222", "nats://a:4222"),
+        lambda b: (b.spec.fabric.urls, b.spec.fabric.options().url),
+        (("nats://a:4222",), "nats://a:4222"),
     ),
     ("nats", "creds_file"): (
         "file:c.creds",
-        lambda b: b.spec.fabric.nats_options.creds_file,
+        lambda b: b.spec.fabric.options().creds_file,
         "file:c.creds",
     ),
     ("nats", "nkey_seed_file"): (
         "file:seed",
-        lambda b: b.spec.fabric.nats_options.nkey_seed_file,
+        lambda b: b.spec.fabric.options().nkey_seed_file,
         "file:seed",
     ),
-    ("nats", "tls_ca"): ("file:ca", lambda b: b.spec.fabric.nats_options.tls_ca_file, "file:ca"),
-    ("nats", "start"): ("last_minutes", lambda b: b.spec.fabric.start, 600.0),
+    ("nats", "tls_ca"): ("file:ca", lambda b: b.spec.fabric.options().tls_ca_file, "file:ca"),
+    ("nats", "start"): (600, lambda b: b.spec.fabric.start, 600.0),
     ("nats", "stream_replicas"): (3, lambda b: b.spec.fabric.stream_replicas, 3),
+    ("nats", "connect_timeout_s"): (7.0, lambda b: b.spec.fabric.connect_timeout_s, 7.0),
+    ("nats", "include_tokens"): (False, lambda b: b.spec.fabric.include_tokens, False),
     ("nats", "shards"): (16, lambda b: b.spec.fabric.shards, 16),
-    ("nats", "shard_rotate_minutes"): (2.0, lambda b: b.spec.fabric.shard_rotate_s, 120.0),
+    ("nats", "shard_rotate_s"): (120.0, lambda b: b.spec.fabric.shard_rotate_s, 120.0),
     ("ledger", "enabled"): (False, lambda b: b.spec.ledger.enabled, False),
     ("ledger", "chain_id"): (5, lambda b: b.cfg.ledger.chain_id, 5),
     ("ledger", "relayer_key_file"): (
         "file:relayer",
-        lambda b: b.spec.ledger.relayer_key,
+        lambda b: b.spec.ledger.relayer_private_key(),
         "0x" + "ab" * 32,
     ),
     ("tasks", "preset"): ("paper", lambda b: b.spec.policy.tasks, "paper"),
@@ -105,6 +105,7 @@ CASES: dict[tuple[str, str], tuple[Any, Check, Any]] = {
         ["basic_arithmetic"],
     ),
     ("tasks", "regime"): ("dense", lambda b: b.spec.policy.regime, "dense"),
+    ("tasks", "prompt_style"): ("instruct", lambda b: b.spec.policy.prompt_style, "instruct"),
     ("metrics", "prometheus_port"): (9100, lambda b: b.cfg.metrics.prometheus_port, 9100),
     ("metrics", "prometheus_host"): ("0.0.0.0", lambda b: b.cfg.metrics.prometheus_host, "0.0.0.0"),
     ("metrics", "log_level"): ("DEBUG", lambda b: b.cfg.metrics.log_level, "DEBUG"),
@@ -113,11 +114,6 @@ CASES: dict[tuple[str, str], tuple[Any, Check, Any]] = {
 
 # Keys that need a companion to be valid, and where the spec holds them.
 COMBINED: dict[tuple[str, str], tuple[dict[str, dict[str, Any]], Check, Any]] = {
-    ("nats", "lookback_minutes"): (
-        {"nats": {"start": "last_minutes", "lookback_minutes": 2.0}},
-        lambda b: b.spec.fabric.start,
-        120.0,
-    ),
     ("nats", "shards_read"): (
         {"nats": {"shards": 16, "shards_read": 4}},
         lambda b: b.spec.fabric.shards_read,
@@ -125,10 +121,7 @@ COMBINED: dict[tuple[str, str], tuple[dict[str, dict[str, Any]], Check, Any]] = 
     ),
     ("nats", "tls_cert"): (
         {"nats": {"tls_cert": "file:cert", "tls_key": "file:key"}},
-        lambda b: (
-            b.spec.fabric.nats_options.tls_cert_file,
-            b.spec.fabric.nats_options.tls_key_file,
-        ),
+        lambda b: (b.spec.fabric.options().tls_cert_file, b.spec.fabric.options().tls_key_file),
         ("file:cert", "file:key"),
     ),
     ("ledger", "rpc_url"): (
@@ -157,6 +150,8 @@ TRAINING: dict[str, tuple[Any, Check | None]] = {
     "temperature": (0.7, lambda b: b.learner.sampling.temperature),
     "top_p": (0.9, lambda b: b.learner.sampling.top_p),
     "overlap": (True, None),  # build_learner gives the generator its own copy
+    "rounds": (3, None),  # read by the round loop from spec.training
+    "seed": (7, lambda b: b.learner.swarm_seed),
 }
 TRAINER: dict[str, Any] = {
     "lr": 1e-4,

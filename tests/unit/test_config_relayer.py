@@ -23,19 +23,21 @@ def test_the_relayer_key_reaches_the_spec_and_never_its_repr(tmp_path: Path) -> 
         node={"data_dir": str(tmp_path)}, ledger={**LEDGER, "relayer_key_file": str(key_file)}
     )
     spec = cfg.to_spec(account=Account.create(), hardware=HARDWARE)
-    assert spec.ledger.relayer_key is not None
-    assert Account.from_key(spec.ledger.relayer_key).address == relayer.address
+    key = spec.ledger.relayer_private_key()
+    assert key is not None
+    assert Account.from_key(key).address == relayer.address
     assert relayer.key.hex().removeprefix("0x") not in repr(spec)
 
 
 def test_without_the_option_the_node_pays_its_own_gas(tmp_path: Path) -> None:
     cfg = load_config(node={"data_dir": str(tmp_path)}, ledger=LEDGER)
-    assert cfg.to_spec(account=Account.create(), hardware=HARDWARE).ledger.relayer_key is None
+    spec = cfg.to_spec(account=Account.create(), hardware=HARDWARE)
+    assert spec.ledger.relayer_private_key() is None
 
 
 @pytest.mark.parametrize(
     ("content", "problem"),
-    [(None, "cannot read"), ("", "private key"), ("0x1234\n", "private key"), ("zz" * 32, "key")],
+    [(None, "no such file"), ("", "private key"), ("0x1234\n", "private key"), ("zz" * 32, "key")],
 )
 def test_a_bad_relayer_key_file_is_named_without_showing_its_content(
     tmp_path: Path, content: str | None, problem: str
@@ -43,11 +45,10 @@ def test_a_bad_relayer_key_file_is_named_without_showing_its_content(
     key_file = tmp_path / "relayer.key"
     if content is not None:
         key_file.write_text(content)
-    cfg = load_config(
-        node={"data_dir": str(tmp_path)}, ledger={**LEDGER, "relayer_key_file": str(key_file)}
-    )
-    with pytest.raises(ConfigError) as caught:
-        cfg.to_spec(account=Account.create(), hardware=HARDWARE)
+    with pytest.raises(ConfigError) as caught:  # at load, before any node starts
+        load_config(
+            node={"data_dir": str(tmp_path)}, ledger={**LEDGER, "relayer_key_file": str(key_file)}
+        )
     assert caught.value.field == "ledger.relayer_key_file"
     assert str(key_file) in str(caught.value)
     assert problem in str(caught.value)
