@@ -198,8 +198,8 @@ def test_the_largest_swarm_seed_fits_the_wire_and_the_next_one_is_refused_by_nam
     with pytest.raises(ConfigError) as err:
         NodeSpec.build(seed=4096)
     assert err.value.field == "training.seed"
-    with pytest.raises(ConfigError, match=r"node\.seed"):
-        load_config(node={"seed": 4096})
+    with pytest.raises(ConfigError, match=r"training\.seed"):
+        load_config(training={"seed": 4096})
 
 
 _TAG_PIECES = st.sampled_from(["<answer>", "</answer>", "<ans", "wer>", "</", "7", " ", "\n"])
