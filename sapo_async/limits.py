@@ -1,4 +1,4 @@
-"""Default timeouts, sizes and caps, in one place, each with the reason for its value.
+"""Default timeouts, sizes, caps and round settings, in one place, each with its reason.
 
 Every wait in sapo_async has a timeout and every buffer a bound; their defaults live here
 so they can be reviewed together. Configs may override most of them per node.
@@ -6,6 +6,8 @@ Sections are per area; keep each constant's one-line "why".
 """
 
 from __future__ import annotations
+
+from typing import Final
 
 # --- actors -------------------------------------------------------------------------
 
@@ -248,6 +250,43 @@ MAX_ROLLOUTS_PER_ROUND = 4096
 """Most rollouts (B x L) one round may commit or use: the mirror of
 ``SapoLedger.MAX_ROLLOUTS_PER_ROUND`` (the contract refuses a larger count), equal to
 :data:`BUFFER_MAX_GROUPS` (no node holds more groups of a round)."""
+
+# --- a round's defaults -------------------------------------------------------------
+# The one source of the defaults a node's spec (``TrainingSpec``, ``TrainerConfig``) and
+# ``sapo-async train``'s flags share: the CLI reads them here, free of torch and pydantic,
+# so ``--help`` stays fast and cannot show a default the spec does not have.
+
+DEFAULT_QUESTIONS_PER_ROUND = 8
+"""B = 8 questions a round: with L = 8, 64 rollouts, a 50 to 150 ms round of the tiny model
+on one CPU core (docs/learning.md), yet several informative groups a round once it learns."""
+
+DEFAULT_COMPLETIONS_PER_QUESTION = 8
+"""L = 8 completions per question (GRPO needs 2): a question the policy answers right one
+time in eight still makes an informative group, which the sparse tiny model depends on."""
+
+DEFAULT_MAX_NEW_TOKENS = 16
+"""The tiny model's answer with its ``<answer>`` tags fits in 16 of its tokens; real models
+need hundreds and set it per node (it is also the trainer's per-sequence cap)."""
+
+DEFAULT_TEMPERATURE = 1.0
+"""Sample the policy as it is: the behaviour log-probs are then the policy's own, which the
+importance ratios (truncated IS, F-TIS's filter) assume."""
+
+DEFAULT_TOP_P = 1.0
+"""No nucleus truncation, for the same reason as :data:`DEFAULT_TEMPERATURE`."""
+
+DEFAULT_LR = 3e-5
+"""AdamW's rate for the 0.86 M-parameter tiny model (every recorded run in docs/ used it);
+real models want about 1e-6 and set it in node.toml."""
+
+DEFAULT_LOSS_TYPE: Final = "dapo"  # Final: mypy reads it as the Literal TrainerConfig wants
+"""Token mean over the batch (DAPO): every completion token weighs the same, so long and
+short completions are not re-weighted per sequence as ``grpo`` does."""
+
+DEFAULT_SWARM_SEED = 0
+"""Any seed in 0..:data:`MAX_SWARM_SEED` works as long as a swarm's nodes share it; 0 is the
+one they share unless told otherwise."""
+
 
 # --- explorer -----------------------------------------------------------------------
 

@@ -4,7 +4,9 @@ Owns only argument parsing, progress display and the JSONL log (one
 :class:`~sapo_async.node.report.RoundReport` a line); the work is in
 :mod:`sapo_async.node.alone` (the lone node on the in-memory fabric),
 :mod:`sapo_async.policy.models` and :mod:`sapo_async.node.checkpoint`.
-Heavy imports happen inside the commands so ``--help`` stays fast.
+Heavy imports happen inside the commands so ``--help`` stays fast; so the flags that a node's
+spec also has take their defaults from :mod:`sapo_async.limits` (the spec's own source,
+free of torch and pydantic), never from literals of their own.
 """
 
 # PLC0415: lazy imports keep `--help` fast (cli/main.py's rule); B008/PLR0917: typer's
@@ -21,6 +23,18 @@ from typing import Any
 import typer
 
 from sapo_async.cli.boundary import require, require_writable
+from sapo_async.limits import (
+    DEFAULT_COMPLETIONS_PER_QUESTION,
+    DEFAULT_LOSS_TYPE,
+    DEFAULT_LR,
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_QUESTIONS_PER_ROUND,
+    DEFAULT_SWARM_SEED,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_P,
+    MAX_QUESTIONS_PER_ROUND,
+    MAX_ROLLOUTS_PER_ROUND,
+)
 
 __all__ = ["register"]
 
@@ -72,22 +86,24 @@ def train(
     chat_template: bool = typer.Option(
         False, help="Wrap prompts in the tokenizer's chat template."
     ),
-    questions_per_round: int = typer.Option(8, help="Questions per round (B)."),
+    questions_per_round: int = typer.Option(
+        DEFAULT_QUESTIONS_PER_ROUND, help="Questions per round (B)."
+    ),
     completions_per_question: int = typer.Option(
-        8,
+        DEFAULT_COMPLETIONS_PER_QUESTION,
         "--completions-per-question",
         "--group-size",
         help="Completions per question (L, the GRPO group; at least 2).",
     ),
-    max_new_tokens: int = typer.Option(16, help="Completion cap."),
-    temperature: float = typer.Option(1.0),
-    top_p: float = typer.Option(1.0),
+    max_new_tokens: int = typer.Option(DEFAULT_MAX_NEW_TOKENS, help="Completion cap."),
+    temperature: float = typer.Option(DEFAULT_TEMPERATURE),
+    top_p: float = typer.Option(DEFAULT_TOP_P),
     top_k: int = typer.Option(0, help="0 = off."),
-    lr: float = typer.Option(3e-5, help="AdamW learning rate."),
+    lr: float = typer.Option(DEFAULT_LR, help="AdamW learning rate."),
     loss_type: str = typer.Option(
-        "dapo", help="Loss aggregation: grpo, dapo or dr_grpo (node.toml's loss_type)."
+        DEFAULT_LOSS_TYPE, help="Loss aggregation: grpo, dapo or dr_grpo (node.toml's loss_type)."
     ),
-    seed: int = typer.Option(0, help="Swarm seed (questions and sampling)."),
+    seed: int = typer.Option(DEFAULT_SWARM_SEED, help="Swarm seed (questions and sampling)."),
     node_index: int = typer.Option(0, help="Node index in the task index layout."),
     device: str = typer.Option("cpu"),
     threads: int = typer.Option(1, help="torch CPU threads (1 is fastest for the tiny model)."),
@@ -194,7 +210,6 @@ def _check_common(threads: int, log_level: str) -> None:
 
 def _check_train_options(o: dict[str, Any]) -> None:
     """Refuse bad ``train`` options before torch is imported (each names the option)."""
-    from sapo_async.limits import MAX_QUESTIONS_PER_ROUND, MAX_ROLLOUTS_PER_ROUND
     from sapo_async.tasks.spec import PRESETS
 
     _check_common(o["threads"], o["log_level"])

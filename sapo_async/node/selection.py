@@ -9,7 +9,9 @@ receiver's tokens [``completion_too_many_tokens``], the token check
 (:func:`~sapo_async.node.defence.screen`) [``implausible``, ``too_long``], an experiment's
 external filter such as F-TIS's ratio [``ratio_extreme``]; and let the pure sampler pick J.
 The trainer gets the view's group (the receiver's own ids), so nothing tokenises or runs the
-candidate again before the gradient step. Staleness is not checked here: the collector owns
+candidate again before the gradient step. The view is lazy: with the defences off (and no
+external filter) a candidate is tokenised only if the sampler chose it, and no candidate is
+run through the model. Staleness is not checked here: the collector owns
 both bounds (age and round lag), so its buffer holds only fresh groups.
 
 Threads: :func:`select_groups` may run in a worker thread, so it never touches the
@@ -44,8 +46,8 @@ __all__ = ["Candidate", "Choice", "Verdict", "calibrate", "select_groups"]
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """An external group with this node's scores, as the sampler sees it; ``scored`` is
-    what the trainer gets (the view's group: this node's own token ids)."""
+    """An external group the round chose; ``scored`` is what the trainer gets (the view's
+    group: this node's own token ids)."""
 
     buffered: BufferedGroup
     scored: ScoredGroup
@@ -57,6 +59,28 @@ class Candidate:
     @property
     def rewards(self) -> list[float]:
         return self.scored.rewards
+
+
+@dataclass(frozen=True, slots=True)
+class _Ranked:
+    """A scored candidate as the sampler sees it: this node's rewards, and its view, which
+    tokenises nothing until a defence or the trainer reads it."""
+
+    buffered: BufferedGroup
+    view: CandidateView
+
+    @property
+    def producer(self) -> str:
+        return self.buffered.producer
+
+    @property
+    def rewards(self) -> list[float]:
+        return self.view.scored.rewards
+
+    def chosen(self) -> Candidate:
+        """The candidate the trainer gets (tokenised here, in the worker thread, if no
+        defence has already)."""
+        return Candidate(self.buffered, self.view.trained_group())
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +149,10 @@ def select_groups(
     drops: list[Verdict] = []
     passed: list[str] = []
 
-    def score(b: BufferedGroup) -> Candidate:
+    def score(b: BufferedGroup) -> _Ranked:
         scored = learner.score_external(b.group)
+        # Lazy: only what reads it below (a defence that is on, the external filter, the
+        # trainer for a chosen candidate) tokenises the text or runs the model.
         view = CandidateView(
             scored,
             model=learner.model,
@@ -167,7 +193,7 @@ def select_groups(
         if check is not None and scored.informative and (dropped := check(view)):
             raise RejectedInput(str(dropped), f"external filter dropped {b.producer}'s group")
         passed.append(b.producer)
-        return Candidate(b, view.trained_group())
+        return _Ranked(b, view)
 
     def on_error(b: BufferedGroup, exc: Exception) -> str:
         reason = (
@@ -176,7 +202,7 @@ def select_groups(
         drops.append(Verdict(b.rollout_hash, b.producer, reason))
         return reason
 
-    selection = select_external(
+    ranked = select_external(
         fresh,
         training.external,
         score,
@@ -184,6 +210,13 @@ def select_groups(
         policy=training.sampler,
         per_producer_cap=training.per_producer_cap,
         on_error=on_error,
+    )
+    selection = ExternalSelection(
+        chosen=[r.chosen() for r in ranked.chosen],
+        scored=ranked.scored,
+        dropped_uninformative=ranked.dropped_uninformative,
+        dropped_capped=ranked.dropped_capped,
+        failed=ranked.failed,
     )
     return Choice(
         select_local(local, training.local), selection.chosen, selection, newest, drops, passed

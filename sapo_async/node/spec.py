@@ -47,6 +47,12 @@ from sapo_async.errors import ConfigError
 from sapo_async.limits import (
     ACTOR_DRAIN_TIMEOUT_S,
     BUFFER_MAX_AGE_S,
+    DEFAULT_COMPLETIONS_PER_QUESTION,
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_QUESTIONS_PER_ROUND,
+    DEFAULT_SWARM_SEED,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_P,
     MAX_QUESTIONS_PER_ROUND,
     MAX_ROLLOUTS_PER_ROUND,
     MAX_SWARM_SEED,
@@ -148,13 +154,15 @@ class TrainingSpec(Settings):
     part: ClassVar[str] = "training"
 
     questions_per_round: int = Field(
-        default=8,
+        default=DEFAULT_QUESTIONS_PER_ROUND,
         ge=1,
         le=MAX_QUESTIONS_PER_ROUND,
         description=f"Questions sampled per round (B), 1..{MAX_QUESTIONS_PER_ROUND}.",
     )
     completions_per_question: int = Field(
-        default=8, ge=2, description="Completions per question (L); GRPO needs at least 2."
+        default=DEFAULT_COMPLETIONS_PER_QUESTION,
+        ge=2,
+        description="Completions per question (L); GRPO needs at least 2.",
     )
     local: int = Field(default=4, ge=0, description="Own question groups trained on per round (I).")
     external: int = Field(
@@ -182,12 +190,14 @@ class TrainingSpec(Settings):
         description="Drop external groups older than this many seconds.",
     )
     max_new_tokens: int = Field(
-        default=16,
+        default=DEFAULT_MAX_NEW_TOKENS,
         ge=1,
         description="Longest completion, in tokens: generated, rewarded and trained on in full.",
     )
-    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
-    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    temperature: float = Field(
+        default=DEFAULT_TEMPERATURE, gt=0, description="Sampling temperature."
+    )
+    top_p: float = Field(default=DEFAULT_TOP_P, gt=0, le=1, description="Nucleus sampling mass.")
     overlap: bool = Field(
         default=False,
         description="Generate round r+1 while round r trains, one policy version behind "
@@ -200,7 +210,7 @@ class TrainingSpec(Settings):
         default=None, ge=1, description="Stop after this many rounds (None: until the node leaves)."
     )
     seed: int = Field(
-        default=0,
+        default=DEFAULT_SWARM_SEED,
         ge=0,
         le=MAX_SWARM_SEED,
         description=f"The swarm seed, shared by all nodes (0..{MAX_SWARM_SEED}: it fills the "

@@ -2,15 +2,19 @@
 
 Owns what the round knows of one external group under this node's own tokenizer and model.
 :class:`CandidateView` re-tokenises the prompt and each completion's *text* with the
-receiver's tokenizer exactly once (plus EOS when the completion stopped, as the generator
+receiver's tokenizer at most once (plus EOS when the completion stopped, as the generator
 and the trainer do), and computes per-token log-probs under the receiver's current policy
 at most once per completion (batched per group, no grad, on the model's device), only for
-the completions a consumer asks for. Everything that looks at the candidate reads this one
-view: the size bound and the token check (:mod:`.selection`), plausibility and the length
-guard (:func:`~sapo_async.node.defence.screen`), the F-TIS ratio filter
-(:mod:`.filters`) and the trainer, which gets :meth:`CandidateView.trained_group`: the
-receiver's own token ids (:attr:`~sapo_async.policy.grpo.batch.TokenSource.RECEIVER`), so
-it does not tokenise the text again.
+the completions a consumer asks for. Both are lazy: building a view costs nothing, the text
+is tokenised the first time something reads the ids (a defence that is on, or
+:meth:`CandidateView.trained_group` for a candidate the round chose), so with the defences
+off an unchosen candidate is never tokenised or run. Everything that looks at the
+candidate reads this one view: the size bound and the token check (:mod:`.selection`),
+plausibility and the length guard (:func:`~sapo_async.node.defence.screen`), the F-TIS
+ratio filter (:mod:`.filters`) and the trainer, which gets
+:meth:`CandidateView.trained_group`: the receiver's own token ids
+(:attr:`~sapo_async.policy.grpo.batch.TokenSource.RECEIVER`), so it does not tokenise the
+text again.
 
 The receiver's log-probs serve the checks only. The trainer computes its old log-probs
 itself inside the step (in the same batch as the local rows, or the step's own detached
@@ -24,6 +28,7 @@ Threads: built and read in one worker thread (the round's selection); not shared
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,7 +44,7 @@ class CandidateView:
     Args:
         scored: the group scored by this node's verifier (prompt in this node's style).
         model: this node's current policy (for log-probs; nothing is run until asked).
-        tokenizer: this node's tokenizer (EOS required).
+        tokenizer: this node's tokenizer (EOS required; nothing is tokenised until read).
         tokenizer_id: its digest (a peer with the same digest may send matching ids).
         add_special_tokens: as the node's generator tokenises prompts.
     """
@@ -56,22 +61,32 @@ class CandidateView:
         self.scored = scored
         self.same_tokenizer = scored.tokenizer_id == tokenizer_id
         self._model = model
+        self._tokenizer = tokenizer
         self._tokenizer_id = tokenizer_id
+        self._add_special_tokens = add_special_tokens
         eos = tokenizer.eos_token_id
         pad = tokenizer.pad_token_id
+        self._eos = None if eos is None else int(eos)
         self._pad = int(pad if pad is not None else (eos if eos is not None else 0))
-        self.prompt_ids: tuple[int, ...] = tuple(
-            tokenizer(scored.prompt, add_special_tokens=add_special_tokens)["input_ids"]
-        )
+        self._logprobs: list[Any] = [None] * len(scored.completions)
+
+    @functools.cached_property
+    def prompt_ids(self) -> tuple[int, ...]:
+        """The prompt's ids under the receiver's tokenizer (tokenised on first read)."""
+        enc = self._tokenizer(self.scored.prompt, add_special_tokens=self._add_special_tokens)
+        return tuple(enc["input_ids"])
+
+    @functools.cached_property
+    def token_ids(self) -> tuple[tuple[int, ...], ...]:
+        """Each completion's ids under the receiver's tokenizer, EOS included (tokenised on
+        first read, all completions at once)."""
         ids: list[tuple[int, ...]] = []
-        for c in scored.completions:
-            own = list(tokenizer(c.text, add_special_tokens=False)["input_ids"])
-            if c.finish_reason == "stop" and eos is not None:
-                own.append(int(eos))
+        for c in self.scored.completions:
+            own = list(self._tokenizer(c.text, add_special_tokens=False)["input_ids"])
+            if c.finish_reason == "stop" and self._eos is not None:
+                own.append(self._eos)
             ids.append(tuple(own))
-        self.token_ids: tuple[tuple[int, ...], ...] = tuple(ids)
-        """Each completion's ids under the receiver's tokenizer (EOS included)."""
-        self._logprobs: list[Any] = [None] * len(ids)
+        return tuple(ids)
 
     def peer_ids_match(self, i: int) -> bool:
         """Whether completion ``i`` carries ids of the receiver's tokenizer that are exactly

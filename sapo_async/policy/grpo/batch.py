@@ -92,7 +92,8 @@ class ScoredGroup:
         tokenizer_id: digest of the producer's tokenizer (``None``: text only).
         prompt_token_ids: prompt ids under that tokenizer (optional).
         task: where the question came from (informational).
-        producer: ``"local"`` or the producer's address (informational, for metrics).
+        producer: ``"local"`` or the producer's address (informational: logs only; whether
+            a group is external is its ``token_source``'s business, :attr:`external`).
         token_source: whose ids the completions carry. Built by the node, it is always
             given (own groups ``SAMPLED``, the round's external ones ``RECEIVER``, scored
             wire groups ``TEXT``); a hand-built group (tests, benchmarks) that leaves it out
@@ -111,6 +112,13 @@ class ScoredGroup:
         if self.token_source is None:
             source = TokenSource.SAMPLED if self.producer == "local" else TokenSource.TEXT
             object.__setattr__(self, "token_source", source)
+
+    @property
+    def external(self) -> bool:
+        """Whether another node produced the completions: every source but ``SAMPLED``
+        (the one that decides whether the ids are trusted, so a metric that counts
+        external groups cannot disagree with what the batcher trusted)."""
+        return self.token_source is not TokenSource.SAMPLED
 
     @property
     def rewards(self) -> list[float]:

@@ -16,6 +16,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from sapo_async.limits import DEFAULT_LOSS_TYPE, DEFAULT_LR
 from sapo_async.policy.settings import Settings
 
 __all__ = ["DEFAULT_CHUNK_TOKENS", "FILE_FIELDS", "TrainerConfig"]
@@ -39,7 +40,7 @@ class TrainerConfig(Settings):
     }
 
     lr: float = Field(
-        default=3e-5,
+        default=DEFAULT_LR,
         gt=0,
         lt=1,
         description="AdamW learning rate (3e-5 suits the tiny model; real models want ~1e-6).",
@@ -54,7 +55,7 @@ class TrainerConfig(Settings):
         description="Group advantage: reward minus mean, over the std ('std') or not.",
     )
     loss_type: Literal["grpo", "dapo", "dr_grpo"] = Field(
-        default="dapo",
+        default=DEFAULT_LOSS_TYPE,
         description="Loss aggregation: 'grpo' (per sequence), 'dapo' (token mean), "
         "'dr_grpo' (constant normaliser max_new_tokens).",
     )

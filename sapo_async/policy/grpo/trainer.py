@@ -90,7 +90,8 @@ class StepMetrics:
         skipped: the optimizer step was skipped (no informative group).
         loss, clip_fraction, entropy, kl, grad_norm: means over the step's minibatches
             (0 when skipped); ``grad_norm`` is before clipping.
-        external_groups: given groups whose producer is not ``"local"``.
+        external_groups: given groups another node produced (:attr:`ScoredGroup.external`:
+            decided by the group's ``token_source``, not by its ``producer`` string).
         retokenised: completions re-tokenised from text.
         policy_version: optimizer steps taken after this call.
         seconds: wall time of the call.
@@ -392,7 +393,7 @@ class _GivenGroups(NamedTuple):
             reward_std=math.sqrt(sum((r - mean) ** 2 for r in rewards) / n),
             zero_std_fraction=sum(not g.informative for g in groups) / max(len(groups), 1),
             groups=len(groups),
-            external_groups=sum(g.producer != "local" for g in groups),
+            external_groups=sum(g.external for g in groups),
         )
 
     def metrics(self, **step: Any) -> StepMetrics:
