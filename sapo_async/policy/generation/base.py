@@ -70,7 +70,7 @@ class Generator(Protocol):
             prompts: the prompt texts, in order.
             sampling: temperature, top-p/top-k and the new-token limit.
             n: completions per prompt (>= 1).
-            seed: the sampling seed; ``None`` draws a fresh one.
+            seed: the sampling seed; ``None`` samples unseeded.
 
         Returns:
             One result per prompt, in order, each with ``n`` completions.
