@@ -121,15 +121,9 @@ def run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -> RunRe
     Raises:
         SapoError: a node failed.
     """
-    import anyio
-    import torch
+    from sapo_async.experiment.worker import run_blocking
 
-    from sapo_async.logs import configure_logging
-
-    # Worker processes start with structlog's defaults (debug, per message): configure here.
-    configure_logging(level="WARNING")
-    torch.set_num_threads(1)
-    return anyio.run(_run_one, spec, local, external, seed)
+    return run_blocking(_run_one, spec, local, external, seed)
 
 
 async def _run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -> RunResult:

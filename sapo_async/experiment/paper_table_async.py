@@ -75,14 +75,9 @@ def run_async_one(spec: AsyncSpec, arm: str, seed: int, *, progress: bool = True
     Raises:
         SapoError: a node failed.
     """
-    import anyio
-    import torch
+    from sapo_async.experiment.worker import run_blocking
 
-    from sapo_async.logs import configure_logging
-
-    configure_logging(level="WARNING")
-    torch.set_num_threads(1)
-    return anyio.run(_run_swarm, spec, arm, seed, progress)
+    return run_blocking(_run_swarm, spec, arm, seed, progress)
 
 
 async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> AsyncRun:

@@ -8,8 +8,7 @@ translation), :mod:`.embedded` (in-process EVM, the default), :mod:`.rpc` (JSON-
 (devnet runner). The recorder (journal + retries) lives in :mod:`sapo_async.ledger.recorder`,
 the audit in :mod:`sapo_async.ledger.audit`.
 
-Names load on first use (:mod:`sapo_async._lazy`), so importing one submodule does
-not import its siblings' dependencies.
+Names load on first use (:mod:`sapo_async._lazy`).
 """
 
 from __future__ import annotations
@@ -45,8 +44,8 @@ _LAZY = {
     "Ledger": "sapo_async.ledger.base",
     "MemoryLedger": "sapo_async.ledger.memory",
     "MerkleTree": "sapo_async.ledger.merkle",
-    "OnChainTotals": "sapo_async.ledger.types",
     "OnChainCommitment": "sapo_async.ledger.types",
+    "OnChainTotals": "sapo_async.ledger.types",
     "RoundCommitment": "sapo_async.ledger.types",
     "SubmitReceipt": "sapo_async.ledger.types",
     "UsageCredit": "sapo_async.ledger.types",

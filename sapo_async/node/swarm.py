@@ -21,7 +21,6 @@ import dataclasses
 import hashlib
 from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 import anyio
@@ -76,12 +75,7 @@ class _Join:
         self._node = await Swarm.start(self._spec)
         return self._node
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._node is not None:
             await self._node.leave()
 

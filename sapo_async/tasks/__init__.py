@@ -1,7 +1,6 @@
 """Tasks: reasoning-gym families, deterministic task items, prompts and the verifier.
 
-Names load on first use (:mod:`sapo_async._lazy`), so importing one submodule does
-not import its siblings' dependencies.
+Names load on first use (:mod:`sapo_async._lazy`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,20 @@
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
 import sapo_async
 from sapo_async import errors
+
+# Every package whose names load lazily (sapo_async._lazy): its table, its __all__ and its
+# TYPE_CHECKING imports list the same names three times, so a test keeps them agreeing.
+_ROOT = Path(sapo_async.__file__).parent
+FACADES = sorted(
+    ".".join(("sapo_async", *init.parent.relative_to(_ROOT).parts))
+    for init in _ROOT.rglob("__init__.py")
+    if "lazy_exports(" in init.read_text()
+)
 
 # The public names users rely on; removing one is a breaking change.
 EXPECTED_PUBLIC = {
@@ -59,3 +74,29 @@ def test_every_error_derives_from_sapo_error_and_builtins_where_they_fit():
     err = errors.RejectedInput("bad_signature", "signer differs", producer="0xabc")
     assert err.reason == "bad_signature"
     assert "signer differs" in str(err)
+
+
+def _type_checking_imports(module) -> dict[str, str]:
+    """``{name: "module:attr"}`` for what ``module`` imports under ``if TYPE_CHECKING:``."""
+    tree = ast.parse(Path(module.__file__).read_text())
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for stmt in node.body:
+                assert isinstance(stmt, ast.ImportFrom), ast.unparse(stmt)
+                for alias in stmt.names:
+                    found[alias.asname or alias.name] = f"{stmt.module}:{alias.name}"
+    return found
+
+
+@pytest.mark.parametrize("package", FACADES)
+def test_a_lazy_facade_loads_what_its_type_checking_imports_name_and_exports_all_of_it(package):
+    module = importlib.import_module(package)
+    table = {
+        name: target if ":" in target else f"{target}:{name}"
+        for name, target in module._LAZY.items()
+    }
+    assert table == _type_checking_imports(module)
+    assert set(table) <= set(module.__all__)
+    for name in module.__all__:
+        assert getattr(module, name) is not None, name

@@ -39,14 +39,9 @@ def run_one(
     spec: AttackSpec, attack: str, defences: bool, seed: int, config: tuple[int, int]
 ) -> RunMeasure:
     """Run one (attack or ``"none"``, defences, seed, I/J) in this process (blocking)."""
-    import anyio
-    import torch
+    from sapo_async.experiment.worker import run_blocking
 
-    from sapo_async.logs import configure_logging
-
-    configure_logging(level="ERROR")
-    torch.set_num_threads(1)
-    return anyio.run(_run_one, spec, attack, defences, seed, config)
+    return run_blocking(_run_one, spec, attack, defences, seed, config, log_level="ERROR")
 
 
 async def _run_one(

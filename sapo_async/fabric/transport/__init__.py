@@ -1,7 +1,6 @@
 """The transport port: base protocol, in-memory and JetStream backends, nats-server.
 
-Names load on first use (:mod:`sapo_async._lazy`), so importing one submodule does
-not import its siblings' dependencies.
+Names load on first use (:mod:`sapo_async._lazy`).
 """
 
 from __future__ import annotations

@@ -194,8 +194,10 @@ class Transport(Protocol):
                 body when None (a test or a hostile peer publishing raw bytes).
 
         Raises:
-            PublishError: the server did not acknowledge in time.
-            PublishRefused: the server refused the message for good (do not retry).
+            PublishError: the server did not acknowledge in time (safe to retry: the
+                message id de-duplicates).
+            PublishRefused: the server refused the message for good, e.g. too large (do not
+                retry).
             TransportUnavailable: not connected.
             ConfigError: ``family`` is not a valid subject token.
         """

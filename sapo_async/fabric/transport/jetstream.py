@@ -160,13 +160,7 @@ class JetStreamTransport:
         producer: str | None = None,
         rollout_hash: bytes | None = None,
     ) -> PublishAck:
-        """See ``base.Transport.publish``.
-
-        Raises:
-            PublishRefused: the server refused the message for good (e.g. too large).
-            PublishError: no ack in time (safe to retry: the message id de-duplicates).
-            TransportUnavailable: this transport was closed.
-        """
+        """See ``base.Transport.publish``."""
         subject = rollouts_subject(self._swarm, family)
         if self._leaves:
             subject = publish_subject(subject, family, signed.body, producer)

@@ -1,7 +1,6 @@
 """Generation port: a base protocol plus one module per backend (transformers, vllm, fake).
 
-Names load on first use (:mod:`sapo_async._lazy`), so importing one submodule does
-not import its siblings' dependencies.
+Names load on first use (:mod:`sapo_async._lazy`).
 """
 
 from __future__ import annotations

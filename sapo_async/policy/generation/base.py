@@ -62,17 +62,23 @@ class Generator(Protocol):
         ...
 
     async def generate(
-        self,
-        prompts: Sequence[str],
-        sampling: SamplingParams,
-        *,
-        n: int,
-        seed: int | None = None,
+        self, prompts: Sequence[str], sampling: SamplingParams, *, n: int, seed: int | None = None
     ) -> list[GenerationResult]:
         """Sample ``n`` completions for each prompt.
 
+        Args:
+            prompts: the prompt texts, in order.
+            sampling: temperature, top-p/top-k and the new-token limit.
+            n: completions per prompt (>= 1).
+            seed: the sampling seed; ``None`` samples unseeded.
+
+        Returns:
+            One result per prompt, in order, each with ``n`` completions.
+
         Raises:
-            GenerationError: the backend failed.
+            ConfigError: a sampling parameter or ``n`` is out of range (model-backed
+                backends check with :func:`check_sampling`).
+            GenerationError: the backend failed (closed, asleep, or the engine raised).
         """
         ...
 

@@ -51,18 +51,9 @@ class FakeGenerator:
     closed: bool = False
 
     async def generate(
-        self,
-        prompts: Sequence[str],
-        sampling: SamplingParams,
-        *,
-        n: int,
-        seed: int | None = None,
+        self, prompts: Sequence[str], sampling: SamplingParams, *, n: int, seed: int | None = None
     ) -> list[GenerationResult]:
-        """Return scripted completions.
-
-        Raises:
-            GenerationError: the generator is closed.
-        """
+        """Scripted completions (see ``base.Generator.generate``); none once closed."""
         if self.closed:
             raise GenerationError("the fake generator is closed")
         self.calls.append(FakeCall(tuple(prompts), sampling, n, seed))

@@ -122,19 +122,9 @@ class TransformersGenerator:
         return [list(ids) for ids in enc["input_ids"]]
 
     def generate_sync(
-        self,
-        prompts: Sequence[str],
-        sampling: SamplingParams,
-        *,
-        n: int,
-        seed: int | None = None,
+        self, prompts: Sequence[str], sampling: SamplingParams, *, n: int, seed: int | None = None
     ) -> list[GenerationResult]:
-        """Blocking twin of :meth:`generate` (same arguments and result).
-
-        Raises:
-            ConfigError: bad sampling parameters or ``n``.
-            GenerationError: the model failed (closed generator, torch error).
-        """
+        """Blocking twin of :meth:`generate` (see ``base.Generator.generate``)."""
         if self._closed:
             raise GenerationError("the generator is closed")
         check_sampling(sampling)
@@ -189,19 +179,9 @@ class TransformersGenerator:
         ]
 
     async def generate(
-        self,
-        prompts: Sequence[str],
-        sampling: SamplingParams,
-        *,
-        n: int,
-        seed: int | None = None,
+        self, prompts: Sequence[str], sampling: SamplingParams, *, n: int, seed: int | None = None
     ) -> list[GenerationResult]:
-        """Sample ``n`` completions for each prompt.
-
-        Raises:
-            ConfigError: bad sampling parameters or ``n``.
-            GenerationError: the backend failed.
-        """
+        """See ``base.Generator.generate``; sampled in a worker thread when offloading."""
         if self._offload:
             return await anyio.to_thread.run_sync(
                 lambda: self.generate_sync(prompts, sampling, n=n, seed=seed)

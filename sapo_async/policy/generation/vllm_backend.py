@@ -117,23 +117,12 @@ class VllmGenerator(VllmEngine):
         return self._settings.model
 
     async def generate(
-        self,
-        prompts: Sequence[str],
-        sampling: SamplingParams,
-        *,
-        n: int,
-        seed: int | None = None,
+        self, prompts: Sequence[str], sampling: SamplingParams, *, n: int, seed: int | None = None
     ) -> list[GenerationResult]:
-        """Sample ``n`` completions for each prompt.
-
-        Each prompt gets its own seed derived from ``seed`` (so prompts do not share a
-        random stream). Log-probs are those of the sampled tokens at temperature 1.
-
-        Raises:
-            ConfigError: sampling parameters out of range.
-            GenerationError: the engine is asleep, closed, failed, awaiting a sync that
-                passes the probe, or vLLM raised or returned something malformed.
-        """
+        """See ``base.Generator.generate``. Each prompt gets its own seed derived from
+        ``seed`` (prompts do not share a random stream); log-probs are those of the sampled
+        tokens at temperature 1. ``GenerationError`` also when a sync awaits its probe, or
+        vLLM returned something malformed."""
         params = [
             to_vllm_sampling_params(self._api, sampling, n=n, seed=prompt_seed(seed, i))
             for i in range(len(prompts))

@@ -1,8 +1,7 @@
 """GRPO: pure advantage/loss maths (:mod:`.core`), scored groups to tensors (:mod:`.batch`)
 and the torch trainer (:mod:`.trainer`).
 
-Names load on first use (:mod:`sapo_async._lazy`), so importing one submodule does
-not import its siblings' dependencies.
+Names load on first use (:mod:`sapo_async._lazy`).
 """
 
 from __future__ import annotations

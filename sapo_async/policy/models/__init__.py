@@ -1,7 +1,6 @@
 """Models: loading any Hugging Face causal LM, and the tiny offline model with its cache.
 
-Names load on first use (:mod:`sapo_async._lazy`), so importing one submodule does
-not import its siblings' dependencies.
+Names load on first use (:mod:`sapo_async._lazy`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,39 @@
+"""How one experiment run starts in its process: quiet logs, one torch thread, an event loop.
+
+Owns :func:`run_blocking`, the one start of a run shared by the paper table, the async paper
+table and the attack matrix (each run is one worker process, or this one with one worker).
+Deliberately does not know what a run does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar, TypeVarTuple
+
+__all__ = ["run_blocking"]
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
+def run_blocking(main: Callable[[*Ts], Awaitable[T]], *args: *Ts, log_level: str = "WARNING") -> T:
+    """Run ``main(*args)`` to completion on a fresh event loop (blocking).
+
+    Args:
+        main: the run.
+        args: its arguments.
+        log_level: the least level logged (runs log little, so a table's progress reads).
+
+    Returns:
+        What ``main`` returned.
+    """
+    import anyio
+    import torch
+
+    from sapo_async.logs import configure_logging
+
+    # Worker processes start with structlog's defaults (debug, per message): configure here.
+    configure_logging(level=log_level)
+    # One thread per run: runs go side by side, one process each, on a few cores.
+    torch.set_num_threads(1)
+    return anyio.run(main, *args)
