@@ -60,20 +60,10 @@ if TYPE_CHECKING:
     from sapo_async.node.spec import NodeSpec
     from sapo_async.ops.hardware import HardwareChoice
 
-__all__ = [
+__all__ = [  # the sections themselves are config_sections' (SECTIONS)
     "ENV_PREFIX",
     "KNOWN_ENVIRONMENT",
-    "CheckpointSection",
-    "DefenceSection",
-    "IdentitySection",
-    "LedgerSection",
-    "MetricsSection",
-    "ModelSection",
-    "NatsSection",
     "NodeConfig",
-    "NodeSection",
-    "TasksSection",
-    "TrainingSection",
     "check_environment",
     "load_config",
     "render_example",
