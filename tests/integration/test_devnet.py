@@ -89,7 +89,7 @@ async def test_devnet_prints_settings_a_node_can_use_and_stops_on_sigint(tmp_pat
         node_toml.write_text(snippet)
         cfg = load_config(node_toml)  # what devnet prints is a valid node config
         assert cfg.node.swarm == "devtest"
-        assert cfg.nats.urls == [f"nats://127.0.0.1:{nats_port}"]
+        assert cfg.nats.urls == (f"nats://127.0.0.1:{nats_port}",)
         assert cfg.ledger.rpc_url == f"http://127.0.0.1:{anvil_port}"
 
         nats_checks = await check_nats(cfg)
