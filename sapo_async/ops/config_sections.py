@@ -144,8 +144,10 @@ class _ModelFile(SpecSection):
 
 
 class _TasksFile(SpecSection):
-    """[tasks]: the verifiable task families this node trains on (``preset`` or
-    ``families`` become the spec's ``tasks``)."""
+    """[tasks]: the verifiable task families this node trains on.
+
+    ``preset`` or ``families`` become the spec's ``tasks``.
+    """
 
     spec_kind = PolicySpec
     spec_fields = POLICY_FILE_FIELDS["tasks"]
@@ -220,15 +222,17 @@ class _NatsFile(SpecSection):
 
 
 class _LedgerFile(SpecSection):
-    """[ledger]: where rollout commitments are recorded (the journal is
-    ``<data_dir>/journal/journal.sqlite``)."""
+    """[ledger]: where rollout commitments are recorded.
+
+    The journal is ``<data_dir>/journal/journal.sqlite`` (derived, not a key).
+    """
 
     spec_kind = LedgerSpec
     spec_fields = LEDGER_FILE_FIELDS
 
 
 class _CheckpointFile(SpecSection):
-    """[checkpoint]: how often the node saves (to ``<data_dir>/checkpoints``)."""
+    """[checkpoint]: how often the node saves (to <data_dir>/checkpoints)."""
 
     spec_kind = CheckpointSpec
     spec_fields = CHECKPOINT_FILE_FIELDS
