@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
+
+import pytest
 
 # Tests build their own tiny models; nothing may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -16,3 +20,31 @@ pytest_plugins = [
     "tests.fixtures.ledger",
     "tests.fixtures.volunteer",
 ]
+
+
+# nats-py leaves the connection of a failed reconnect open when it drops it (see the
+# StreamWriter filter in pyproject.toml): its socket and transport are freed by the cycle
+# collector, often during a later, unrelated test, which then fails on the unraisable
+# ResourceWarning (seen on a loaded CI run: a test of the generation backends failed on the
+# socket of a reconnect to the server test_fabric_restart had killed). Tests that run a
+# nats-server collect garbage before they end, so such a leak surfaces inside them, where
+# it is tolerated; every other test stays strict about unclosed sockets.
+_NATS_PY_LEAKS = (
+    "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning",
+    "ignore:Exception ignored in.*_SelectorTransport.__del__"
+    ":pytest.PytestUnraisableExceptionWarning",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("nats") is not None:
+            for spec in _NATS_PY_LEAKS:
+                item.add_marker(pytest.mark.filterwarnings(spec))
+
+
+@pytest.fixture(autouse=True)
+def _collect_nats_py_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if request.node.get_closest_marker("nats") is not None:
+        gc.collect()
