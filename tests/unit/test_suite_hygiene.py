@@ -12,7 +12,7 @@ pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
-LEAKING = '''
+LEAKING = """
 import gc
 import socket
 
@@ -32,9 +32,9 @@ def test_a_nats_test_whose_client_leaks_a_connection():
 
 def test_an_unrelated_test_that_runs_next():
     gc.collect()  # torch and friends trigger the collector at any time; here, on purpose
-'''
+"""
 
-PLAIN_LEAK = '''
+PLAIN_LEAK = """
 import gc
 import socket
 
@@ -48,15 +48,13 @@ class Cycle:
 def test_a_test_that_leaks_its_own_socket():
     Cycle()
     gc.collect()
-'''
+"""
 
 
 @pytest.fixture
 def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    pytester.makeini(
-        "[pytest]\nfilterwarnings = error\nmarkers =\n    nats: runs a nats-server\n"
-    )
+    pytester.makeini("[pytest]\nfilterwarnings = error\nmarkers =\n    nats: runs a nats-server\n")
     pytester.makeconftest(
         "from tests.conftest import _collect_nats_py_leaks, pytest_collection_modifyitems\n"
     )
