@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, create_model, model_validator
 from pydantic_settings import NoDecode
 
 from sapo_async.errors import ConfigError
-from sapo_async.policy.settings import Settings, renamed_message, split_list
+from sapo_async.policy.settings import Settings, refuse_old_names, split_list
 
 __all__ = ["Section", "SpecSection", "StrList", "spec_section", "split_list"]
 
@@ -37,12 +37,7 @@ class Section(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _old_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for old, new in cls.renamed.items():
-                if old in data:
-                    fix = "move the key" if new.startswith("[") else "rename the key"
-                    raise ValueError(f"{renamed_message(old, new)}: {fix}")
-        return data
+        return refuse_old_names(data, cls.renamed, advice=True)
 
 
 class SpecSection(Section):

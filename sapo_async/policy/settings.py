@@ -29,6 +29,7 @@ __all__ = [
     "Settings",
     "check_host_port",
     "existing_file",
+    "refuse_old_names",
     "renamed_message",
     "settings_error",
     "split_list",
@@ -63,6 +64,19 @@ def renamed_message(old: str, new: str) -> str:
     return f"{old} is now called {new}"
 
 
+def refuse_old_names(data: Any, renamed: dict[str, str], *, advice: bool = False) -> Any:
+    """``data`` as it is, or ValueError naming the first old name it uses and the new one
+    (with ``advice``, what to do in a file: rename the key, or move it to its section)."""
+    if isinstance(data, dict):
+        for old, new in renamed.items():
+            if old in data:
+                message = renamed_message(old, new)
+                if advice:
+                    message += ": move the key" if new.startswith("[") else ": rename the key"
+                raise ValueError(message)
+    return data
+
+
 class Settings(BaseModel):
     """A frozen settings model; constructing a bad one raises :class:`ConfigError`."""
 
@@ -85,11 +99,7 @@ class Settings(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _old_names(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for old, new in cls.renamed.items():
-                if old in data:
-                    raise ValueError(renamed_message(old, new))
-        return data
+        return refuse_old_names(data, cls.renamed)
 
     def __init__(self, **data: Any) -> None:
         try:
