@@ -8,20 +8,15 @@ from typing import Any
 
 import pytest
 import torch
-from eth_account import Account
 from msgspec.structs import replace
 
-from sapo_async.fabric.publisher import Publisher
 from sapo_async.fabric.transport.memory import MemoryBroker
-from sapo_async.node.admission import NodeDefences, build_collector
 from sapo_async.node.filters import RatioFilter
-from sapo_async.node.groups import to_rollout_group
-from sapo_async.node.learner import build_learner
 from sapo_async.node.rounds import RoundLoop
-from sapo_async.node.spec import NodeSpec
 from sapo_async.policy.grpo.batch import TokenSource
-from sapo_async.wire import Completion, keccak256
+from sapo_async.wire import Completion
 from sapo_async.wire.signing import encode_signed, sign_group
+from tests.fixtures.learning import peer_wire_groups, two_node_round_loop
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -33,34 +28,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _node(index: int, broker: MemoryBroker, ratio: RatioFilter | None) -> RoundLoop:
-    account = Account.from_key(keccak256(f"one-view:{index}".encode()))
-    spec = NodeSpec.build(
-        swarm=SWARM,
-        model="tiny",
-        regime="dense",
-        questions_per_round=2,
-        completions_per_question=4,
-        local=2,
-        external=2,
-        ledger_enabled=False,
-        name=f"n{index}",
-        node_index=index,
-        account=account,
-        external_filter=ratio,
-    )
-    transport = broker.connect(SWARM)
-    learner = build_learner(spec)
-    defences = NodeDefences.build(spec, learner.tasks.families)
-    return RoundLoop(
-        spec,
-        name=f"n{index}",
-        learner=learner,
-        publisher=Publisher(transport, account),
-        collector=build_collector(spec, transport, defences, own_address=account.address),
-        defences=defences,
-        offload=False,
-    )
+async def _node(index: int, broker: MemoryBroker, ratio: RatioFilter | None) -> RoundLoop:
+    node: RoundLoop = await two_node_round_loop(SWARM, index, broker, external_filter=ratio)
+    return node
 
 
 @pytest.mark.timeout(300)
@@ -69,19 +39,10 @@ async def test_each_external_completion_is_run_through_the_model_at_most_once_pe
 ) -> None:
     broker = MemoryBroker()
     ratio = RatioFilter(cap=1e6)  # on, and lets everything through to the trainer
-    node, peer = _node(0, broker, ratio), _node(1, broker, None)
+    node, peer = await _node(0, broker, ratio), await _node(1, broker, None)
     tok = peer.learner.tokenizer
     external_completions = 0
-    for g in await peer.learner.generate(0):
-        wire = to_rollout_group(
-            g,
-            swarm=SWARM,
-            producer=peer.address,
-            producer_round=0,
-            policy_version=0,
-            model_id=peer.learner.model_id,
-            tokenizer_id=peer.learner.tokenizer_id,
-        )
+    for wire in await peer_wire_groups(peer):
         # Right and wrong answers (informative, so every check runs), with the peer's own
         # token ids and made-up behaviour log-probs of the right length.
         texts = [f" <answer>{a}</answer>" for a in (wire.answer, "77", wire.answer, "77")]

@@ -9,21 +9,16 @@ import time
 from typing import Any
 
 import pytest
-from eth_account import Account
 from msgspec.structs import replace
 
 from sapo_async.fabric.collector import Collector
-from sapo_async.fabric.publisher import Publisher
 from sapo_async.fabric.transport.memory import MemoryBroker
-from sapo_async.node.admission import NodeDefences, build_collector
-from sapo_async.node.groups import to_rollout_group
-from sapo_async.node.learner import build_learner
 from sapo_async.node.rounds import RoundLoop
-from sapo_async.node.spec import NodeSpec
 from sapo_async.tasks import source as task_source
 from sapo_async.tasks.spec import canonical_config_json, config_digest
-from sapo_async.wire import Completion, RolloutGroup, TaskRef, keccak256
+from sapo_async.wire import Completion, RolloutGroup, TaskRef
 from sapo_async.wire.signing import encode_signed, sign_group
+from tests.fixtures.learning import peer_wire_groups, two_node_round_loop
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -35,51 +30,16 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _node(index: int, broker: MemoryBroker, *, offload: bool = False, **kw: Any) -> RoundLoop:
-    account = Account.from_key(keccak256(f"defences:{index}".encode()))
-    spec = NodeSpec.build(
-        swarm=SWARM,
-        model="tiny",
-        regime="dense",
-        questions_per_round=2,
-        completions_per_question=4,
-        local=2,
-        external=2,
-        max_staleness_rounds=4,
-        ledger_enabled=False,
-        name=f"n{index}",
-        node_index=index,
-        account=account,
-        **kw,
+async def _node(index: int, broker: MemoryBroker, *, offload: bool = False, **kw: Any) -> RoundLoop:
+    node: RoundLoop = await two_node_round_loop(
+        SWARM, index, broker, offload=offload, max_staleness_rounds=4, **kw
     )
-    transport = broker.connect(SWARM)
-    learner = build_learner(spec)
-    defences = NodeDefences.build(spec, learner.tasks.families)
-    return RoundLoop(
-        spec,
-        name=f"n{index}",
-        learner=learner,
-        publisher=Publisher(transport, account),
-        collector=build_collector(spec, transport, defences, own_address=account.address),
-        defences=defences,
-        offload=offload,
-    )
+    return node
 
 
 async def _peer_groups(peer: RoundLoop) -> list[RolloutGroup]:
-    generated = await peer.learner.generate(0)
-    return [
-        to_rollout_group(
-            g,
-            swarm=SWARM,
-            producer=peer.address,
-            producer_round=0,
-            policy_version=0,
-            model_id=peer.learner.model_id,
-            tokenizer_id=peer.learner.tokenizer_id,
-        )
-        for g in generated
-    ]
+    groups: list[RolloutGroup] = await peer_wire_groups(peer)
+    return groups
 
 
 def _signed(peer: RoundLoop, group: RolloutGroup) -> bytes:
@@ -89,7 +49,7 @@ def _signed(peer: RoundLoop, group: RolloutGroup) -> bytes:
 @pytest.mark.timeout(300)
 async def test_a_group_that_fails_scoring_is_dropped_once_not_rescored_every_round() -> None:
     broker = MemoryBroker()
-    node, peer = _node(0, broker), _node(1, broker)
+    node, peer = await _node(0, broker), await _node(1, broker)
     good = await _peer_groups(peer)
     # Claims an answer the re-derived task does not have: fails scoring (task_mismatch).
     lying = replace(good[0], answer=good[0].answer + "0")
@@ -109,7 +69,7 @@ async def test_an_absurd_config_is_refused_before_its_task_is_derived(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     broker = MemoryBroker()
-    node, peer = _node(0, broker), _node(1, broker)
+    node, peer = await _node(0, broker), await _node(1, broker)
     good = (await _peer_groups(peer))[0]
     derived: list[str] = []
     real = task_source._dataset
@@ -136,7 +96,7 @@ async def test_an_absurd_config_is_refused_before_its_task_is_derived(
 @pytest.mark.timeout(300)
 async def test_a_huge_question_or_completion_is_refused_at_admission() -> None:
     broker = MemoryBroker()
-    node, peer = _node(0, broker), _node(1, broker)
+    node, peer = await _node(0, broker), await _node(1, broker)
     good = (await _peer_groups(peer))[0]
     huge_question = replace(good, question="1 + " * 20_000 + "1")
     huge_completion = replace(
@@ -157,7 +117,7 @@ async def test_selection_in_a_worker_thread_never_touches_the_buffer(
     # The flood crash: selection ran in a worker thread and iterated and removed from the
     # collector's buffer while the event loop inserted into it.
     broker = MemoryBroker()
-    node, peer = _node(0, broker, offload=True), _node(1, broker)
+    node, peer = await _node(0, broker, offload=True), await _node(1, broker)
     for g in await _peer_groups(peer):
         assert node.collector.ingest(_signed(peer, g)) is not None
     callers: list[int] = []
@@ -180,7 +140,7 @@ async def test_selection_in_a_worker_thread_never_touches_the_buffer(
 @pytest.mark.timeout(300)
 async def test_a_group_trained_on_is_never_admitted_again() -> None:
     broker = MemoryBroker()
-    node, peer = _node(0, broker), _node(1, broker)
+    node, peer = await _node(0, broker), await _node(1, broker)
     groups = [
         replace(
             g,
@@ -207,7 +167,7 @@ async def test_token_ids_that_are_not_the_texts_own_tokens_are_dropped() -> None
     # A same-tokenizer peer's token ids are what the trainer uses: text that passes every
     # check must not carry other tokens.
     broker = MemoryBroker()
-    node, peer = _node(0, broker), _node(1, broker)
+    node, peer = await _node(0, broker), await _node(1, broker)
     tok = node.learner.tokenizer
     group = (await _peer_groups(peer))[0]
     right, wrong = f" <answer>{group.answer}</answer>", " <answer>77</answer>"
@@ -234,7 +194,7 @@ async def test_an_overlong_low_reward_completion_still_drops_its_group() -> None
     # unclosed tags at reward 0. Only rewarded completions are screened for plausibility,
     # but the trainer runs every completion, so the size bound covers them all.
     broker = MemoryBroker()
-    node, peer = _node(0, broker), _node(1, broker)
+    node, peer = await _node(0, broker), await _node(1, broker)
     group = (await _peer_groups(peer))[0]
     right, crafted = f" <answer>{group.answer}</answer>", " " + "<answer>" * 400
     forged = replace(
