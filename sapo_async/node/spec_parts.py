@@ -8,9 +8,8 @@ from :data:`LEDGER_FILE_FIELDS`, ``[checkpoint]`` from :data:`CHECKPOINT_FILE_FI
 ``[defence]`` is :class:`DefenceSpec` itself): a setting has one name, one default, one
 bound and one description from the file to the code that uses it. The fields a file cannot
 give (a transport object, a journal path derived from ``[node] data_dir``) are the spec's
-only. Also the dataclass checks :class:`~sapo_async.node.spec.NodeSpec` uses
-(:func:`check`, :func:`one_of`): a bad value raises
-:class:`~sapo_async.errors.ConfigError` naming the field and what is allowed.
+only. A bad value raises :class:`~sapo_async.errors.ConfigError` naming the field and
+what is allowed.
 """
 
 from __future__ import annotations
@@ -41,23 +40,13 @@ __all__ = [
     "DefenceSpec",
     "FabricSpec",
     "LedgerSpec",
-    "check",
-    "one_of",
     "read_private_key",
 ]
 
 
-def check(ok: bool, field_name: str, allowed: str, value: Any) -> None:
-    if not ok:
-        raise ConfigError(f"{field_name} must be {allowed}, got {value!r}", field=field_name)
-
-
-def one_of(value: Any, allowed: tuple[Any, ...], field_name: str) -> None:
-    check(value in allowed, field_name, "one of " + ", ".join(map(repr, allowed)), value)
-
-
 NatsUrls = Annotated[tuple[str, ...], NoDecode, BeforeValidator(split_list)]
-"""NATS server URLs: a list, or (from the environment) ``a,b`` or a JSON list."""
+"""NATS server URLs: a list, or (from the environment) ``a,b`` or a JSON list (as
+:data:`~sapo_async.policy.settings.StrList`, kept a tuple)."""
 
 
 def _nats_urls(value: tuple[str, ...]) -> tuple[str, ...]:

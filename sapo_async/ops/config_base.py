@@ -4,24 +4,19 @@ from the node spec's own models.
 Owns :class:`Section` (unknown keys, inf and nan refused; frozen; old key names refused
 naming the new one), :class:`SpecSection` and :func:`spec_section` (a section whose keys are
 fields of a spec part, copied with their types, defaults, bounds, checks and descriptions,
-so nothing is written twice), and :data:`StrList` for the file-only list settings.
+so nothing is written twice).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, create_model, model_validator
-from pydantic_settings import NoDecode
 
 from sapo_async.errors import ConfigError
-from sapo_async.policy.settings import Settings, refuse_old_names, split_list
+from sapo_async.policy.settings import Settings, refuse_old_names
 
-__all__ = ["Section", "SpecSection", "StrList", "spec_section", "split_list"]
-
-
-StrList = Annotated[list[str], NoDecode]
-"""A list of strings that the environment may give as ``a,b`` or ``["a","b"]``."""
+__all__ = ["Section", "SpecSection", "spec_section"]
 
 
 class Section(BaseModel):

@@ -45,10 +45,11 @@ from sapo_async.node.spec_parts import (
     FabricSpec,
     LedgerSpec,
 )
-from sapo_async.ops.config_base import Section, SpecSection, StrList, spec_section, split_list
+from sapo_async.ops.config_base import Section, SpecSection, spec_section
 from sapo_async.ops.config_checks import did_you_mean, existing_file, writable_dir
 from sapo_async.policy.grpo.config import FILE_FIELDS as TRAINER_FILE_FIELDS
 from sapo_async.policy.grpo.config import TrainerConfig
+from sapo_async.policy.settings import StrList
 
 __all__ = [
     "SECTIONS",
@@ -60,7 +61,6 @@ __all__ = [
     "ModelSection",
     "NatsSection",
     "NodeSection",
-    "StrList",
     "TasksSection",
     "TrainingSection",
 ]
@@ -159,11 +159,6 @@ class _TasksFile(SpecSection):
         default_factory=list,
         description="reasoning-gym families to use; non-empty overrides the preset.",
     )
-
-    @field_validator("families", mode="before")
-    @classmethod
-    def _families_list(cls, value: Any) -> Any:
-        return split_list(value)
 
     @field_validator("families")
     @classmethod

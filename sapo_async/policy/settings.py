@@ -20,13 +20,22 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Self
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationError,
+    model_validator,
+)
+from pydantic_settings import NoDecode
 
 from sapo_async.errors import ConfigError
 
 __all__ = [
     "ReadableFile",
     "Settings",
+    "StrList",
     "check_host_port",
     "existing_file",
     "refuse_old_names",
@@ -163,6 +172,9 @@ def check_host_port(url: str) -> None:
         if port == 0:
             raise ValueError(f"{one!r} has port 0; ports are 1..65535")
 
+
+StrList = Annotated[list[str], NoDecode, BeforeValidator(split_list)]
+"""A list of strings that the environment may give as ``a,b`` or ``["a","b"]``."""
 
 ReadableFile = Annotated[Path | None, AfterValidator(existing_file)]
 """An optional path that must name a readable file (expanded: ``~`` works)."""
