@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sapo_async.errors import ConfigError
 from sapo_async.limits import (
@@ -104,7 +104,8 @@ class PolicySpec(Settings):
     )
     tasks: Any = Field(
         default="cpu",
-        description="A task preset name ('cpu', 'paper') or a tuple of FamilySpec.",
+        description="A task preset name ('cpu', 'paper') or a sequence of reasoning-gym "
+        "family names and FamilySpec.",
     )
     prompt_style: Literal["auto", "compact", "instruct"] = Field(
         default="auto",
@@ -131,6 +132,30 @@ class PolicySpec(Settings):
         default=False,
         description="Let vLLM release GPU memory while the trainer steps (level 1 sleep).",
     )
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _tasks(cls, value: Any) -> Any:
+        """A preset name as it is; a sequence of family names or FamilySpec as FamilySpec."""
+        from sapo_async.tasks.spec import FamilySpec
+
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (list, tuple)) and value:
+            families = []
+            for item in value:
+                if isinstance(item, str):
+                    families.append(FamilySpec(item))
+                elif isinstance(item, FamilySpec):
+                    families.append(item)
+                else:  # pydantic reports ValueError (not TypeError) with the field's name
+                    raise ValueError(  # noqa: TRY004
+                        f"a task family is a reasoning-gym name or a FamilySpec, got {item!r}"
+                    )
+            return tuple(families)
+        raise ValueError(
+            f"tasks is a preset name or a non-empty sequence of families, got {value!r}"
+        )
 
 
 POLICY_FILE_FIELDS = {
