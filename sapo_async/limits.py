@@ -275,6 +275,15 @@ importance ratios (truncated IS, F-TIS's filter) assume."""
 DEFAULT_TOP_P = 1.0
 """No nucleus truncation, for the same reason as :data:`DEFAULT_TEMPERATURE`."""
 
+CHECKPOINT_SMALL_BYTES = 256 << 20
+"""Below this much model + optimizer state a node checkpoints every round ("auto"): the
+tiny model's is about 10 MB and takes milliseconds."""
+
+CHECKPOINT_LARGE_EVERY = 10
+"""Rounds between checkpoints at real size ("auto"): SmolLM2-135M's model + AdamW state is
+1.61 GB and took 9 to 11 s to write on 2 cores (bench/checkpoint_real.py), so writing it
+every round would cost 1.6 GB of disk writes per round."""
+
 DEFAULT_LR = 3e-5
 """AdamW's rate for the 0.86 M-parameter tiny model (every recorded run in docs/ used it);
 real models want about 1e-6 and set it in node.toml."""

@@ -194,6 +194,12 @@ class Node(Actor[None]):
         self.round_loop.request_stop()
         await self.round_loop.wait_done()
         await self.collector.stop()
+        try:
+            # The last checkpoint, so the commitments held for it reach the journal
+            # before the recorder drains.
+            await self.round_loop.save_checkpoint()
+        except SapoError as exc:
+            self._log.error("checkpoint_failed", error=str(exc))
         self._release_recorder.set()
         if self.recorder is not None:
             await self._recorder_closed.wait()  # its journal flushed

@@ -118,6 +118,10 @@ class RoundLoop:
         self._next: SharedRound | None = None
         self._generator_version = learner.policy_version
         self._saved_round = learner.round
+        # Commitments of rounds trained since the last checkpoint: journaled once a
+        # checkpoint at or after their round is on disk (see _commit).
+        self._held: list[RoundCommitment] = []
+        self.checkpoint_every = spec.checkpoint.every_rounds(_state_bytes(learner.model))
         self._stopping = False
         self._running = anyio.Event()
         self._running.set()
@@ -189,7 +193,7 @@ class RoundLoop:
                 await self._overlapped_step()
             else:
                 await self.step()
-            if (self.learner.round - self._saved_round) >= self.spec.checkpoint.every:
+            if (self.learner.round - self._saved_round) >= self.checkpoint_every:
                 await self.save_checkpoint()
 
     def _stop_requested(self) -> bool:
@@ -220,18 +224,36 @@ class RoundLoop:
 
     async def save_checkpoint(self) -> Path | None:
         """Checkpoint model, optimizer, round and RNG states now (no-op without a
-        checkpoint directory or when nothing changed since the last one).
+        checkpoint directory or when nothing changed since the last one), then journal the
+        commitments that waited for it.
 
         Raises:
-            CheckpointError: the write failed.
+            CheckpointError: the write failed (the held commitments stay held).
         """
         directory = self.spec.checkpoint.dir
-        if directory is None or self._saved_round == self.learner.round:
-            return None
-        path: Path = await anyio.to_thread.run_sync(self.learner.save, directory)
-        self._saved_round = self.learner.round
-        self._log.info("checkpoint_saved", round=self.learner.round, path=str(path))
+        path: Path | None = None
+        if directory is not None and self._saved_round != self.learner.round:
+            started = time.perf_counter()
+            path = await anyio.to_thread.run_sync(self.learner.save, directory)
+            self._saved_round = self.learner.round
+            self._log.info(
+                "checkpoint_saved",
+                round=self.learner.round,
+                path=str(path),
+                seconds=round(time.perf_counter() - started, 2),
+            )
+        await self._release_held()
         return path
+
+    async def _release_held(self) -> None:
+        """Journal every held commitment (their rounds are now covered by a checkpoint)."""
+        while self._held and self.recorder is not None:
+            commitment = self._held.pop(0)
+            try:
+                with anyio.CancelScope(shield=True):
+                    await self.recorder.record(commitment)
+            except (RejectedInput, ActorStopped) as exc:
+                self._log.error("commitment_not_journaled", round=commitment.round, error=str(exc))
 
     # --- one round -----------------------------------------------------------------------
 
@@ -382,10 +404,17 @@ class RoundLoop:
         return step
 
     async def _commit(self, shared: SharedRound, chosen: list[Candidate]) -> tuple[int, int]:
-        """Journal the round's commitment; returns the recorder's (pending, confirmed).
+        """Hold the round's commitment until a checkpoint covers it, then journal it;
+        returns (pending: held + unconfirmed, confirmed).
 
-        The journal's fsync runs in a worker thread (the event loop serves the collector
-        meanwhile), shielded: a round that trained is journaled whole or not at all.
+        A commitment names the round and policy version just trained; journaled before a
+        checkpoint holds them, a node killed then would resume from an older checkpoint
+        and redo rounds (and policy versions) the chain already has. So it is held until
+        the next checkpoint is on disk (every round for the tiny model, every
+        ``checkpoint.every`` rounds at real size), or journaled at once when the node keeps
+        no checkpoints. The journal's fsync runs in a worker thread (the event loop serves
+        the collector meanwhile), shielded: a round that trained is journaled whole or not
+        at all.
         """
         if self.recorder is None:
             return 0, 0
@@ -402,13 +431,13 @@ class RoundLoop:
             rollout_hashes=shared.hashes,
             external_hashes=by_producer,
         )
-        try:
-            with anyio.CancelScope(shield=True):
-                await self.recorder.record(commitment)
-        except (RejectedInput, ActorStopped) as exc:
-            self._log.error("commitment_not_journaled", round=shared.round, error=str(exc))
+        self._held.append(commitment)
+        if self.spec.checkpoint.dir is None:
+            await self._release_held()
+        elif self.learner.round - self._saved_round >= self.checkpoint_every:
+            await self.save_checkpoint()
         stats = self.recorder.statistics()
-        return stats.pending, stats.landed
+        return stats.pending + len(self._held), stats.landed
 
     def _collected(self) -> tuple[int, dict[str, int]]:
         """Groups the collector admitted and rejected (by reason) since the last call."""
@@ -437,12 +466,6 @@ class RoundLoop:
         used: Counter[str] = Counter(c.producer for c in chosen)
         self._used.update(used)
         self.learner.set_round(shared.round + 1)
-        if self.recorder is not None:
-            # Checkpoint before the commitment: a node killed at any point then resumes at
-            # or after every round it committed, with the weights it trained, so it never
-            # commits a policy version lower than one already on chain and never skips
-            # rounds it trained (a restart from an older checkpoint did both).
-            await self.save_checkpoint()
         pending, confirmed = await self._commit(shared, chosen)
         received, rejections = self._collected()
         rewards = [c.reward for g in shared.local for c in g.completions]
@@ -486,3 +509,10 @@ class RoundLoop:
             shared=report.groups_shared,
         )
         return report
+
+
+def _state_bytes(model: Any) -> int:
+    """What a checkpoint of ``model`` with AdamW holds: weights and two moments per
+    trainable parameter (tied weights counted once)."""
+    params = {id(p): p for p in model.parameters()}.values()
+    return sum(p.numel() * p.element_size() * (3 if p.requires_grad else 1) for p in params)

@@ -17,12 +17,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator, model_validator
 from pydantic_settings import NoDecode
 
 from sapo_async.errors import ConfigError
 from sapo_async.fabric.transport.shards import SHARD_COUNTS
 from sapo_async.limits import (
+    CHECKPOINT_LARGE_EVERY,
+    CHECKPOINT_SMALL_BYTES,
     NATS_JOIN_TIMEOUT_S,
     SHARD_ROTATE_S,
 )
@@ -333,6 +335,16 @@ LEDGER_FILE_FIELDS = ("enabled", "rpc_url", "contract_address", "chain_id", "rel
 """The ledger settings a volunteer sets in ``node.toml``'s ``[ledger]``."""
 
 
+def _rounds_or_auto(value: Any) -> int | Literal["auto"]:
+    if value == "auto":
+        return "auto"
+    if isinstance(value, str) and value.strip().isdigit():  # from the environment
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"must be a number of rounds >= 1 or 'auto', got {value!r}")
+    return value
+
+
 class CheckpointSpec(Settings):
     """Where a node saves its state and resumes from; node.toml's ``[checkpoint]`` is its
     ``every`` (the directory is ``<data_dir>/checkpoints``)."""
@@ -344,13 +356,20 @@ class CheckpointSpec(Settings):
         description="Checkpoints go here, and the node resumes from the latest one (model, "
         "optimizer, round, RNG states); None: no checkpoints.",
     )
-    every: int = Field(
-        default=10,
-        ge=1,
-        description="Write a checkpoint every N rounds (one is also saved on leave); with "
-        "the ledger on, every round, before its commitment (a restart then never commits a "
-        "lower policy version than the chain has).",
+    every: Annotated[int | Literal["auto"], PlainValidator(_rounds_or_auto)] = Field(
+        default="auto",
+        description="Write a checkpoint every N rounds (one is also saved on leave); 'auto': "
+        f"every round while model + optimizer state is under {CHECKPOINT_SMALL_BYTES >> 20} "
+        f"MiB (the tiny model), else every {CHECKPOINT_LARGE_EVERY} rounds. With the "
+        "ledger on, a round's commitment is journaled only once a checkpoint at or after "
+        "that round is on disk, so a restart never loses a policy version the chain names.",
     )
+
+    def every_rounds(self, state_bytes: int) -> int:
+        """The checkpoint interval in rounds for a node whose checkpoint is ``state_bytes``."""
+        if self.every != "auto":
+            return self.every
+        return 1 if state_bytes < CHECKPOINT_SMALL_BYTES else CHECKPOINT_LARGE_EVERY
 
 
 CHECKPOINT_FILE_FIELDS = ("every",)

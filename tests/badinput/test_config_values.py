@@ -31,7 +31,7 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "checkpoint_every_negative": (
         "[checkpoint]\nevery = -1\n",
-        ("checkpoint.every", "-1", "greater than or equal to 1"),
+        ("checkpoint.every", "-1", "a number of rounds >= 1 or 'auto'"),
     ),
     "checkpoint_every_zero": ("[checkpoint]\nevery = 0\n", ("checkpoint.every",)),
     "checkpoint_every_in_node": (
