@@ -24,6 +24,7 @@ from sapo_async.tasks.source import TaskItem
 __all__ = [
     "ANSWER_CLOSE",
     "ANSWER_OPEN",
+    "DEMONSTRATION",
     "INSTRUCTION",
     "PromptStyle",
     "apply_chat_template",
@@ -39,6 +40,14 @@ INSTRUCTION = (
     "Think briefly, then give only the final answer inside <answer> </answer> tags, "
     "for example <answer>42</answer>."
 )
+
+
+DEMONSTRATION = ("What is 2 + 3?", "2 + 3 = 5. <answer>5</answer>")
+"""One solved exchange shown before the question in a chat model's prompt: how to use the
+answer tags. Without it SmolLM2-135M-Instruct put 4 % of its completions' answers in tags
+and scored 0.000 on chain_sum (24 completions of 64 tokens); with it 38 % and 0.042 at 32
+tokens, the sample-limited regime where sharing can pay. Our departure from the paper,
+whose prompt is not published with the figures."""
 
 
 def format_prompt(item: TaskItem, style: PromptStyle = "compact") -> str:
@@ -88,7 +97,8 @@ def extract_answer(text: str) -> str | None:
 
 
 def apply_chat_template(tokenizer: Any, prompt: str) -> str:
-    """Wrap ``prompt`` as one user turn with the tokenizer's chat template, if it has one.
+    """Wrap ``prompt`` as a user turn after one solved exchange (:data:`DEMONSTRATION`)
+    with the tokenizer's chat template, if it has one.
 
     Returns:
         The templated text with the assistant turn opened, or ``prompt`` unchanged when the
@@ -96,8 +106,15 @@ def apply_chat_template(tokenizer: Any, prompt: str) -> str:
     """
     if getattr(tokenizer, "chat_template", None) is None:
         return prompt
+    demo_question, demo_answer = DEMONSTRATION
     return str(
         tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            [
+                {"role": "user", "content": f"{demo_question}\n\n{INSTRUCTION}"},
+                {"role": "assistant", "content": demo_answer},
+                {"role": "user", "content": prompt},
+            ],
+            tokenize=False,
+            add_generation_prompt=True,
         )
     )
