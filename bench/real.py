@@ -1,0 +1,259 @@
+"""A real model on a CPU: SmolLM2-135M-Instruct's generation and training step through the
+product's own path, side by side with what a CPU user would otherwise pick.
+
+Generation, the same prompts (reasoning-gym basic_arithmetic questions in the instruct
+style through the model's chat template) and the same number of new tokens per completion
+(EOS suppressed everywhere, so every variant produces exactly P x n x new tokens):
+
+* ``product``: the node's sampler (``sampling.sample_batch``: one batched prefill, KV cache,
+  last-position logits only, inference mode), float32, as a node runs it;
+* ``product_bf16``: the same sampler on a bfloat16 copy of the weights;
+* ``generate``: plain ``transformers`` ``model.generate`` on the same batch (sampling,
+  KV cache, float32);
+* ``llama_cpp``: llama.cpp (``llama-cpp-python``) on the packaged Q4_1 GGUF itself,
+  one completion at a time (its Python API does not batch), when installed
+  (``pip install llama-cpp-python``: an sdist that builds in about 15 minutes here, so it is
+  a bench-only install, never in CI).
+
+Training, the same batch of P groups x n completions (rewards alternating 0/1 so every
+group is informative): ``product`` is ``Learner.train`` (the GRPO step a node takes: old
+log-probs, loss, backward, AdamW), ``plain`` a bare forward, mean token log-prob loss,
+backward and AdamW step of the same padded batch (a lower bound on any GRPO step).
+
+Every variant runs ``--repeats`` times, alternating, best of each kept, so machine load hits
+them alike; the ratios are the result, absolute times drift. Full results go to
+``bench/results/real.json``, ``--quick`` to ``bench/results/quick/real.json``.
+
+    just bench real [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import torch
+
+from bench.results_path import results_path
+from sapo_async.node.learner import build_learner
+from sapo_async.node.spec import NodeSpec
+from sapo_async.policy.generation import sampling
+from sapo_async.policy.models.packaged import PACKAGED_MODELS, gguf_path
+from sapo_async.wire import SamplingParams
+
+MODEL = "smollm2-135m"
+
+
+def _time(fn: Any) -> tuple[float, Any]:
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def _product(model: Any, prompts: list[list[int]], n: int, new: int) -> int:
+    out = sampling.sample_batch(
+        model,
+        prompts,
+        SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new),
+        n=n,
+        stop_ids=[-1],  # no stop: exactly `new` tokens each
+        pad_id=0,
+        seed=0,
+    )
+    return sum(len(ids) for ids in out.token_ids)
+
+
+@torch.inference_mode()
+def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], n: int, new: int) -> int:
+    rows = [p for p in prompts for _ in range(n)]
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=new,
+        min_new_tokens=new,
+        pad_token_id=pad,
+    )
+    return int(out[:, width:].numel())
+
+
+def _llama(llm: Any, prompts: list[list[int]], n: int, new: int) -> int:
+    eos = llm.token_eos()
+    tokens = 0
+    for prompt in prompts:
+        for i in range(n):
+            out = llm.create_completion(
+                prompt,
+                max_tokens=new,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                seed=i,
+                logit_bias={eos: -1e9},
+            )
+            tokens += int(out["usage"]["completion_tokens"])
+    return tokens
+
+
+def _plain_step(model: Any, optimizer: Any, rows: list[list[int]], pad: int) -> None:
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+    logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
+    loss = -(logp * mask[:, 1:]).sum() / mask[:, 1:].sum()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 prompt x 2 x 8 tokens, once")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--out", type=Path, default=None, help="default: results_path()")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    prompts_n, n, new = (1, 2, 8) if args.quick else (4, 4, 128)
+    repeats = 1 if args.quick else args.repeats
+    spec = NodeSpec.build(
+        model=MODEL,
+        tasks=["basic_arithmetic"],
+        questions_per_round=prompts_n,
+        completions_per_question=n,
+        max_new_tokens=new,
+    )
+    learner = build_learner(spec)
+    model, tokenizer = learner.model, learner.tokenizer
+    groups = anyio.run(learner.generate)
+    prompts = [list(g.result.prompt_token_ids) for g in groups]
+    result: dict[str, Any] = {
+        "machine": {
+            "platform": platform.platform(),
+            "torch": torch.__version__,
+            "cpus": os.cpu_count(),
+            "threads": args.threads,
+            "load_avg_at_start": os.getloadavg(),
+            "note": "shared 2-core machine; compare variants within this file only",
+        },
+        "model": {
+            "name": MODEL,
+            "model_id": PACKAGED_MODELS[MODEL].model_id,
+            "sha256": PACKAGED_MODELS[MODEL].sha256,
+            "params": sum(p.numel() for p in model.parameters()),
+            "dtype": "float32 (dequantised from Q4_1); llama.cpp runs the Q4_1 file itself",
+        },
+        "sizes": {
+            "prompts": prompts_n,
+            "completions_per_prompt": n,
+            "new_tokens": new,
+            "prompt_tokens": [len(p) for p in prompts],
+            "repeats": repeats,
+        },
+    }
+    model.eval()
+    bf16 = None if args.quick else _bf16_copy(model)
+    llm = _llama_cpp(args.threads)
+    gen: dict[str, float] = {}
+    tokens: dict[str, int] = {}
+    for _ in range(repeats):
+        variants: dict[str, Any] = {
+            "product": lambda: _product(model, prompts, n, new),
+            "generate": lambda: _generate(model, tokenizer, prompts, n, new),
+        }
+        if bf16 is not None:
+            variants["product_bf16"] = lambda: _product(bf16, prompts, n, new)
+        if llm is not None:
+            variants["llama_cpp"] = lambda: _llama(llm, prompts, n, new)
+        for name, run in variants.items():
+            seconds, count = _time(run)
+            gen[name] = min(gen.get(name, float("inf")), seconds)
+            tokens[name] = count
+            print(f"generate {name}: {seconds:.1f} s, {count} tokens", flush=True)
+    result["generation"] = {
+        name: {
+            "seconds": gen[name],
+            "tokens": tokens[name],
+            "tokens_per_s": tokens[name] / gen[name],
+        }
+        for name in gen
+    }
+    result["generation_ratio_to_generate"] = {name: gen["generate"] / gen[name] for name in gen}
+    if llm is None:
+        result["llama_cpp"] = "not installed: pip install llama-cpp-python (bench only)"
+    model.train()
+
+    # training: the round's groups with alternating rewards (every group informative)
+    scored = learner.score_local(groups)
+    batch = [
+        dataclasses.replace(
+            g,
+            completions=tuple(
+                dataclasses.replace(c, reward=float(i % 2)) for i, c in enumerate(g.completions)
+            ),
+        )
+        for g in scored
+    ]
+    rows = [
+        list(g.result.prompt_token_ids) + list(c.token_ids or ())
+        for g in groups
+        for c in g.result.completions
+    ]
+    plain_opt = torch.optim.AdamW(model.parameters(), lr=0.0)
+    train: dict[str, float] = {}
+    for _ in range(repeats):
+        for name, run in (
+            ("product", lambda: learner.train(batch)),
+            ("plain", lambda: _plain_step(model, plain_opt, rows, tokenizer.pad_token_id)),
+        ):
+            seconds, _ = _time(run)
+            train[name] = min(train.get(name, float("inf")), seconds)
+            print(f"train {name}: {seconds:.1f} s", flush=True)
+    result["training_step"] = {
+        "seconds": train,
+        "sequences": len(rows),
+        "tokens": sum(len(r) for r in rows),
+        "product_over_plain": train["product"] / train["plain"],
+    }
+    out = args.out or results_path("real", quick=args.quick)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    print(json.dumps(result["generation"], indent=1))
+    print(f"wrote {out}")
+
+
+def _bf16_copy(model: Any) -> Any:
+    import copy
+
+    return copy.deepcopy(model).to(torch.bfloat16).eval()
+
+
+def _llama_cpp(threads: int) -> Any:
+    if importlib.util.find_spec("llama_cpp") is None:
+        return None
+    import tempfile
+
+    from llama_cpp import Llama
+
+    gguf = gguf_path(MODEL, Path(tempfile.mkdtemp()))  # the packaged file, sha256 checked
+    return Llama(model_path=str(gguf), n_ctx=1024, n_threads=threads, verbose=False, seed=0)
+
+
+if __name__ == "__main__":
+    main()
