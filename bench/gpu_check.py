@@ -28,6 +28,7 @@ eth-hash[pycryptodome], structlog); ``pip install -e .[gpu]`` covers all of it.
 Run from the repository root::
 
     python bench/gpu_check.py                   # on a GPU machine
+    python bench/gpu_check.py --arch smollm2-135m   # SmolLM2's Llama architecture
     python bench/gpu_check.py --cpu-smoke --out /tmp/gpu.json   # CPU, tiny model, seconds
 
 ``--cpu-smoke`` runs phase 1 on CPU with a tiny model of the same family (used by the tests).
@@ -50,7 +51,14 @@ from typing import Any
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,6 +75,28 @@ QWEN25_05B_SHAPE: dict[str, Any] = {
     "vocab_size": 151_936,
 }
 """Qwen/Qwen2.5-0.5B-Instruct's config.json values that set its shape."""
+
+SMOLLM2_135M_SHAPE: dict[str, Any] = {
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "max_position_embeddings": 8192,
+    "rope_theta": 100_000.0,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": True,
+    "vocab_size": 49_152,
+}
+"""SmolLM2-135M-Instruct's shape (a Llama), as the packaged model's config.json says
+(``sapo-async warmstart --models smollm2-135m`` writes it; read from there when present)."""
+
+ARCHES: dict[str, tuple[str, dict[str, Any]]] = {
+    "qwen2.5-0.5b": ("qwen2", QWEN25_05B_SHAPE),
+    "smollm2-135m": ("llama", SMOLLM2_135M_SHAPE),
+}
+"""``--arch``: the model family and shape the check builds (random weights, no download)."""
 
 SMOKE_SHAPE: dict[str, Any] = {
     "hidden_size": 64,
@@ -112,16 +142,36 @@ def build_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS)
 
 
-def build_model(shape: dict[str, Any], *, seed: int) -> Qwen2ForCausalLM:
-    """A randomly initialised Qwen2 causal LM of ``shape`` (float32, on CPU)."""
+def build_model(shape: dict[str, Any], *, seed: int, family: str = "qwen2") -> Any:
+    """A randomly initialised causal LM of ``family`` (qwen2 or llama) and ``shape``
+    (float32, on CPU)."""
     torch.manual_seed(seed)
+    if family == "llama":
+        return LlamaForCausalLM(
+            LlamaConfig(**shape, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+        )
     config = Qwen2Config(**shape, bos_token_id=0, eos_token_id=0, pad_token_id=0)
     return Qwen2ForCausalLM(config)
 
 
-def save_checkpoint(
-    model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, path: Path
-) -> Path:
+def arch_shape(arch: str) -> tuple[str, dict[str, Any]]:
+    """``arch``'s family and shape; SmolLM2's from the prepared packaged model if present."""
+    family, shape = ARCHES[arch]
+    if arch == "smollm2-135m":
+        try:
+            from sapo_async.policy.models.packaged import packaged_model_dir
+
+            config = json.loads((packaged_model_dir(arch) / "config.json").read_text())
+            shape = {**shape, **{k: config[k] for k in shape if k in config}}
+            shape["rope_theta"] = config.get("rope_parameters", {}).get(
+                "rope_theta", shape["rope_theta"]
+            )
+        except (ImportError, OSError, ValueError):
+            pass  # not prepared here (a GPU machine without the wheel): the recorded shape
+    return family, dict(shape)
+
+
+def save_checkpoint(model: Any, tokenizer: PreTrainedTokenizerFast, path: Path) -> Path:
     """Write a loadable model directory (config, safetensors, tokenizer) to ``path``."""
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
@@ -155,7 +205,7 @@ def group_advantages(rewards: list[float], group: int) -> list[float]:
 
 
 def policy_gradient_step(
-    model: Qwen2ForCausalLM,
+    model: Any,
     optimizer: torch.optim.Optimizer,
     samples: list[tuple[list[int], list[int], list[float], float]],
     *,
@@ -203,7 +253,7 @@ def policy_gradient_step(
 
 
 def hf_generate(
-    model: Qwen2ForCausalLM,
+    model: Any,
     tokenizer: PreTrainedTokenizerFast,
     prompts: list[str],
     *,
@@ -268,7 +318,7 @@ def _memory_gib(device: torch.device) -> dict[str, float]:
 
 
 def run_transformers_phase(
-    model: Qwen2ForCausalLM,
+    model: Any,
     tokenizer: PreTrainedTokenizerFast,
     *,
     device: torch.device,
@@ -327,7 +377,7 @@ def run_transformers_phase(
 
 
 def run_trainer_phase(
-    model: Qwen2ForCausalLM,
+    model: Any,
     *,
     device: torch.device,
     questions_per_round: int,
@@ -410,7 +460,7 @@ def _summary(per_round: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_vllm_phase(
-    model: Qwen2ForCausalLM,
+    model: Any,
     checkpoint: Path,
     tokenizer: PreTrainedTokenizerFast,
     *,
@@ -542,6 +592,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=None, help="rounds per phase")
     parser.add_argument("--skip-vllm", action="store_true", help="run only the transformers phase")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.25)
+    parser.add_argument(
+        "--arch", choices=sorted(ARCHES), default="qwen2.5-0.5b", help="model shape to build"
+    )
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -552,14 +605,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     device = torch.device("cpu" if smoke else "cuda")
     if smoke:
         torch.set_num_threads(min(2, torch.get_num_threads()))
-    shape = SMOKE_SHAPE if smoke else QWEN25_05B_SHAPE
+    family, shape = arch_shape(args.arch)
+    if smoke:
+        shape = SMOKE_SHAPE
     rounds = args.rounds if args.rounds is not None else (2 if smoke else 3)
     questions_per_round, completions = (2, 4) if smoke else (8, 8)
     max_new_tokens = 16 if smoke else 256
 
     tokenizer = build_tokenizer(shape["vocab_size"])
-    model = build_model(shape, seed=0)
+    model = build_model(shape, seed=0, family=family)
     report: dict[str, Any] = {
+        "arch": args.arch,
         "mode": "cpu-smoke" if smoke else "gpu",
         "device": torch.cuda.get_device_name(0)
         if device.type == "cuda"
@@ -606,7 +662,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         else:
             report["vllm_version"] = importlib.import_module("vllm").__version__
             # Fresh weights from the checkpoint, so the engine and trainer start equal.
-            trainer = Qwen2ForCausalLM.from_pretrained(checkpoint).to(device)
+            trainer = AutoModelForCausalLM.from_pretrained(checkpoint).to(device)
             del model
             torch.cuda.empty_cache()
             try:
@@ -627,7 +683,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report["wall_s"] = round(time.monotonic() - started, 2)
     # A CPU smoke run never writes over a recorded GPU result (bench/results_path.py).
     results = REPO_ROOT / "bench" / "results"
-    args.out = args.out or (results / "quick" if args.cpu_smoke else results) / "gpu.json"
+    name = "gpu.json" if args.arch == "qwen2.5-0.5b" else f"gpu-{args.arch}.json"
+    args.out = args.out or (results / "quick" if args.cpu_smoke else results) / name
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k != "shape"}, indent=2, default=str))

@@ -69,3 +69,18 @@ def test_byte_level_tokenizer_round_trips_any_text() -> None:
     assert tok.decode(ids) == text
     assert len(tok) == 600
     assert tok.decode([599], skip_special_tokens=True)  # filler ids decode to text
+
+
+@pytest.mark.real_model
+def test_the_smollm2_shape_is_the_packaged_models() -> None:
+    """--arch smollm2-135m builds the real architecture: its recorded shape is what the
+    packaged model's config says (so a GPU machine without the wheel builds the same)."""
+    from bench.gpu_check import SMOLLM2_135M_SHAPE, build_model
+    from sapo_async.policy.models.packaged import ensure_packaged_model
+
+    config = json.loads((ensure_packaged_model("smollm2-135m") / "config.json").read_text())
+    for key, value in SMOLLM2_135M_SHAPE.items():
+        real = config["rope_parameters"]["rope_theta"] if key == "rope_theta" else config[key]
+        assert real == pytest.approx(value), key
+    small = {**SMOLLM2_135M_SHAPE, "num_hidden_layers": 1, "vocab_size": 512}
+    assert type(build_model(small, seed=0, family="llama")).__name__ == "LlamaForCausalLM"
