@@ -35,9 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from sapo_async.errors import ConfigError
+from sapo_async.logs import get_logger
 
 __all__ = [
     "PACKAGED_MODELS",
@@ -49,7 +48,7 @@ __all__ = [
     "packaged_status",
 ]
 
-_log = structlog.get_logger("sapo_async.models")
+_log = get_logger("sapo_async.policy.models.packaged")
 
 #: Written last into a prepared directory; its presence means the directory is complete.
 _MARKER = "sapo-packaged.json"
