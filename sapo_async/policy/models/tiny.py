@@ -369,6 +369,12 @@ def ensure_tiny_model(spec: TinyModelSpec, cache_dir: Path | None = None) -> Pat
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    _log.info(
+        "tiny_model_building",
+        key=spec.key(),
+        into=str(final),
+        note="built once, one to three minutes on 2 cores, then cached",
+    )
     try:
         build_tiny_model(spec, tmp / "model")
         try:
