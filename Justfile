@@ -12,9 +12,9 @@ setup:
     bash scripts/bootstrap.sh
 
 # run every test: forge tests of the contracts, then pytest (unit + integration); the tiny
-# models are built (or found in the cache) first, so no test pays for a build
+# models are built and SmolLM2 prepared (or found in the cache) first, so no test pays for it
 test *args: setup contracts
-    {{py}} -m sapo_async warmstart --regime all
+    {{py}} -m sapo_async warmstart --regime all --models smollm2-135m
     {{py}} -m pytest {{args}}
 
 # only the fast unit tests
@@ -36,7 +36,7 @@ fmt:
 contracts:
     bash contracts/build.sh
 
-# run a benchmark: just bench fabric|learning|ledger|memory|decode|scale [--quick] (quick runs write bench/results/quick/)
+# run a benchmark: just bench fabric|learning|ledger|memory|decode|scale|real [--quick] (quick runs write bench/results/quick/)
 bench name *args:
     {{py}} bench/{{name}}.py {{args}}
 
