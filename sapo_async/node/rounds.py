@@ -195,6 +195,9 @@ class RoundLoop:
                 await self.step()
             if (self.learner.round - self._saved_round) >= self.checkpoint_every:
                 await self.save_checkpoint()
+        # The rounds are over (or a stop was asked): checkpoint what they trained, so the
+        # commitments held for it go to the journal now, not only when the node leaves.
+        await self.save_checkpoint()
 
     def _stop_requested(self) -> bool:
         # A method, not the property, so type checkers do not assume it cannot change.
