@@ -16,8 +16,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.nats, pytest.mark.evm]
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# A fresh process, as an application is: a short two-node swarm with no logging set up at
-# all, then another one with a handler on the package's logger that keeps every record.
+# A fresh process, as an application is. First a warning with no logging set up at all (the
+# stdlib's last-resort handler would print it were the package's NullHandler missing), then
+# a short two-node swarm with a handler on the package's logger that keeps every record:
+# whatever the library printed itself would still reach stdout or stderr.
 CHILD = """
 import json, logging, sys
 
@@ -25,6 +27,7 @@ import anyio
 import structlog
 
 from sapo_async import Swarm
+from sapo_async.logs import get_logger
 
 
 async def swarm(name: str) -> None:
@@ -48,12 +51,12 @@ class Keep(logging.Handler):
         records.append(record)
 
 
-anyio.run(swarm, "quiet-bare")
+get_logger("probe").warning("probe_warned", detail="must not be printed")
 package = logging.getLogger("sapo_async")
 package.addHandler(Keep())
 package.setLevel(logging.DEBUG)
 structlog.contextvars.bind_contextvars(run="quiet-test")
-anyio.run(swarm, "quiet-kept")
+anyio.run(swarm, "quiet")
 with open(sys.argv[1], "w") as out:
     json.dump(
         [
@@ -95,6 +98,7 @@ def test_library_writes_nothing_unless_asked_and_hands_events_with_context_to_a_
     assert all(r["logger"].startswith("sapo_async.") for r in records)
     assert all(isinstance(r["event"], dict) for r in records)
     assert {r["level"] for r in records} >= {"DEBUG", "INFO"}
+    assert "probe_warned" not in {r["event"]["event"] for r in records}  # sent before
     rounds = [r for r in records if r["event"]["event"] == "round_completed"]
     assert {(r["event"]["node_name"], r["event"]["round"]) for r in rounds} == {
         ("q0", 0),
