@@ -11,9 +11,10 @@ default:
 setup:
     bash scripts/bootstrap.sh
 
-# run every test: forge tests of the contracts, then pytest (unit + integration); the tiny
-# models are built and SmolLM2 prepared (or found in the cache) first, so no test pays for it
-test *args: setup contracts
+# run every test: forge tests of the contracts, the API reference's build, then pytest
+# (unit + integration); the tiny models are built and SmolLM2 prepared (or found in the
+# cache) first, so no test pays for it
+test *args: setup contracts docs
     {{py}} -m sapo_async warmstart --regime all --models smollm2-135m
     {{py}} -m pytest {{args}}
 
@@ -26,6 +27,11 @@ check:
     {{py}} -m ruff check sapo_async tests bench examples
     {{py}} -m ruff format --check sapo_async tests bench examples
     {{py}} -m mypy
+
+# build the API reference (docs/api.md, from the docstrings) and the docs pages into site/;
+# strict: any warning (a broken link, a docstring griffe cannot parse) fails
+docs:
+    {{py}} -m mkdocs build --strict
 
 # format the code
 fmt:

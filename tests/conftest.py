@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import os
 from collections.abc import Iterator
 
@@ -48,3 +49,16 @@ def _collect_nats_py_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if request.node.get_closest_marker("nats") is not None:
         gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """Undo what a test's configure_logging() (a CLI command run in-process) did to the
+    package's and the root logger, so the next test starts with the library silent."""
+    package, root = logging.getLogger("sapo_async"), logging.getLogger()
+    saved = (package.handlers[:], package.level, package.propagate, root.handlers[:], root.level)
+    yield
+    package.handlers[:], root.handlers[:] = saved[0], saved[3]
+    package.setLevel(saved[1])
+    package.propagate = saved[2]
+    root.setLevel(saved[4])

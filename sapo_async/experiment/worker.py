@@ -32,7 +32,7 @@ def run_blocking(main: Callable[[*Ts], Awaitable[T]], *args: *Ts, log_level: str
 
     from sapo_async.logs import configure_logging
 
-    # Worker processes start with structlog's defaults (debug, per message): configure here.
+    # A worker process starts with the library silent: show its events as the parent does.
     configure_logging(level=log_level)
     # One thread per run: runs go side by side, one process each, on a few cores.
     torch.set_num_threads(1)

@@ -219,7 +219,7 @@ class Journal:
         keep running.
 
         Raises:
-            Whatever ``fn`` raises.
+            Exception: whatever ``fn`` raises, unchanged.
         """
 
         def call() -> _T:

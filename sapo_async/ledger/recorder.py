@@ -78,7 +78,8 @@ class Recorder(Actor[None]):
             sends them itself when the ledger has no relayer).
         metadata: registration metadata (for example the model id), used once if the node
             is not yet registered.
-        retry_base_s / retry_max_s: backoff of failed sends.
+        retry_base_s: first backoff of a failed send.
+        retry_max_s: longest backoff between failed sends.
         drain_timeout_s: how long closing waits for pending entries to land.
     """
 

@@ -33,10 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["load_or_create_identity", "resolve_password"]
 
 
-def _log() -> Any:
-    # Looked up per use: structlog binds its output at bind time, and logging may be
-    # configured after this module is imported.
-    return get_logger("identity")
+_log = get_logger("identity")
 
 
 PasswordPrompt = Callable[[str], str]
@@ -214,7 +211,7 @@ def load_or_create_identity(
                 field="identity.keystore",
             ) from exc
         account: LocalAccount = Account.from_key(key)
-        _log().info("identity_loaded", address=account.address, keystore=str(path))
+        _log.info("identity_loaded", address=account.address, keystore=str(path))
         return account
     password = resolve_password(cfg, creating=True, prompt=prompt, interactive=interactive)
     account = Account.create()
@@ -230,5 +227,5 @@ def load_or_create_identity(
         raise IdentityError(
             f"cannot write keystore {path}: {exc}", field="identity.keystore"
         ) from exc
-    _log().info("identity_created", address=account.address, keystore=str(path))
+    _log.info("identity_created", address=account.address, keystore=str(path))
     return account

@@ -12,7 +12,6 @@ Does not know the node. Invariants: several nodes in one process share a registr
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import start_http_server
@@ -26,10 +25,7 @@ from sapo_async.ops.service import Service
 __all__ = ["MetricsServer", "NodeMetrics"]
 
 
-def _log() -> Any:
-    # Looked up per use: structlog binds its output at bind time, and logging may be
-    # configured after this module is imported.
-    return get_logger("metrics")
+_log = get_logger("metrics")
 
 
 class NodeMetrics:
@@ -183,7 +179,7 @@ class MetricsServer(Service):
             ) from exc
         self._server, self._thread = server, thread
         self.port = int(server.server_port)
-        _log().info("metrics_server_started", url=self.url)
+        _log.info("metrics_server_started", url=self.url)
         return self.port
 
     def stop(self) -> None:
@@ -195,5 +191,5 @@ class MetricsServer(Service):
         server.shutdown()  # type: ignore[attr-defined]
         server.server_close()  # type: ignore[attr-defined]
         thread.join(timeout=METRICS_STOP_TIMEOUT_S)
-        _log().info("metrics_server_stopped", port=self.port)
+        _log.info("metrics_server_stopped", port=self.port)
         self.port = None

@@ -40,12 +40,6 @@ __all__ = [
 ]
 
 
-def _log() -> Any:
-    # Looked up per use: structlog binds its output at bind time, and logging may be
-    # configured after this module is imported.
-    return get_logger("status")
-
-
 @dataclass
 class StatusState:
     """Running totals of one node, folded from its round reports.

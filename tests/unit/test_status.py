@@ -6,7 +6,6 @@ import io
 import json
 
 import pytest
-import structlog
 from rich.console import Console
 
 from sapo_async.logs import configure_logging
@@ -81,12 +80,9 @@ def test_report_log_fields_flatten_rejections() -> None:
 def test_view_without_terminal_logs_one_structured_line_per_round(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    configure_logging(json=True)
-    try:
-        with StatusView(node="0xabc", swarm="alpha", live=False) as view:
-            view.update(ROUND_3)
-    finally:
-        structlog.reset_defaults()  # the captured stderr closes after this test
+    configure_logging(json=True)  # undone after the test (conftest's _logging_restored)
+    with StatusView(node="0xabc", swarm="alpha", live=False) as view:
+        view.update(ROUND_3)
     assert not view.is_live
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line]
     finished = [line for line in lines if line.get("event") == "round_finished"]

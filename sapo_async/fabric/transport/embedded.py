@@ -31,12 +31,12 @@ from typing import Any, Self
 
 import anyio
 import nats.errors
-import structlog
 from nats.aio.client import Client as NatsClient
 
 from sapo_async.errors import ConfigError, TransportUnavailable
 from sapo_async.fabric.transport.server import NatsServer, spawn_nats_server
 from sapo_async.limits import CONNECT_TIMEOUT_S
+from sapo_async.logs import get_logger
 from sapo_async.process import free_port, live_children
 
 __all__ = [
@@ -47,8 +47,7 @@ __all__ = [
     "nats_endpoint",
 ]
 
-# A lazy proxy (no .bind() at import): it follows configure_logging() called later.
-_log = structlog.get_logger("nats", component="nats")
+_log = get_logger("nats")
 
 
 def live_embedded_servers() -> list[int]:

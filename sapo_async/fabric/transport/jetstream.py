@@ -19,7 +19,6 @@ from typing import Self
 import anyio
 import nats.errors
 import nats.js.errors
-import structlog
 from nats.aio.client import Client as NatsClient
 
 from sapo_async.errors import PublishError, PublishRefused, TransportError, TransportUnavailable
@@ -43,6 +42,7 @@ from sapo_async.fabric.transport.jetstream_admin import (
 from sapo_async.fabric.transport.jetstream_pull import JetStreamDelivery, JetStreamSubscription
 from sapo_async.fabric.transport.shards import ShardSet, publish_subject, subject_matches
 from sapo_async.limits import PUBLISH_ACK_TIMEOUT_S
+from sapo_async.logs import get_logger
 from sapo_async.wire.rollout import SignedGroup
 from sapo_async.wire.signing import encode_signed
 
@@ -55,8 +55,7 @@ __all__ = [
     "stream_name",
 ]
 
-# A lazy proxy (no .bind() at import): it follows configure_logging() called later.
-_log = structlog.get_logger("jetstream", component="jetstream")
+_log = get_logger("jetstream")
 
 
 class JetStreamTransport:

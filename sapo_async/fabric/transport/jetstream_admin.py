@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import nats.errors
 import nats.js.errors
-import structlog
 from nats.aio.client import Client as NatsClient
 from nats.js import api
 from nats.js.client import JetStreamContext
@@ -41,6 +40,7 @@ from sapo_async.limits import (
     STREAM_MAX_AGE_S,
     STREAM_MAX_BYTES,
 )
+from sapo_async.logs import get_logger
 
 __all__ = [
     "TRANSIENT",
@@ -53,8 +53,7 @@ __all__ = [
     "widen_consumer",
 ]
 
-# A lazy proxy (no .bind() at import): it follows configure_logging() called later.
-_log = structlog.get_logger("jetstream", component="jetstream")
+_log = get_logger("jetstream")
 
 TRANSIENT = (
     nats.errors.TimeoutError,

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import anyio
 import nats.errors
 import nats.js.errors
-import structlog
 from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.client import JetStreamContext
@@ -48,11 +47,11 @@ from sapo_async.limits import (
     PUBLISH_ACK_TIMEOUT_S,
     RETRY_JITTER,
 )
+from sapo_async.logs import get_logger
 
 __all__ = ["JetStreamDelivery", "JetStreamSubscription"]
 
-# A lazy proxy (no .bind() at import): it follows configure_logging() called later.
-_log = structlog.get_logger("jetstream", component="jetstream")
+_log = get_logger("jetstream")
 
 CONSUMER_REPAIR_BACKOFF = Backoff(
     CONSUMER_REPAIR_BASE_S, CONSUMER_REPAIR_MAX_S, jitter=RETRY_JITTER

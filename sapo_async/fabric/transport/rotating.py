@@ -21,15 +21,15 @@ import time
 from collections.abc import Callable, Sequence
 
 import anyio
-import structlog
 
 from sapo_async.errors import ConfigError, TransportError, TransportUnavailable
 from sapo_async.fabric.transport.base import Delivery, StartAt, Subscription, Transport
 from sapo_async.fabric.transport.shards import ShardPlan, ShardSet
+from sapo_async.logs import get_logger
 
 __all__ = ["RotatingSubscription", "subscribe_planned"]
 
-_log = structlog.get_logger("shards", component="shards")
+_log = get_logger("shards")
 
 
 class RotatingSubscription:
