@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, get_args
+from typing import Annotated, Any, get_args, get_origin
 
 import msgspec
 import pytest
@@ -155,6 +155,8 @@ def test_documented_events_are_the_contracts_events() -> None:
 
 
 def _msgpack_type(annotation: Any) -> str:
+    if get_origin(annotation) is Annotated:  # a constrained value (a digest) keeps its type
+        return _msgpack_type(get_args(annotation)[0])
     if annotation is str:
         return "str"
     if annotation is int:
