@@ -14,7 +14,7 @@ import pytest
 
 from sapo_async.errors import ConfigError
 from sapo_async.fabric.collector import Collector
-from sapo_async.fabric.transport.base import StartAt, Subscription
+from sapo_async.fabric.transport.base import StartAt, Subscription, rollouts_subject
 from sapo_async.fabric.transport.rotating import RotatingSubscription, subscribe_planned
 from sapo_async.fabric.transport.shards import (
     ShardPlan,
@@ -147,7 +147,12 @@ async def test_whole_swarm_readers_read_legacy_subjects_and_shard_readers_do_not
     everything = await transport.subscribe(families=[FAMILY], start=StartAt.new())
     leaf = int(producer_leaf(FAMILY, old.address)[0], 16)
     shard = await transport.subscribe(start=StartAt.new(), shards=ShardSet(16, (leaf,)))
-    await publish_raw(transport, encode_signed(signed), msg_id=rollout_hash(signed.body).hex())
+    await publish_raw(
+        transport,
+        encode_signed(signed),
+        msg_id=rollout_hash(signed.body).hex(),
+        subject=rollouts_subject(SWARM, FAMILY),
+    )
     assert len(await _drain(everything, 1)) == 1
     assert await shard.fetch(8, 0.3) == []
     await everything.aclose()
@@ -198,7 +203,12 @@ async def test_collector_rejects_a_group_published_on_the_legacy_subject_as_wron
     sprayer, honest = make_account(700), make_account(701)
     signed = sign_group(sprayer, make_group(sprayer))
     async with Collector(transport, start=StartAt.new(), name="c") as collector:
-        await publish_raw(transport, encode_signed(signed), msg_id=rollout_hash(signed.body).hex())
+        await publish_raw(
+            transport,
+            encode_signed(signed),
+            msg_id=rollout_hash(signed.body).hex(),
+            subject=rollouts_subject(SWARM, FAMILY),
+        )
         await transport.publish(sign_group(honest, make_group(honest, index=1)), family=FAMILY)
         await collector.wait_accepted(1, timeout=10)
         with anyio.fail_after(10):
