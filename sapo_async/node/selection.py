@@ -176,8 +176,8 @@ def select_groups(
             # holds for all of them, in this node's tokens, before any forward pass.
             if any(len(ids) > limits.max_tokens for ids in view.token_ids):
                 raise _Screened(RejectReason.COMPLETION_TOO_MANY_TOKENS)
-            # A same-tokenizer peer's ids must be its text's own tokens: what the trainer
-            # uses (the view's ids) is then what the peer sent and what every check read.
+            # A same-tokenizer peer's ids must spell its text: what the trainer uses
+            # (the view's ids) is then what the peer sent and what every check read.
             if view.same_tokenizer and any(
                 scored.completions[i].token_ids is not None and not view.peer_ids_match(i)
                 for i in pushed

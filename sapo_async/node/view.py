@@ -4,18 +4,17 @@ Owns what the round knows of one external group under this node's own tokenizer 
 :class:`CandidateView` takes each completion's tokens once: a same-tokenizer peer's own ids
 when they spell its text (:meth:`CandidateView.peer_ids_match`), else the receiver's
 tokenisation of the *text* (plus EOS when the completion stopped, as the generator and the
-trainer do); it tokenises the prompt once, and computes per-token log-probs under the receiver's current policy
-at most once per completion (batched per group, no grad, on the model's device), only for
-the completions a consumer asks for. Both are lazy: building a view costs nothing, the text
-is tokenised the first time something reads the ids (a defence that is on, or
-:meth:`CandidateView.trained_group` for a candidate the round chose), so with the defences
-off an unchosen candidate is never tokenised or run. Everything that looks at the
-candidate reads this one view: the size bound and the token check (:mod:`.selection`),
-plausibility and the length guard (:func:`~sapo_async.node.defence.screen`), the F-TIS
-ratio filter (:mod:`.filters`) and the trainer, which gets
-:meth:`CandidateView.trained_group`: the receiver's own token ids
-(:attr:`~sapo_async.policy.grpo.batch.TokenSource.RECEIVER`), so it does not tokenise the
-text again.
+trainer do); it tokenises the prompt once, and computes per-token log-probs under the
+receiver's current policy at most once per completion (batched per group, no grad, on the
+model's device), only for the completions a consumer asks for. Both are lazy: building a
+view costs nothing, the text is tokenised the first time something reads the ids (a defence
+that is on, or :meth:`CandidateView.trained_group` for a candidate the round chose), so with
+the defences off an unchosen candidate is never tokenised or run. Everything that looks at
+the candidate reads this one view: the size bound and the token check (:mod:`.selection`),
+plausibility and the length guard (:func:`~sapo_async.node.defence.screen`), the F-TIS ratio
+filter (:mod:`.filters`) and the trainer, which gets :meth:`CandidateView.trained_group`:
+the ids the view chose (:attr:`~sapo_async.policy.grpo.batch.TokenSource.RECEIVER`),
+so it does not tokenise the text again.
 
 The receiver's log-probs serve the checks only. The trainer computes its old log-probs
 itself inside the step (in the same batch as the local rows, or the step's own detached

@@ -169,7 +169,7 @@ def _msgpack_type(annotation: Any) -> str:
 
 def _body_table(markdown: str) -> dict[str, tuple[str, str]]:
     """``{key: (msgpack type, meaning)}`` of docs/fabric.md's field-by-field table, in order."""
-    section = markdown.split("### The body, field by field", 1)[1].split("**Test vectors**")[0]
+    section = markdown.split("### The body, field by field", 1)[1].split("**Test vectors**", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")]

@@ -121,7 +121,11 @@ def _bpe_view(tokenizer: Any, *runs: tuple[str, tuple[int, ...]]) -> CandidateVi
         producer="0xpeer",
     )
     return CandidateView(
-        group, model=_Model("cpu"), tokenizer=tokenizer, tokenizer_id="tok", add_special_tokens=False
+        group,
+        model=_Model("cpu"),
+        tokenizer=tokenizer,
+        tokenizer_id="tok",
+        add_special_tokens=False,
     )
 
 

@@ -8,8 +8,9 @@ Each vector holds the group as JSON (field names and values as encoded), the bod
 the rollout hash, the EIP-191 digest that secp256k1 signs, the ``Nats-Msg-Id`` header a
 publisher sends, the producer's test key, its address and the 65-byte signature. Digests
 are spelled as in the body (``0x`` + 64 lowercase hex, ``HEX_DIGEST``); the message id
-header alone is the bare 64 digits, as JetStream de-duplicates on it. The rejected vectors carry the signature a verifier
-must refuse and the reason label this implementation counts it under.
+header alone is the bare 64 digits, as JetStream de-duplicates on it. The rejected vectors
+carry the signature a verifier must refuse and the reason label this implementation counts
+it under.
 """
 
 from __future__ import annotations
