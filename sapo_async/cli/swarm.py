@@ -202,8 +202,8 @@ def _drops_table(rates: Any) -> Any:
     from rich.table import Table
 
     t = Table(
-        title="dropped after admission (all honest: false positives)",
-        caption=f"rate = dropped / {rates.admitted} groups admitted",
+        title="honest groups dropped after admission",
+        caption=f"false positives per {rates.admitted} admitted",
     )
     for col in ("check", "dropped", "rate"):
         t.add_column(col, justify="right")
