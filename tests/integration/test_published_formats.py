@@ -140,18 +140,45 @@ def test_a_relayer_written_from_the_docs_signs_the_contracts_digest(
     assert from_docs == on_chain
 
 
-def test_documented_events_are_the_contracts_events() -> None:
-    text = (DOCS / "ledger.md").read_text(encoding="utf-8")
-    documented = {
-        m[1]: [a.strip() for a in m[2].split(",")]
-        for m in re.finditer(r"`(\w+)\(([\w, ]+)\)`", text)
-        if m[1][0].isupper() and m[1] not in documented_eip712_types(text)
+def _printed_calls(text: str) -> dict[str, list[str]]:
+    """Every ```name(args)``` docs/ledger.md prints, with its argument names."""
+    return {
+        m[1]: [a.strip() for a in m[2].split(",")] if m[2].strip() else []
+        for m in re.finditer(r"`(\w+)\(([\w, ]*)\)`", text)
     }
-    events = {e["name"]: [i["name"] for i in e["inputs"]] for e in ABI if e["type"] == "event"}
-    ours = {name: args for name, args in events.items() if name in documented}
-    assert set(ours) == {"NodeRegistered", "CommitmentRecorded", "UsageCredited"}
+
+
+def test_documented_events_and_errors_are_the_contracts() -> None:
+    printed = _printed_calls((DOCS / "ledger.md").read_text(encoding="utf-8"))
+    abi = {
+        e["name"]: [i["name"] for i in e["inputs"]] for e in ABI if e["type"] in ("event", "error")
+    }
+    ours = {name: args for name, args in abi.items() if name in printed}
+    assert {"NodeRegistered", "CommitmentRecorded", "UsageCredited"} <= set(ours)
+    assert len([n for n in ours if n.startswith("SapoLedger")]) >= 5
     for name, args in ours.items():
-        assert documented[name] == args, f"docs/ledger.md prints {name}({documented[name]})"
+        assert printed[name] == args, f"docs/ledger.md prints {name}({printed[name]})"
+
+
+def test_documented_functions_exist_with_their_arity() -> None:
+    """Argument names in the docs are short forms (``sig``, ``input``): only the count is
+    the contract's."""
+    printed = _printed_calls((DOCS / "ledger.md").read_text(encoding="utf-8"))
+    functions = {f["name"]: len(f["inputs"]) for f in ABI if f["type"] == "function"}
+    named = {name: args for name, args in printed.items() if name in functions}
+    assert {"register", "registerBySig", "commit", "commitBySig", "commitmentDigest"} <= set(named)
+    for name, args in named.items():
+        assert len(args) == functions[name], f"docs/ledger.md prints {name}({', '.join(args)})"
+
+
+def test_documented_commitment_input_is_the_contracts_struct() -> None:
+    text = (DOCS / "ledger.md").read_text(encoding="utf-8")
+    match = re.search(r"`CommitmentInput = \(([^)]*)\)`", text)
+    assert match is not None
+    printed = [tuple(f.strip().split(" ")) for f in match[1].split(",")]
+    commit = next(f for f in ABI if f.get("name") == "commit")
+    (struct,) = commit["inputs"]
+    assert printed == [(c["type"], c["name"]) for c in struct["components"]]
 
 
 def _msgpack_type(annotation: Any) -> str:
