@@ -3,8 +3,9 @@
 Another implementation is written from the docs, not from this code (an outside verifier
 built a relayer from docs/ledger.md's EIP-712 type and had every signature refused while
 the type lacked ``producerRounds``). So each printed format is read back out of the
-Markdown and checked against the deployed contract (its typehashes, its digest, its event
-ABI) or the wire structs, and a one-character change to a printed format fails here.
+Markdown and checked against the deployed contract (its typehashes, its digest, its ABI:
+events, errors, functions, the CommitmentInput struct) or the wire structs, and a
+one-character change to a printed format fails here.
 """
 
 from __future__ import annotations
