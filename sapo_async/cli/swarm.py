@@ -110,7 +110,7 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
 
     from sapo_async.node.embedded import embedded_ledger
     from sapo_async.node.lifecycle import Node
-    from sapo_async.node.report import RoundReport
+    from sapo_async.node.report import RoundReport, drop_rates
     from sapo_async.node.runner import run_swarm
     from sapo_async.node.spec import NodeSpec
     from sapo_async.ops.status import live_table, print_unclipped
@@ -197,6 +197,8 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
                 shown.append(live)
                 await run.wait_settled(math.inf)  # the rounds take as long as they take
         history.extend([r.reward_mean for r in n.reports] for n in run.nodes)
+        stats = [n.collector.statistics() for n in run.nodes]
+        print_unclipped(console, _drops_table(drop_rates((s.accepted, s.dropped) for s in stats)))
         handle = embedded_ledger(opts["name"]) if opts["ledger"] else None
         if handle is not None:
             from sapo_async.ledger.audit import audit_swarm, swarm_table
@@ -249,6 +251,22 @@ def _prepare(model: str, regime: str) -> None:
         ensure_tiny_model(tiny_spec(regime))
     elif model in PACKAGED_MODELS:
         ensure_packaged_model(model)
+
+
+def _drops_table(rates: Any) -> Any:
+    """The closing table of the round's checks: every producer here is honest, so each
+    drop is a false positive (the rate is per candidate judged)."""
+    from rich.table import Table
+
+    t = Table(
+        title="honest groups dropped after admission",
+        caption=f"false positives per {rates.admitted} admitted",
+    )
+    for col in ("check", "dropped", "rate"):
+        t.add_column(col, justify="right")
+    for reason, n in rates.dropped.items():
+        t.add_row(reason, str(n), f"{rates.rate(reason):.4f}")
+    return t
 
 
 def _mean(node: Any, k: int) -> float:

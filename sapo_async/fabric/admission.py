@@ -140,10 +140,14 @@ class ShapeCheck:
 
 @dataclass(frozen=True, slots=True)
 class SubjectCheck:
-    """The subject matches the group's family [``wrong_subject``] and, on a sharded
-    subject, the producer's leaf [``wrong_shard``]."""
+    """The subject matches the group's family [``wrong_subject``] and is the producer's
+    leaf [``wrong_shard``]: on a stream that takes leaves, a legacy family subject is
+    nobody's leaf, so a producer cannot skip the shard rule by publishing there. Only on a
+    stream from before sharding (``leaves`` False: every group is on its family subject,
+    and every reader reads it all) does the legacy subject pass."""
 
     swarm: str
+    leaves: bool = True
     stage: Stage = Stage.BEFORE_SIGNATURE
 
     def __call__(self, arrival: Arrival) -> None:
@@ -155,9 +159,17 @@ class SubjectCheck:
             raise RejectedInput(
                 RejectReason.WRONG_SUBJECT, f"{group.task.family!r} arrived on {subject!r}"
             )
-        # The leaf is a function of (family, producer): a group on another leaf is a
-        # producer spraying shards it does not belong to.
-        if where[1] is not None and where[1] != producer_leaf(where[0], group.producer):
+        # The leaf is a function of (family, producer): a group on another leaf, or on no
+        # leaf where the stream takes them, is a producer spraying shards it does not
+        # belong to (or a node from before sharding, counted rather than trained on).
+        leaf = producer_leaf(where[0], group.producer)
+        if where[1] is None and self.leaves:
+            raise RejectedInput(
+                RejectReason.WRONG_SHARD,
+                f"{group.producer} published on the legacy subject {subject!r}, not on its "
+                f"leaf {leaf}",
+            )
+        if where[1] is not None and where[1] != leaf:
             raise RejectedInput(
                 RejectReason.WRONG_SHARD, f"{group.producer} is not on leaf {where[1]}"
             )

@@ -154,7 +154,12 @@ class Collector(Actor[None]):
         self._fetch_batch = fetch_batch
         self._fetch_max_wait = fetch_max_wait
         self._clock = clock or time.time  # looked up now, not at import
-        before = (SwarmCheck(self.swarm), ShapeCheck(), SubjectCheck(self.swarm), MessageIdCheck())
+        before = (
+            SwarmCheck(self.swarm),
+            ShapeCheck(),
+            SubjectCheck(self.swarm, leaves=transport.leaves),
+            MessageIdCheck(),
+        )
         after = (AgeCheck(buffer_max_age_s, max_clock_skew_s), RoundLagCheck(max_round_lag))
         self._before: tuple[Check, ...] = (*before, *by_stage(checks, Stage.BEFORE_SIGNATURE))
         self._after: tuple[Check, ...] = (*after, *by_stage(checks, Stage.AFTER_SIGNATURE))

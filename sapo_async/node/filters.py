@@ -36,7 +36,7 @@ __all__ = ["RatioFilter", "completion_log_ratios"]
 
 def completion_log_ratios(view: CandidateView) -> list[float]:
     """Mean per-token log importance ratio (receiver over behaviour) of each completion
-    whose peer ids are the receiver's own tokenisation and carry behaviour log-probs."""
+    whose peer ids spell its text (the token check) and carry behaviour log-probs."""
     comps = view.scored.completions
     measured = [
         i

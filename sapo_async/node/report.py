@@ -15,18 +15,26 @@ Deliberately does not know how a round runs (:mod:`.rounds`) nor how reports are
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from sapo_async.errors import ActorStopped, SapoError
+from sapo_async.wire.reasons import AFTER_ADMISSION
 
 if TYPE_CHECKING:
     from sapo_async.policy.grpo.trainer import ScoredGroup
 
-__all__ = ["NodeStats", "RoundHistory", "RoundReport", "rewards_by_family"]
+__all__ = [
+    "DropRates",
+    "NodeStats",
+    "RoundHistory",
+    "RoundReport",
+    "drop_rates",
+    "rewards_by_family",
+]
 
 HISTORY_SIZE = 10_000
 """Reports a node keeps: ten thousand rounds is days of a real model, a few MB of memory."""
@@ -122,6 +130,37 @@ class NodeStats:
     rounds: int
     published: int
     used_by_producer: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class DropRates:
+    """How often the round's checks dropped groups the collectors admitted, per reason.
+
+    Attributes:
+        admitted: groups admitted (each is dropped at most once).
+        dropped: groups dropped after admission, by reason: every reason of
+            :data:`~sapo_async.wire.reasons.AFTER_ADMISSION`, zeros included.
+    """
+
+    admitted: int
+    dropped: dict[str, int]
+
+    def rate(self, reason: str) -> float:
+        """Drops for ``reason`` per admitted group (0 when none was admitted). Where every
+        producer is honest each drop is a false positive: this is the check's honest
+        false-positive rate."""
+        return self.dropped.get(reason, 0) / self.admitted if self.admitted else 0.0
+
+
+def drop_rates(collectors: Iterable[tuple[int, Mapping[str, int]]]) -> DropRates:
+    """Sum ``(admitted, dropped by reason)`` over nodes (their collectors' statistics)."""
+    admitted = 0
+    dropped = dict.fromkeys(map(str, AFTER_ADMISSION), 0)
+    for accepted, by_reason in collectors:
+        admitted += accepted
+        for reason, n in by_reason.items():
+            dropped[reason] = dropped.get(reason, 0) + n
+    return DropRates(admitted, dropped)
 
 
 class RoundHistory:

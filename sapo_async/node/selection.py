@@ -41,7 +41,7 @@ from sapo_async.node.view import CandidateView
 from sapo_async.policy.grpo.trainer import ScoredGroup
 from sapo_async.wire.reasons import RejectReason
 
-__all__ = ["Candidate", "Choice", "Verdict", "calibrate", "select_groups"]
+__all__ = ["Candidate", "Choice", "Verdict", "calibrate", "candidate_view", "select_groups"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +120,18 @@ def calibrate(calibration: Calibration, shared: SharedRound) -> None:
             calibration.observe(g.item.ref.family, c.logprobs or (), s.reward)
 
 
+def candidate_view(learner: Learner, scored: ScoredGroup) -> CandidateView:
+    """This node's view of a scored external group (its tokenizer, model and prompt style);
+    lazy, see :class:`~sapo_async.node.view.CandidateView`."""
+    return CandidateView(
+        scored,
+        model=learner.model,
+        tokenizer=learner.tokenizer,
+        tokenizer_id=learner.tokenizer_id,
+        add_special_tokens=not learner.settings.chat_template,
+    )
+
+
 class _Screened(RejectedInput):
     """A candidate the content defences refused (counted by the sampler as a failure)."""
 
@@ -153,13 +165,7 @@ def select_groups(
         scored = learner.score_external(b.group)
         # Lazy: only what reads it below (a defence that is on, the external filter, the
         # trainer for a chosen candidate) tokenises the text or runs the model.
-        view = CandidateView(
-            scored,
-            model=learner.model,
-            tokenizer=learner.tokenizer,
-            tokenizer_id=learner.tokenizer_id,
-            add_special_tokens=not learner.settings.chat_template,
-        )
+        view = candidate_view(learner, scored)
         # Only what GRPO pushes up needs screening: a completion with a reward above the
         # group's floor (a payload rides a positive advantage). Uninformative groups are
         # dropped by the sampler anyway: no forward pass for them.
@@ -170,8 +176,8 @@ def select_groups(
             # holds for all of them, in this node's tokens, before any forward pass.
             if any(len(ids) > limits.max_tokens for ids in view.token_ids):
                 raise _Screened(RejectReason.COMPLETION_TOO_MANY_TOKENS)
-            # A same-tokenizer peer's ids must be its text's own tokens: what the trainer
-            # uses (the view's ids) is then what the peer sent and what every check read.
+            # A same-tokenizer peer's ids must spell its text: what the trainer uses
+            # (the view's ids) is then what the peer sent and what every check read.
             if view.same_tokenizer and any(
                 scored.completions[i].token_ids is not None and not view.peer_ids_match(i)
                 for i in pushed

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["RejectReason"]
+__all__ = ["AFTER_ADMISSION", "RejectReason"]
 
 
 class RejectReason(StrEnum):
@@ -66,3 +66,20 @@ class RejectReason(StrEnum):
     TOO_LONG = "too_long"
     """A rewarded completion is longer than the length guard allows for its family."""
     RATIO_EXTREME = "ratio_extreme"
+
+
+AFTER_ADMISSION: tuple[RejectReason, ...] = (
+    RejectReason.TASK_CONFIG_DIGEST,
+    RejectReason.TASK_FAMILY,
+    RejectReason.TASK_DERIVATION,
+    RejectReason.TASK_MISMATCH,
+    RejectReason.SCORE_ERROR,
+    RejectReason.COMPLETION_TOO_MANY_TOKENS,
+    RejectReason.TOKEN_MISMATCH,
+    RejectReason.IMPLAUSIBLE,
+    RejectReason.TOO_LONG,
+    RejectReason.RATIO_EXTREME,
+)
+"""The checks the round runs on groups the collector admitted (drops), in the order the
+enum lists them: what an honest swarm's closing table and the attack matrix's no-attack
+runs report false-positive rates for, every one of them, zeros included."""

@@ -11,15 +11,22 @@ Invariants:
     * encoding is deterministic: msgpack of frozen structs, fields in declaration order,
       no maps with caller-chosen key order;
     * ``decode_group(encode_group(g)) == g`` for every valid group;
-    * decoding is strict: unknown fields, wrong types and a wrong schema version are errors.
+    * decoding is strict: unknown fields, wrong types and a wrong schema version are errors;
+    * a digest in the body (``tokenizer_id``, ``task.config_digest``) has one spelling,
+      :data:`HEX_DIGEST`: ``0x`` and 64 lowercase hex digits, as Ethereum tools print a
+      ``bytes32``; any other spelling fails decoding (a second implementation that wrote
+      them bare would otherwise have every group dropped as outside the preset).
 """
 
 from __future__ import annotations
+
+from typing import Annotated
 
 import msgspec
 from eth_hash.auto import keccak as _keccak
 
 __all__ = [
+    "HEX_DIGEST",
     "SCHEMA_VERSION",
     "Completion",
     "RolloutGroup",
@@ -34,19 +41,25 @@ __all__ = [
 SCHEMA_VERSION = 1
 """Bumped on any change to the encoded shape; receivers reject other versions."""
 
+HEX_DIGEST = r"^0x[0-9a-f]{64}$"
+"""The one spelling of a 32-byte digest in a body: ``0x`` + 64 lowercase hex digits."""
+
+Digest = Annotated[str, msgspec.Meta(pattern=HEX_DIGEST)]
+
 
 class TaskRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Where a question comes from, so that anyone can re-derive it.
 
     Attributes:
         family: reasoning-gym dataset name, e.g. ``"basic_arithmetic"``.
-        config_digest: hex keccak-256 of the canonical JSON of the dataset config.
+        config_digest: keccak-256 of the canonical JSON of the dataset config, spelled
+            :data:`HEX_DIGEST`.
         seed: dataset seed.
         index: item index within the dataset.
     """
 
     family: str
-    config_digest: str
+    config_digest: Digest
     seed: int
     index: int
 
@@ -95,8 +108,8 @@ class RolloutGroup(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         producer_round: the producer's own round counter when it generated the group.
         policy_version: optimizer steps the generating policy had taken.
         model_id: producer's model name (informational).
-        tokenizer_id: digest of the producer's tokenizer; token ids and log-probs are only
-            used by receivers whose tokenizer digest is equal.
+        tokenizer_id: digest of the producer's tokenizer, spelled :data:`HEX_DIGEST`; token
+            ids and log-probs are only used by receivers whose tokenizer digest is equal.
         task: reference from which the question and answer are re-derived.
         task_config: canonical JSON of the dataset config (its keccak is
             ``task.config_digest``).
@@ -113,7 +126,7 @@ class RolloutGroup(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     producer_round: int
     policy_version: int
     model_id: str
-    tokenizer_id: str
+    tokenizer_id: Digest
     task: TaskRef
     task_config: str
     question: str

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from sapo_async.cli.main import build_app
 from sapo_async.process import free_port
+from sapo_async.wire.reasons import AFTER_ADMISSION
 
 pytest.importorskip("starlette", reason="the explorer extra is not installed")
 
@@ -157,6 +158,9 @@ def test_swarm_with_explorer_serves_the_swarm_while_it_runs(tmp_path: Path):
     out = log.read_text()
     assert proc.returncode == 0, out
     assert f"explorer: http://127.0.0.1:{port}" in out
+    # The closing table lists every check after admission, zeros included.
+    assert "honest groups dropped after admission" in out
+    assert all(str(reason) in out for reason in AFTER_ADMISSION)
 
 
 def test_explorer_without_a_ledger_address_says_how_to_give_one(monkeypatch):

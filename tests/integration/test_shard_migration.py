@@ -10,6 +10,7 @@ import anyio
 import pytest
 from nats.js import api
 
+from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.transport.base import StartAt
 from sapo_async.fabric.transport.embedded import NatsOptions, connect_nats
 from sapo_async.fabric.transport.jetstream import JetStreamTransport, stream_name
@@ -112,6 +113,32 @@ async def test_a_legacy_stream_nobody_widens_still_takes_every_group(nats_server
         assert delivery.subject == f"sapo.{SWARM}.rollouts.{FAMILY}"
         await delivery.ack()
         await sub.aclose()
+    finally:
+        await transport.aclose()
+        await nc.close()
+
+
+async def test_on_a_stream_without_leaves_the_collector_accepts_the_family_subject(  # type: ignore[no-untyped-def]
+    nats_server,
+) -> None:
+    # Before the operator widens the stream every group is on its family subject: there
+    # is no leaf to check, and every reader reads everything.
+    nc = await connect_nats(NatsOptions(url=nats_server.url))
+    js = nc.jetstream()
+    await js.add_stream(
+        api.StreamConfig(name=stream_name(SWARM), subjects=[f"sapo.{SWARM}.rollouts.*"])
+    )
+    transport = JetStreamTransport(nc, SWARM)
+    try:
+        await transport._learn_subjects()  # what connect does after ensure_stream
+        assert not transport.leaves
+        producer = make_account(4)
+        async with Collector(transport, start=StartAt.everything(), name="c") as collector:
+            await transport.publish(sign_group(producer, make_group(producer)), family=FAMILY)
+            await collector.wait_accepted(1, timeout=10)
+            stats = collector.statistics()
+        assert stats.rejected == {}
+        assert [b.producer for b in collector.candidates()] == [producer.address]
     finally:
         await transport.aclose()
         await nc.close()

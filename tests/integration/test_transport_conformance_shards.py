@@ -14,7 +14,7 @@ import pytest
 
 from sapo_async.errors import ConfigError
 from sapo_async.fabric.collector import Collector
-from sapo_async.fabric.transport.base import StartAt, Subscription
+from sapo_async.fabric.transport.base import StartAt, Subscription, rollouts_subject
 from sapo_async.fabric.transport.rotating import RotatingSubscription, subscribe_planned
 from sapo_async.fabric.transport.shards import (
     ShardPlan,
@@ -147,7 +147,12 @@ async def test_whole_swarm_readers_read_legacy_subjects_and_shard_readers_do_not
     everything = await transport.subscribe(families=[FAMILY], start=StartAt.new())
     leaf = int(producer_leaf(FAMILY, old.address)[0], 16)
     shard = await transport.subscribe(start=StartAt.new(), shards=ShardSet(16, (leaf,)))
-    await publish_raw(transport, encode_signed(signed), msg_id=rollout_hash(signed.body).hex())
+    await publish_raw(
+        transport,
+        encode_signed(signed),
+        msg_id=rollout_hash(signed.body).hex(),
+        subject=rollouts_subject(SWARM, FAMILY),
+    )
     assert len(await _drain(everything, 1)) == 1
     assert await shard.fetch(8, 0.3) == []
     await everything.aclose()
@@ -186,3 +191,30 @@ async def test_collector_rejects_a_group_published_on_another_producers_leaf(
         stats = collector.statistics()
     assert stats.rejected == {"wrong_shard": 1}
     assert stats.accepted == 1
+
+
+async def test_collector_rejects_a_group_published_on_the_legacy_subject_as_wrong_shard(
+    transport_factory: TransportFactory,
+) -> None:
+    # The stream takes leaves, so every producer's groups go on its leaf; the legacy family
+    # subject (which whole-swarm readers still read, to count old nodes) is nobody's leaf.
+    # Without this a producer could skip the shard rule by publishing there.
+    transport = await transport_factory()
+    sprayer, honest = make_account(700), make_account(701)
+    signed = sign_group(sprayer, make_group(sprayer))
+    async with Collector(transport, start=StartAt.new(), name="c") as collector:
+        await publish_raw(
+            transport,
+            encode_signed(signed),
+            msg_id=rollout_hash(signed.body).hex(),
+            subject=rollouts_subject(SWARM, FAMILY),
+        )
+        await transport.publish(sign_group(honest, make_group(honest, index=1)), family=FAMILY)
+        await collector.wait_accepted(1, timeout=10)
+        with anyio.fail_after(10):
+            while collector.statistics().received < 2:
+                await anyio.sleep(0.02)
+        stats = collector.statistics()
+    assert stats.rejected == {"wrong_shard": 1}
+    assert stats.accepted == 1
+    assert [b.producer for b in collector.candidates()] == [honest.address]

@@ -16,9 +16,16 @@ VOCAB = 11
 class _Tokenizer:
     eos_token_id = 10
     pad_token_id = 0
+    all_special_ids = (0, 10)
 
     def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
         return {"input_ids": [1 + (ord(ch) % 9) for ch in text]}
+
+    def __len__(self) -> int:
+        return VOCAB
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return "".join(f"<{i}>" for i in ids)  # spells no text: peer ids never match here
 
 
 class _Model(torch.nn.Module):
@@ -80,3 +87,74 @@ def test_the_trainer_gets_the_receivers_own_ids_and_only_matching_behaviour_log_
     # here) could not be kept, and the ids trained on are the receiver's.
     assert not view.peer_ids_match(0)
     assert all(c.behaviour_logprobs is None for c in trained.completions)
+
+
+def _bpe() -> Any:
+    """A real byte-level BPE tokenizer with merges ("12" is one token), as real models have."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<pad>", "<eos>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(["12 + 30 = 42", "12 12 12 answer 42 42"] * 50, trainer)
+    fast: Any = PreTrainedTokenizerFast
+    return fast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
+
+
+def _bpe_view(tokenizer: Any, *runs: tuple[str, tuple[int, ...]]) -> CandidateView:
+    group = ScoredGroup(
+        prompt="12 + 30 =",
+        completions=tuple(
+            ScoredCompletion(
+                text, 1.0, "stop", token_ids=ids, behaviour_logprobs=tuple([-0.5] * len(ids))
+            )
+            for text, ids in runs
+        ),
+        tokenizer_id="tok",
+        producer="0xpeer",
+    )
+    return CandidateView(
+        group,
+        model=_Model("cpu"),
+        tokenizer=tokenizer,
+        tokenizer_id="tok",
+        add_special_tokens=False,
+    )
+
+
+def test_a_bpe_peers_sampled_split_that_spells_its_text_passes_and_is_trained_as_sampled() -> None:
+    # A sampling policy may emit "1" then "2" where the tokenizer would write "12": the run
+    # spells the text exactly, so it is the peer's honest sample, not a mismatch.
+    tok = _bpe()
+    eos = tok.eos_token_id
+    canonical = tuple(tok("12", add_special_tokens=False)["input_ids"])
+    split = (*tok.convert_tokens_to_ids(["1", "2"]), eos)
+    assert len(canonical) == 1
+    assert tok.decode(split[:-1]) == "12"
+    view = _bpe_view(tok, ("12", split))
+    assert view.peer_ids_match(0)
+    trained = view.trained_group().completions[0]
+    assert trained.token_ids == split  # what the peer sampled, with its log-probs
+    assert trained.behaviour_logprobs == (-0.5, -0.5, -0.5)
+
+
+def test_a_run_that_spells_other_text_or_hides_a_special_token_fails_the_token_check() -> None:
+    tok = _bpe()
+    eos, unk = tok.eos_token_id, tok.unk_token_id
+    other = (*tok("42", add_special_tokens=False)["input_ids"], eos)
+    hidden = (*tok.convert_tokens_to_ids(["1"]), unk, *tok.convert_tokens_to_ids(["2"]), eos)
+    no_stop = (*tok("12", add_special_tokens=False)["input_ids"], unk)
+    view = _bpe_view(tok, ("12", other), ("12", hidden), ("12", no_stop), ("12", (10**6, eos)))
+    assert [view.peer_ids_match(i) for i in range(4)] == [False] * 4
+    # The trainer then gets the receiver's own tokens of the text, without the peer's
+    # log-probs.
+    for c in view.trained_group().completions:
+        assert c.token_ids == (*tok("12", add_special_tokens=False)["input_ids"], eos)
+        assert c.behaviour_logprobs is None

@@ -32,6 +32,10 @@ class FlakyTransport:
     def swarm(self) -> str:
         return self.inner.swarm
 
+    @property
+    def leaves(self) -> bool:
+        return self.inner.leaves
+
     async def publish(
         self,
         signed: SignedGroup,

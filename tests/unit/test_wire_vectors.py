@@ -8,6 +8,7 @@ eth-account's recovery), so the file says what the format is, not only what the 
 from __future__ import annotations
 
 import json
+import re
 
 import msgspec
 import pytest
@@ -17,10 +18,11 @@ from eth_hash.auto import keccak
 
 from sapo_async.errors import RejectedInput
 from sapo_async.wire.rollout import SCHEMA_VERSION, RolloutGroup, SignedGroup, encode_group
-from sapo_async.wire.signing import EIP191_PREFIX, sign_body, verify
+from sapo_async.wire.signing import EIP191_PREFIX, decode_body, sign_body, verify
 from tests.unit.wire_vectors import PATH, render
 
 VECTORS = json.loads(PATH.read_text(encoding="utf-8"))
+DIGEST = re.compile(r"0x[0-9a-f]{64}")
 
 
 def test_vector_file_is_what_the_code_produces_today() -> None:
@@ -39,13 +41,22 @@ def test_accepted_vector_checks_out_with_independent_tools(vector: dict) -> None
     plain = msgspec.msgpack.decode(body)
     assert plain == vector["group"]
     assert list(plain) == list(RolloutGroup.__struct_fields__)
-    assert keccak(body).hex() == vector["rollout_hash"]
-    digest = keccak(EIP191_PREFIX + bytes.fromhex(vector["rollout_hash"]))
-    assert digest.hex() == vector["signing_digest"]
+    assert "0x" + keccak(body).hex() == vector["rollout_hash"]
+    assert keccak(body).hex() == vector["nats_msg_id"]
+    digest = keccak(EIP191_PREFIX + keccak(body))
+    assert "0x" + digest.hex() == vector["signing_digest"]
+    # Every digest is spelled one way: 0x + 64 lowercase hex (as nodes write them).
+    for value in (
+        plain["tokenizer_id"],
+        plain["task"]["config_digest"],
+        vector["rollout_hash"],
+        vector["signing_digest"],
+    ):
+        assert DIGEST.fullmatch(value), value
     account = Account.from_key(vector["private_key"])
     assert account.address == vector["address"] == plain["producer"]
     recovered = Account.recover_message(
-        encode_defunct(primitive=bytes.fromhex(vector["rollout_hash"])),
+        encode_defunct(primitive=keccak(body)),
         signature=bytes.fromhex(vector["signature"]),
     )
     assert recovered == vector["address"]
@@ -60,7 +71,18 @@ def test_accepted_vector_round_trips_through_this_implementation(vector: dict) -
     assert signed.signature.hex() == vector["signature"]  # RFC 6979: deterministic
     checked = verify(signed)
     assert checked.signer == vector["address"]
-    assert checked.rollout_hash.hex() == vector["rollout_hash"]
+    assert "0x" + checked.rollout_hash.hex() == vector["rollout_hash"]
+
+
+@pytest.mark.parametrize("field", ["tokenizer_id", "config_digest"])
+def test_a_digest_spelled_without_0x_is_malformed(field: str) -> None:
+    vector = VECTORS["accepted"][0]
+    plain = msgspec.msgpack.decode(bytes.fromhex(vector["body_hex"]))
+    holder = plain["task"] if field == "config_digest" else plain
+    holder[field] = holder[field].removeprefix("0x")
+    with pytest.raises(RejectedInput) as caught:
+        decode_body(msgspec.msgpack.encode(plain))
+    assert caught.value.reason == "malformed_group"
 
 
 @pytest.mark.parametrize("vector", VECTORS["rejected"], ids=lambda v: v["reason"])

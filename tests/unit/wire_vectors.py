@@ -5,9 +5,12 @@ the wire format (which also changes SCHEMA_VERSION); ``tests/unit/test_wire_vect
 fails while the file and the code disagree.
 
 Each vector holds the group as JSON (field names and values as encoded), the body's hex,
-the rollout hash, the EIP-191 digest that secp256k1 signs, the producer's test key, its
-address and the 65-byte signature. The rejected vectors carry the signature a verifier
-must refuse and the reason label this implementation counts it under.
+the rollout hash, the EIP-191 digest that secp256k1 signs, the ``Nats-Msg-Id`` header a
+publisher sends, the producer's test key, its address and the 65-byte signature. Digests
+are spelled as in the body (``0x`` + 64 lowercase hex, ``HEX_DIGEST``); the message id
+header alone is the bare 64 digits, as JetStream de-duplicates on it. The rejected vectors
+carry the signature a verifier must refuse and the reason label this implementation counts
+it under.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any
 import msgspec
 from eth_account import Account
 
+from sapo_async.fabric.transport.base import message_id
+from sapo_async.tasks.spec import config_digest
 from sapo_async.wire.rollout import (
     SCHEMA_VERSION,
     Completion,
@@ -52,10 +57,10 @@ def _groups() -> list[tuple[str, int, RolloutGroup]]:
                 producer_round=0,
                 policy_version=0,
                 model_id="tiny",
-                tokenizer_id="0" * 64,
+                tokenizer_id="0x" + "0" * 64,
                 task=TaskRef(
                     family="basic_arithmetic",
-                    config_digest=keccak256(b'{"size":10}').hex(),
+                    config_digest=config_digest('{"size":10}'),
                     seed=0,
                     index=0,
                 ),
@@ -77,10 +82,10 @@ def _groups() -> list[tuple[str, int, RolloutGroup]]:
                 producer_round=1041,
                 policy_version=1040,
                 model_id="Qwen/Qwen2.5-0.5B-Instruct",
-                tokenizer_id="5f" * 32,
+                tokenizer_id="0x" + "5f" * 32,
                 task=TaskRef(
                     family="chain_sum",
-                    config_digest=keccak256(b'{"max_terms":4}').hex(),
+                    config_digest=config_digest('{"max_terms":4}'),
                     seed=4095 << 52,
                     index=(1 << 50) | (3 << 30) | (1041 << 10) | 7,
                 ),
@@ -115,10 +120,10 @@ def _groups() -> list[tuple[str, int, RolloutGroup]]:
                 producer_round=3,
                 policy_version=2,
                 model_id="tiny",
-                tokenizer_id="0" * 64,
+                tokenizer_id="0x" + "0" * 64,
                 task=TaskRef(
                     family="basic_arithmetic",
-                    config_digest=keccak256(b'{"size":10}').hex(),
+                    config_digest=config_digest('{"size":10}'),
                     seed=1 << 52,
                     index=(3 << 10) | 1,
                 ),
@@ -155,8 +160,9 @@ def build_vectors() -> dict[str, Any]:
                 "name": name,
                 "group": msgspec.to_builtins(group),
                 "body_hex": body.hex(),
-                "rollout_hash": digest.hex(),
-                "signing_digest": signing_digest(digest).hex(),
+                "rollout_hash": "0x" + digest.hex(),
+                "signing_digest": "0x" + signing_digest(digest).hex(),
+                "nats_msg_id": message_id(signed),
                 "private_key": _key(key_index).hex(),
                 "address": account.address,
                 "signature": signed.signature.hex(),

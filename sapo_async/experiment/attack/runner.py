@@ -87,6 +87,7 @@ async def _run_one(
         for i in honest:
             stats = nodes[i].collector.statistics()
             m.received += stats.received
+            m.admitted += stats.accepted
             for reason, n in {**stats.rejected, **stats.dropped}.items():
                 m.dropped[reason] = m.dropped.get(reason, 0) + n
             m.quarantined = max(m.quarantined, len(nodes[i].quarantine.active()))

@@ -92,6 +92,8 @@ class RunMeasure:
             (``honest`` / ``attacker``).
         dropped: honest nodes' refusals by reason (admission and after).
         received: external groups honest nodes' collectors saw.
+        admitted: of those, the ones honest nodes' collectors admitted (the denominator of
+            the per-check false-positive rates after admission).
         honest_groups_dropped: groups from honest producers refused by honest nodes.
         honest_groups_judged: groups from honest producers honest nodes admitted.
         quarantined: producers quarantined by some honest node at the end.
@@ -112,6 +114,7 @@ class RunMeasure:
     trained_external: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     received: int = 0
+    admitted: int = 0
     honest_groups_dropped: int = 0
     honest_groups_judged: int = 0
     quarantined: int = 0

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure
+from sapo_async.node.report import drop_rates
+from sapo_async.wire.reasons import AFTER_ADMISSION
 
 __all__ = ["markdown_table", "summarise", "write_outputs"]
 
@@ -96,6 +98,13 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
         for s in spec.seeds
         if ("none", True, s, ij) in key
     ]
+    # Per check after admission, over the no-attack runs with the defences on (where every
+    # producer is honest, so each drop is a false positive), per admitted group.
+    after = drop_rates(
+        (run.admitted, {r: n for r, n in run.dropped.items() if r in AFTER_ADMISSION})
+        for s in spec.seeds
+        if (run := key.get(("none", True, s, ij))) is not None
+    )
     gain_seeds = [
         s
         for s in spec.seeds
@@ -118,6 +127,11 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
         "spec": asdict(spec),
         "attacks": attacks,
         "false_positive_rate": _mean(fp),
+        "false_positives_after_admission": {
+            "admitted": after.admitted,
+            "dropped": after.dropped,
+            "rate": {reason: after.rate(reason) for reason in after.dropped},
+        },
         "sharing_gain_on": gain(True),
         "sharing_gain_off": gain(False),
         "seconds": seconds,
@@ -161,6 +175,20 @@ def markdown_table(summary: dict[str, Any]) -> str:
         f"{summary['spec']['local'] + summary['spec']['external']}/0, no attack): defences on "
         f"{summary['sharing_gain_on']:.3f}, off {summary['sharing_gain_off']:.3f}.",
     ]
+    after = summary.get("false_positives_after_admission")
+    if after is not None:
+        lines += [
+            "",
+            "Honest groups dropped after admission, per check (no-attack runs, defences on, "
+            f"{after['admitted']} groups admitted; every drop is a false positive):",
+            "",
+            "| check | dropped | rate |",
+            "|---|---|---|",
+            *(
+                f"| `{reason}` | {n} | {after['rate'][reason]:.4f} |"
+                for reason, n in after["dropped"].items()
+            ),
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -174,6 +174,14 @@ class Transport(Protocol):
     @property
     def swarm(self) -> str: ...
 
+    @property
+    def leaves(self) -> bool:
+        """Whether this swarm's groups go on their producers' leaves (the stream takes
+        leaf subjects). Then a group on a legacy family subject is on nobody's leaf and
+        receivers reject it as ``wrong_shard``; when False (a stream from before sharding
+        that nobody widened) every group is on its family's legacy subject."""
+        ...
+
     async def publish(
         self,
         signed: SignedGroup,

@@ -113,6 +113,11 @@ class JetStreamTransport:
         return self._swarm
 
     @property
+    def leaves(self) -> bool:
+        """See ``base.Transport.leaves``: learned from the stream's subjects on connect."""
+        return self._leaves
+
+    @property
     def nc(self) -> NatsClient:
         """The underlying nats-py client (for benchmarks and diagnostics)."""
         return self._nc

@@ -242,6 +242,11 @@ class MemoryTransport:
         """The swarm this connection publishes to and reads from."""
         return self._swarm
 
+    @property
+    def leaves(self) -> bool:
+        """See ``base.Transport.leaves``: the in-memory stream takes every subject."""
+        return True
+
     async def publish(
         self,
         signed: SignedGroup,

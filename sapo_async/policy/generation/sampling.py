@@ -14,7 +14,15 @@ trainer optimises, not under the tempered/truncated sampling distribution. This 
 GRPO's ratio and truncated importance weights need; with temperature 1 and no top-k/top-p
 the two coincide.
 
+Never sampled: special tokens other than the stop tokens (``banned_ids``; a tiny model's
+``<pad>`` and ``<unk>``, a chat model's control tokens). They print as nothing, so a
+completion holding one would decode to text whose tokens are not the ones sampled, and
+every receiver's token check would refuse the honest group (an outside run saw 10 of 12
+honest drops for that reason). Masking them is a truncation like top-k: the recorded
+log-probs stay the policy's.
+
 Invariants:
+    * no id in ``banned_ids`` is ever sampled;
     * sequences are left-padded; positions count only real tokens, so a padded row gives
       the same logits as the same row alone;
     * a finished row keeps its stop token as its last token and records nothing after it;
@@ -122,6 +130,7 @@ def sample_batch(
     pad_id: int,
     seed: int,
     device: torch.device | str = "cpu",
+    banned_ids: Sequence[int] = (),
 ) -> SampledBatch:
     """Sample ``n`` completions for each prompt in one batch.
 
@@ -134,6 +143,7 @@ def sample_batch(
         pad_id: id used for left padding and for rows that already stopped.
         seed: seed of the sampling generator.
         device: where the model lives.
+        banned_ids: ids never sampled (non-stop special tokens; see the module docstring).
 
     Returns:
         The sampled ids, their temperature-1 log-probs and finish reasons.
@@ -161,6 +171,7 @@ def sample_batch(
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
+    banned = torch.tensor(sorted(set(banned_ids) - set(stop_ids)), dtype=torch.long, device=device)
 
     kw = _forward_kwargs(model)
     logits, past = _forward(model, ids=ids, mask=mask, pos=pos, past=None, kw=kw)
@@ -177,7 +188,10 @@ def sample_batch(
     rows = torch.arange(batch, device=device)  # original row of each live batch row
     for step in range(max_new):
         logp = torch.log_softmax(logits.float(), dim=-1)
-        probs = torch.softmax(filter_logits(logits.float(), sampling), dim=-1)
+        filtered = filter_logits(logits.float(), sampling)
+        if banned.numel():
+            filtered = filtered.index_fill(-1, banned[banned < filtered.shape[-1]], float("-inf"))
+        probs = torch.softmax(filtered, dim=-1)
         token = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
         out_ids[rows, step] = token
         out_lp[rows, step] = logp.gather(-1, token[:, None]).squeeze(-1)

@@ -12,7 +12,8 @@ Sampling details (explicit temperature / top-k / top-p, temperature-1 log-probs)
 Invariants:
     * results come back in prompt order with exactly ``n`` completions each;
     * ``token_ids`` include the stop token when the completion stopped; ``text`` is the
-      decoded completion without special tokens;
+      decoded completion, and no other special token is ever sampled
+      (:func:`banned_token_ids`), so ``text`` spells exactly the ids before the stop token;
     * ``generate`` is a coroutine because the port is async, but it runs the model in the
       calling thread: on the CPU swarm every node shares the same cores, so offloading to
       threads would only add contention (set ``offload_to_thread=True`` for a GPU engine
@@ -34,7 +35,7 @@ from sapo_async.policy.generation.base import GenerationResult, check_sampling
 from sapo_async.policy.generation.sampling import sample_batch
 from sapo_async.wire import Completion, SamplingParams
 
-__all__ = ["TransformersGenerator", "stop_token_ids"]
+__all__ = ["TransformersGenerator", "banned_token_ids", "stop_token_ids"]
 
 
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -49,6 +50,12 @@ def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     elif isinstance(eos, list | tuple):
         ids.update(int(e) for e in eos)
     return sorted(ids)
+
+
+def banned_token_ids(tokenizer: Any, stop_ids: Sequence[int]) -> list[int]:
+    """The special tokens a completion may not hold: all of the tokenizer's but the stop
+    tokens (decoding drops them, so the text would not spell the ids sampled)."""
+    return sorted(set(map(int, tokenizer.all_special_ids)) - set(stop_ids))
 
 
 class TransformersGenerator:
@@ -91,6 +98,7 @@ class TransformersGenerator:
         self._shared = shares_trainer_module
         self._offload = offload_to_thread
         self._stop = stop_token_ids(model, tokenizer)
+        self._banned = banned_token_ids(tokenizer, self._stop)
         pad = tokenizer.pad_token_id
         self._pad = int(pad) if pad is not None else self._stop[0]
         self._tokenizer_id = _tokenizer_id(tokenizer)
@@ -148,6 +156,7 @@ class TransformersGenerator:
                     pad_id=self._pad,
                     seed=seed + c,
                     device=device,
+                    banned_ids=self._banned,
                 )
                 texts = self._tokenizer.batch_decode(
                     [
