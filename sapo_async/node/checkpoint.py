@@ -52,6 +52,7 @@ __all__ = [
     "has_checkpoint",
     "load_checkpoint",
     "save_checkpoint",
+    "state_bytes",
 ]
 
 FORMAT_VERSION = 1
@@ -350,3 +351,10 @@ def _load_verified(
         path=path,
         extra=manifest.get("extra", {}),
     )
+
+
+def state_bytes(model: Any) -> int:
+    """What a checkpoint of ``model`` with AdamW holds, in bytes: weights, and two moments
+    per trainable parameter (tied weights counted once)."""
+    params = {id(p): p for p in model.parameters()}.values()
+    return sum(p.numel() * p.element_size() * (3 if p.requires_grad else 1) for p in params)

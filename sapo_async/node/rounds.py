@@ -43,18 +43,17 @@ from typing import Any
 import anyio
 
 from sapo_async.errors import (
-    ActorStopped,
     ConfigError,
     PublishError,
-    RejectedInput,
     TransportUnavailable,
 )
 from sapo_async.fabric.collector import BufferedGroup, Collector
 from sapo_async.fabric.publisher import Publisher
 from sapo_async.ledger.recorder import Recorder
-from sapo_async.ledger.types import RoundCommitment
 from sapo_async.logs import get_logger
 from sapo_async.node.admission import NodeDefences
+from sapo_async.node.checkpoint import state_bytes
+from sapo_async.node.commitments import HeldCommitments, round_commitment
 from sapo_async.node.groups import GeneratedGroup, SharedRound, to_rollout_group
 from sapo_async.node.learner import Learner
 from sapo_async.node.report import NodeStats, RoundHistory, RoundReport, rewards_by_family
@@ -118,10 +117,7 @@ class RoundLoop:
         self._next: SharedRound | None = None
         self._generator_version = learner.policy_version
         self._saved_round = learner.round
-        # Commitments of rounds trained since the last checkpoint: journaled once a
-        # checkpoint at or after their round is on disk (see _commit).
-        self._held: list[RoundCommitment] = []
-        self.checkpoint_every = spec.checkpoint.every_rounds(_state_bytes(learner.model))
+        self.checkpoint_every = spec.checkpoint.every_rounds(state_bytes(learner.model))
         self._stopping = False
         self._running = anyio.Event()
         self._running.set()
@@ -132,6 +128,7 @@ class RoundLoop:
         self._seen_accepted = 0
         self._seen_rejected: Counter[str] = Counter()
         self._log = get_logger("node", node=self.address, node_name=name)
+        self._held = HeldCommitments(recorder, self._log)  # until a checkpoint covers them
         self._install_defences(defences)
 
     def _install_defences(self, defences: NodeDefences | None) -> None:
@@ -245,18 +242,8 @@ class RoundLoop:
                 path=str(path),
                 seconds=round(time.perf_counter() - started, 2),
             )
-        await self._release_held()
+        await self._held.release()
         return path
-
-    async def _release_held(self) -> None:
-        """Journal every held commitment (their rounds are now covered by a checkpoint)."""
-        while self._held and self.recorder is not None:
-            commitment = self._held.pop(0)
-            try:
-                with anyio.CancelScope(shield=True):
-                    await self.recorder.record(commitment)
-            except (RejectedInput, ActorStopped) as exc:
-                self._log.error("commitment_not_journaled", round=commitment.round, error=str(exc))
 
     # --- one round -----------------------------------------------------------------------
 
@@ -421,22 +408,10 @@ class RoundLoop:
         """
         if self.recorder is None:
             return 0, 0
-        # Keyed by the producer's own round: the ledger credits a producer only for a round
-        # it committed, and never for more rollouts than it committed in that round.
-        by_producer: dict[str, dict[int, list[bytes]]] = {}
-        for c in chosen:
-            by_round = by_producer.setdefault(c.producer, {})
-            by_round.setdefault(c.buffered.group.producer_round, []).append(c.buffered.rollout_hash)
-        commitment = RoundCommitment(
-            node=self.address,
-            round=shared.round,
-            policy_version=shared.policy_version,
-            rollout_hashes=shared.hashes,
-            external_hashes=by_producer,
-        )
-        self._held.append(commitment)
+        commitment = round_commitment(self.address, shared, chosen)
+        self._held.hold(commitment)
         if self.spec.checkpoint.dir is None:
-            await self._release_held()
+            await self._held.release()
         elif self.learner.round - self._saved_round >= self.checkpoint_every:
             await self.save_checkpoint()
         stats = self.recorder.statistics()
@@ -512,10 +487,3 @@ class RoundLoop:
             shared=report.groups_shared,
         )
         return report
-
-
-def _state_bytes(model: Any) -> int:
-    """What a checkpoint of ``model`` with AdamW holds: weights and two moments per
-    trainable parameter (tied weights counted once)."""
-    params = {id(p): p for p in model.parameters()}.values()
-    return sum(p.numel() * p.element_size() * (3 if p.requires_grad else 1) for p in params)

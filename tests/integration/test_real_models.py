@@ -96,26 +96,28 @@ async def test_two_smollm2_nodes_share_commit_on_chain_and_resume(tmp_path: Path
             stats = await handle.ledger.node_stats(node.address)
             assert stats.rounds_committed == 2
             assert stats.rollouts_committed == 4
-        ada = nodes[0]
-        address, before = ada.address, ada.reports[-1].policy_version
-        await ada.leave()
-
-        # Ada comes back from her checkpoint: round 2 is next, nothing committed twice.
-        nodes[0] = await Swarm.join(
-            name="ada",
-            account=accounts["ada"],
-            node_index=0,
-            rounds=1,
-            checkpoint_dir=tmp_path / "ada",
-            **common,
+        # Bob leaves (the last to join leaves first: nodes nest) and comes back from his
+        # checkpoint: round 2 is next, nothing committed twice.
+        bob = nodes.pop()
+        address, before = bob.address, bob.reports[-1].policy_version
+        await bob.leave()
+        nodes.append(
+            await Swarm.join(
+                name="bob",
+                account=accounts["bob"],
+                node_index=1,
+                rounds=1,
+                checkpoint_dir=tmp_path / "bob",
+                **common,
+            )
         )
-        assert nodes[0].address == address
+        assert nodes[1].address == address
         with anyio.fail_after(600):
-            await nodes[0].round_loop.wait_done()
-        assert [r.round for r in nodes[0].reports] == [2]
-        assert nodes[0].reports[0].policy_version >= before
-        assert nodes[0].recorder is not None
-        await nodes[0].recorder.wait_idle(120)
+            await nodes[1].round_loop.wait_done()
+        assert [r.round for r in nodes[1].reports] == [2]
+        assert nodes[1].reports[0].policy_version >= before
+        assert nodes[1].recorder is not None
+        await nodes[1].recorder.wait_idle(120)
         on_chain = await handle.ledger.commitments(address)
         assert [c.round for c in on_chain] == [0, 1, 2]
         versions = [c.policy_version for c in on_chain]

@@ -11,7 +11,8 @@ from sapo_async._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sapo_async.policy.digest import tokenizer_id
-    from sapo_async.policy.models.loading import LoadedModel, cache_root, load_model
+    from sapo_async.policy.models.loading import LoadedModel, load_model
+    from sapo_async.policy.models.packaged import cache_root
     from sapo_async.policy.models.tiny import (
         REGIMES,
         TinyModelSpec,
@@ -34,7 +35,7 @@ _LAZY = {
     "WarmStartReport": "sapo_async.policy.models.tiny",
     "WarmStartSpec": "sapo_async.policy.models.tiny",
     "build_tiny_model": "sapo_async.policy.models.tiny",
-    "cache_root": "sapo_async.policy.models.loading",
+    "cache_root": "sapo_async.policy.models.packaged",
     "ensure_tiny_model": "sapo_async.policy.models.tiny",
     "evaluate_reward": "sapo_async.policy.models.tiny",
     "load_model": "sapo_async.policy.models.loading",

@@ -19,8 +19,9 @@ from transformers.utils import logging as hf_logging
 
 from sapo_async.errors import ConfigError
 from sapo_async.policy.digest import tokenizer_id
+from sapo_async.policy.models.packaged import PACKAGED_MODELS, ensure_packaged_model
 
-__all__ = ["LoadedModel", "cache_root", "load_model"]
+__all__ = ["LoadedModel", "load_model"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +41,6 @@ class LoadedModel:
     model_id: str
     tokenizer_id: str
     path: Path | None = None
-
-
-def cache_root() -> Path:
-    """Where built artifacts live: ``$SAPO_CACHE_DIR`` or ``~/.cache/sapo_async``."""
-    env = os.environ.get("SAPO_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "sapo_async"
 
 
 def load_model(
@@ -80,8 +75,6 @@ def load_model(
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
     if dtype not in dtypes:
         raise ConfigError(f"dtype must be one of {sorted(dtypes)}, got {dtype!r}", field="dtype")
-    from sapo_async.policy.models.packaged import PACKAGED_MODELS, ensure_packaged_model
-
     if str(name_or_path) in PACKAGED_MODELS:
         packaged = PACKAGED_MODELS[str(name_or_path)]
         name_or_path = ensure_packaged_model(packaged.name)

@@ -41,6 +41,7 @@ from sapo_async.logs import get_logger
 __all__ = [
     "PACKAGED_MODELS",
     "PackagedModel",
+    "cache_root",
     "ensure_packaged_model",
     "gguf_path",
     "packaged_model_dir",
@@ -105,6 +106,12 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
         ),
     )
 }
+
+
+def cache_root() -> Path:
+    """Where built artifacts live: ``$SAPO_CACHE_DIR`` or ``~/.cache/sapo_async``."""
+    env = os.environ.get("SAPO_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "sapo_async"
 
 
 def packaged_model_names() -> tuple[str, ...]:
@@ -203,8 +210,6 @@ def gguf_path(name: str, work_dir: Path) -> Path:
 
 def packaged_model_dir(name: str, cache_dir: Path | None = None) -> Path:
     """The cache directory of ``name``'s prepared model (whether prepared or not)."""
-    from sapo_async.policy.models.loading import cache_root
-
     model = _spec(name)
     return (cache_dir or cache_root()) / "models" / f"{model.name}-{model.sha256[:12]}"
 

@@ -41,7 +41,8 @@ from sapo_async.errors import ConfigError
 from sapo_async.logs import get_logger
 from sapo_async.policy.digest import tokenizer_id
 from sapo_async.policy.generation.transformers_backend import TransformersGenerator
-from sapo_async.policy.models.loading import LoadedModel, cache_root, load_model
+from sapo_async.policy.models.loading import LoadedModel, load_model
+from sapo_async.policy.models.packaged import cache_root
 from sapo_async.policy.models.tokenizer import train_char_tokenizer
 from sapo_async.tasks import (
     TaskItem,
