@@ -41,8 +41,8 @@ from typing import Any
 
 import anyio
 import torch
+from results_path import results_path  # bench/ is on sys.path when run as a script
 
-from bench.results_path import results_path
 from sapo_async.node.learner import build_learner
 from sapo_async.node.spec import NodeSpec
 from sapo_async.policy.generation import sampling
@@ -138,6 +138,7 @@ def main() -> None:
         questions_per_round=prompts_n,
         completions_per_question=n,
         max_new_tokens=new,
+        local=prompts_n,
     )
     learner = build_learner(spec)
     model, tokenizer = learner.model, learner.tokenizer
