@@ -275,6 +275,10 @@ importance ratios (truncated IS, F-TIS's filter) assume."""
 DEFAULT_TOP_P = 1.0
 """No nucleus truncation, for the same reason as :data:`DEFAULT_TEMPERATURE`."""
 
+REAL_MODEL_SIZES = {"questions_per_round": 4, "completions_per_question": 4, "max_new_tokens": 32}
+"""A real model's round sizes in ``sapo-async swarm --model`` and the explorer's demo: SmolLM2-135M
+took about 17 s per node-round at these sizes on 2 cores (docs/learning.md)."""
+
 CHECKPOINT_SMALL_BYTES = 256 << 20
 """Below this much model + optimizer state a node checkpoints every round ("auto"): the
 tiny model's is about 10 MB and takes milliseconds."""

@@ -62,6 +62,9 @@ def explorer(
     ] = False,
     demo_nodes: Annotated[int, typer.Option("--demo-nodes", min=1, max=16)] = 3,
     demo_rounds: Annotated[int, typer.Option("--demo-rounds", min=1)] = 20,
+    demo_model: Annotated[
+        str, typer.Option("--demo-model", help="'tiny', or a packaged real model (smollm2-135m).")
+    ] = "tiny",
 ) -> None:
     """Serve the contribution explorer: who contributed what, who trained on whose
     rollouts, each node's learning, and on-chain inclusion checks."""
@@ -81,7 +84,7 @@ def explorer(
     configure_logging(level="WARNING")
     try:
         if demo:
-            anyio.run(_demo, host, port, demo_nodes, demo_rounds, logs)
+            anyio.run(_demo, host, port, demo_nodes, demo_rounds, logs, demo_model)
         else:
             if not contract:
                 raise _fail("no ledger address: pass --contract or set SAPO_LEDGER_ADDRESS")
@@ -125,15 +128,18 @@ async def _serve(
         await _until_stopped()
 
 
-async def _demo(host: str, port: int, nodes: int, rounds: int, logs: Path | None) -> None:
+async def _demo(
+    host: str, port: int, nodes: int, rounds: int, logs: Path | None, model: str = "tiny"
+) -> None:
     import anyio
 
     from sapo_async.explorer.demo import DemoSettings, serve_demo
 
-    settings = DemoSettings(nodes=nodes, rounds=rounds)
+    settings = DemoSettings(nodes=nodes, rounds=rounds, model=model)
     with tempfile.TemporaryDirectory(prefix="sapo-explorer-demo-") as tmp:
         log_dir = logs or Path(tmp)
-        typer.echo(f"explorer demo: starting {nodes} tiny-model nodes for {rounds} rounds")
+        what = "tiny-model" if model == "tiny" else model
+        typer.echo(f"explorer demo: starting {nodes} {what} nodes for {rounds} rounds")
         async with serve_demo(settings, log_dir, host=host, port=port) as (swarm, url):
             typer.echo(f"explorer: {url}  (demo swarm; logs in {log_dir}; Ctrl-C stops)")
 

@@ -224,14 +224,12 @@ async def _explorer(opts: dict[str, Any], console: Any) -> AsyncIterator[None]:
         yield
 
 
-REAL_MODEL_SIZES = {"questions_per_round": 4, "completions_per_question": 4, "max_new_tokens": 32}
-"""A real model's round on 2 cores: SmolLM2-135M took about 17 s per node at these sizes."""
-
-
 def _sizes(
     model: str, questions: int | None, completions: int | None, max_new_tokens: int | None
 ) -> dict[str, int]:
     """The round sizes asked for, the rest the model's defaults (the spec's for tiny)."""
+    from sapo_async.limits import REAL_MODEL_SIZES
+
     sizes = {} if model == "tiny" else dict(REAL_MODEL_SIZES)
     asked = {
         "questions_per_round": questions,

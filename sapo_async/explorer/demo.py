@@ -22,6 +22,7 @@ import anyio
 
 from sapo_async.errors import SapoError
 from sapo_async.explorer.source import Explorer
+from sapo_async.limits import REAL_MODEL_SIZES
 from sapo_async.node.embedded import embedded_ledger
 from sapo_async.node.lifecycle import Node
 from sapo_async.node.runner import SwarmRun, run_swarm
@@ -39,6 +40,7 @@ class DemoSettings:
     local: int = 2
     external: int = 2
     regime: str = "dense"
+    model: str = "tiny"
     seed: int = 0
     name: str = "explorer-demo"
     threads: int = 2
@@ -109,9 +111,12 @@ class DemoSwarm:
 @contextlib.asynccontextmanager
 async def demo_swarm(settings: DemoSettings, log_dir: Path) -> AsyncIterator[DemoSwarm]:
     """Run the demo swarm while the block runs (nodes leave at the end)."""
+    sizes = {} if settings.model == "tiny" else REAL_MODEL_SIZES
     common = NodeSpec.build(
         swarm=settings.name,
         regime=settings.regime,
+        model=settings.model,
+        **sizes,
         local=settings.local,
         external=settings.external,
         rounds=settings.rounds,
