@@ -202,12 +202,25 @@ LEDGER_RPC_TIMEOUT_S = 10.0
 LEDGER_VIEW_PAGE = 256
 """Addresses or rounds read per view call: keeps each eth_call far below RPC gas caps."""
 
-LEDGER_CREDIT_WAIT_ATTEMPTS = 6
-"""Sends of a commitment refused because a credited producer's round is not on chain yet,
-before the recorder withdraws that credit and lands the rest: producers land their own
-rounds within seconds (a restarted one from its journal), and 6 backed-off retries (0.5 s
-doubling: about 30 s) outlast that while keeping the consumer's later rounds, queued behind
-this one, from stalling for minutes."""
+LEDGER_SETTLE_INTERVAL_S = 1.0
+"""How often an idle recorder with open credit claims looks again for their producer rounds:
+a producer lands its round seconds after sharing it (one block on an L2, 12 s on Ethereum),
+and each look costs two view calls per claim, so once a second is prompt and cheap."""
+
+LEDGER_CLAIM_LAPSE_S = 3600.0
+"""An open claim whose producer round is still not on chain after an hour stops being polled:
+its producer died between sharing and committing, or is offline for long. The claim stays on
+chain, so anyone (the producer itself, once back) can still settle it; nothing is withdrawn."""
+
+LEDGER_MAX_PENDING = 8
+"""Default bound of a node's pending commitments (``[ledger] max_pending``) before its rounds
+pause until they land: with no commitment waiting on another node's, an honest backlog is one
+or two rounds, so 8 means the chain is unreachable or slower than the rounds, and pausing
+keeps the journal and the credit a node owes its peers from growing without bound."""
+
+LEDGER_BACKLOG_CHECK_S = 5.0
+"""How long a paused node waits for its backlog to shrink before logging again that it is
+still paused (the pause itself lasts until the commitments land)."""
 
 LEDGER_MAX_ATTEMPTS_LOGGED = 3
 """Failed sends of one commitment logged at warning level before the recorder goes quiet."""

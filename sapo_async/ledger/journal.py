@@ -4,7 +4,10 @@ Owns the on-disk record of every commitment a node made and where it stands:
 ``pending`` (journaled, not known on chain), ``landed`` (seen on chain, with tx and block) or
 ``failed`` (the chain can never take it, with the reason). It also indexes every rollout hash
 a commitment names, so ``sapo-async verify`` can find the node and round of a hash and build
-its proof. It does not talk to the chain: :mod:`sapo_async.ledger.recorder` moves entries along.
+its proof, and keeps one *credit claim* per usage entry of a landed commitment (``open`` until
+the recorder sees it credited on chain, then ``settled``; ``lapsed`` when its producer round
+never came; ``refused`` when the chain refused to credit it). It does not talk to the chain:
+:mod:`sapo_async.ledger.recorder` moves entries and claims along.
 
 Invariants:
 - an entry is durable (committed to disk, ``synchronous=FULL``) before :meth:`Journal.append`
@@ -12,7 +15,9 @@ Invariants:
 - per node, journaled rounds strictly increase (the chain would refuse a back-fill anyway);
 - re-appending the same commitment is a no-op; a *different* commitment for a journaled
   (node, round) is rejected;
-- states only move pending -> landed or pending -> failed.
+- states only move pending -> landed or pending -> failed;
+- a commitment's claims are written in the same transaction that marks it landed, so a
+  landed commitment always has them; a claim leaves ``open`` once, never back.
 
 Damage: a file that is not SQLite, or a database SQLite finds malformed (checked with
 ``PRAGMA quick_check`` at open, and caught on any later read or write), raises
@@ -30,7 +35,6 @@ connection is opened with ``check_same_thread=False`` and guarded by its own loc
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 import threading
 import time
@@ -47,7 +51,7 @@ import anyio
 from sapo_async.errors import JournalError, RejectedInput
 from sapo_async.ledger.types import RoundCommitment, checksum
 
-__all__ = ["EntryState", "Journal", "JournalEntry", "RolloutLocation"]
+__all__ = ["ClaimState", "CreditClaim", "EntryState", "Journal", "JournalEntry", "RolloutLocation"]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -75,6 +79,19 @@ CREATE TABLE IF NOT EXISTS rollouts (
     PRIMARY KEY (rollout_hash, node, round, kind)
 );
 CREATE INDEX IF NOT EXISTS commitments_state ON commitments (state, node, round);
+CREATE TABLE IF NOT EXISTS claims (
+    node TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    producer TEXT NOT NULL,
+    producer_round INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT,
+    created_at REAL NOT NULL,
+    settled_at REAL,
+    PRIMARY KEY (node, round, producer, producer_round)
+);
+CREATE INDEX IF NOT EXISTS claims_state ON claims (state, node);
 """
 
 
@@ -84,6 +101,30 @@ class EntryState(StrEnum):
     PENDING = "pending"
     LANDED = "landed"
     FAILED = "failed"
+
+
+class ClaimState(StrEnum):
+    """Where a landed commitment's usage entry stands on chain."""
+
+    OPEN = "open"
+    SETTLED = "settled"
+    LAPSED = "lapsed"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True, slots=True)
+class CreditClaim:
+    """``node``'s round ``round`` trained on ``count`` rollouts of ``producer``'s round
+    ``producer_round``: credited with the commitment when that round was already on chain,
+    else a claim on chain until someone settles it (``SapoLedger.settleCredit``)."""
+
+    node: str
+    round: int
+    producer: str
+    producer_round: int
+    count: int
+    state: ClaimState
+    created_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,51 +348,39 @@ class Journal:
                 (error[:500], checksum(node), round_, EntryState.PENDING),
             )
 
-    def withdraw_usage(
-        self, node: str, round_: int, producer_rounds: set[tuple[str, int]]
-    ) -> RoundCommitment | None:
-        """Take ``producer_rounds`` out of a pending entry's usage and return what is left.
-
-        For a credited producer round that never landed on chain (its producer died between
-        sharing and committing): the contract refuses credit for it, so the consumer's round
-        lands without it rather than not at all. The hashes of those rounds leave the
-        entry's body and its rollout index together (the usage root no longer holds them).
-
-        Returns:
-            the reduced commitment, or None if no such pending entry exists.
-        """
-        with self._tx() as db:
-            row = db.execute(
-                "SELECT body FROM commitments WHERE node = ? AND round = ? AND state = ?",
-                (checksum(node), round_, EntryState.PENDING),
-            ).fetchone()
-            if row is None:
-                return None
-            before = RoundCommitment.from_json(row[0])
-            kept: dict[str, dict[int, tuple[bytes, ...]]] = {}
-            gone: list[bytes] = []
-            for producer, r, hashes in before.usage():
-                if (producer, r) in producer_rounds:
-                    gone.extend(hashes)
-                else:
-                    kept.setdefault(producer, {})[r] = hashes
-            after = dataclasses.replace(before, external_hashes=kept)
-            db.execute(
-                "UPDATE commitments SET body = ? WHERE node = ? AND round = ?",
-                (after.to_json(), after.node, after.round),
-            )
-            db.executemany(
-                "DELETE FROM rollouts WHERE rollout_hash = ? AND node = ? AND round = ? "
-                "AND kind = 'external'",
-                [(h, after.node, after.round) for h in gone],
-            )
-        return after
-
     def mark_landed(
         self, node: str, round_: int, *, tx_hash: str | None, block_number: int | None
     ) -> None:
-        """Mark a pending entry landed (no-op if it already is)."""
+        """Mark a pending entry landed (no-op if it already is), and open one credit claim
+        per usage entry of it, in the same transaction."""
         self._settle(node, round_, EntryState.LANDED, tx_hash=tx_hash, block_number=block_number)
+
+    def settle_claim(
+        self,
+        node: str,
+        round_: int,
+        producer: str,
+        producer_round: int,
+        *,
+        state: ClaimState,
+        reason: str | None = None,
+    ) -> None:
+        """Move an open claim to ``state`` (settled, lapsed or refused; no-op if not open)."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE claims SET state = ?, reason = ?, settled_at = ? WHERE node = ? AND "
+                "round = ? AND producer = ? AND producer_round = ? AND state = ?",
+                (
+                    state,
+                    reason,
+                    time.time(),
+                    checksum(node),
+                    round_,
+                    checksum(producer),
+                    producer_round,
+                    ClaimState.OPEN,
+                ),
+            )
 
     def mark_failed(self, node: str, round_: int, reason: str) -> None:
         """Mark a pending entry as one the chain will never take, with ``reason``."""
@@ -368,7 +397,7 @@ class Journal:
         error: str | None = None,
     ) -> None:
         with self._tx() as db:
-            db.execute(
+            moved = db.execute(
                 "UPDATE commitments SET state = ?, tx_hash = COALESCE(?, tx_hash), "
                 "block_number = COALESCE(?, block_number), last_error = COALESCE(?, last_error), "
                 "settled_at = ? WHERE node = ? AND round = ? AND state = ?",
@@ -382,9 +411,45 @@ class Journal:
                     round_,
                     EntryState.PENDING,
                 ),
+            ).rowcount
+            if not moved or state is not EntryState.LANDED:
+                return
+            (body,) = db.execute(
+                "SELECT body FROM commitments WHERE node = ? AND round = ?",
+                (checksum(node), round_),
+            ).fetchone()
+            commitment = RoundCommitment.from_json(body)
+            now = time.time()
+            db.executemany(
+                "INSERT OR IGNORE INTO claims (node, round, producer, producer_round, count, "
+                "state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (commitment.node, commitment.round, p, r, len(h), ClaimState.OPEN, now)
+                    for p, r, h in commitment.usage()
+                ],
             )
 
     # ------------------------------------------------------------------ reads
+
+    def open_claims(self, node: str) -> list[CreditClaim]:
+        """``node``'s open claims, oldest round first."""
+        with self._guard("read"), self._read_lock:
+            rows = self._reading.execute(
+                "SELECT node, round, producer, producer_round, count, state, created_at "
+                "FROM claims WHERE node = ? AND state = ? ORDER BY round, producer, producer_round",
+                (checksum(node), ClaimState.OPEN),
+            ).fetchall()
+        return [CreditClaim(r[0], r[1], r[2], r[3], r[4], ClaimState(r[5]), r[6]) for r in rows]
+
+    def claim_counts(self, node: str) -> dict[ClaimState, int]:
+        """Number of ``node``'s claims per state."""
+        with self._guard("read"), self._read_lock:
+            rows = self._reading.execute(
+                "SELECT state, COUNT(*) FROM claims WHERE node = ? GROUP BY state",
+                (checksum(node),),
+            ).fetchall()
+        found = {ClaimState(state): n for state, n in rows}
+        return {state: found.get(state, 0) for state in ClaimState}
 
     def _entries(self, where: str, args: tuple[object, ...]) -> list[JournalEntry]:
         with self._guard("read"):

@@ -19,7 +19,9 @@ Invariants (those of the contract):
   round), without the node itself or zero counts, and add up to the external count;
 - credit rules: each entry credits a producer round that was committed with rollouts, and a
   consumer's credit to one producer round, over all its commitments, never exceeds the
-  rollout count committed for it;
+  rollout count committed for it; an entry whose producer round is not stored yet is kept
+  as a claim of the consumer's round, credited by :meth:`MemoryLedger.settle_credit` under
+  the same rules once that round is stored;
 - a relayed registration or commitment carries the node's EIP-712 signature over this
   ledger's domain (chain id, address) and consumes the node's nonce, so it cannot be replayed.
 
@@ -132,6 +134,7 @@ class MemoryLedger:
         self._recorded: list[OnChainCommitment] = []
         self._credited: list[UsageCredit] = []
         self._credited_by: dict[tuple[str, str, int], int] = {}
+        self._claims: dict[tuple[str, int, str, int], int] = {}
 
     @property
     def address(self) -> str:
@@ -364,7 +367,10 @@ class MemoryLedger:
         producers = _check_usage(node, c)
         # The contract checks each entry's credit rules while crediting and reverts the
         # whole call on the first failure; checking all of them first is the same outcome.
+        # An entry whose producer round is not stored becomes a claim (`SapoLedger._credit`).
         entries = list(zip(producers, c.producer_rounds, c.counts, strict=True))
+        claims = [e for e in entries if (e[0], e[1]) not in self._stored]
+        entries = [e for e in entries if (e[0], e[1]) in self._stored]
         for producer, producer_round, count in entries:
             self._check_credit(node, producer, producer_round, count)
         receipt = self._mine(f"commit:{node}:{c.round}:{sender}")
@@ -390,24 +396,70 @@ class MemoryLedger:
             external_used=t.external_used + c.external_count,
         )
         self._recorded.append(stored)
+        for producer, producer_round, count in claims:
+            self._claims[(node, c.round, producer, producer_round)] = count
         for producer, producer_round, count in entries:
-            key = (node, producer, producer_round)
-            self._credited_by[key] = self._credited_by.get(key, 0) + count
-            credited = self._totals_of(producer)
-            self._totals[producer] = replace(
-                credited, credit_received=credited.credit_received + count
-            )
-            self._credited.append(
-                UsageCredit(
-                    producer,
-                    node,
-                    c.round,
-                    count,
-                    block_number=receipt.block_number,
-                    producer_round=producer_round,
-                )
+            self._apply_credit(
+                node, c.round, producer, producer_round, count=count, receipt=receipt
             )
         return receipt
+
+    def _apply_credit(
+        self,
+        consumer: str,
+        round_: int,
+        producer: str,
+        producer_round: int,
+        *,
+        count: int,
+        receipt: SubmitReceipt,
+    ) -> None:
+        key = (consumer, producer, producer_round)
+        self._credited_by[key] = self._credited_by.get(key, 0) + count
+        credited = self._totals_of(producer)
+        self._totals[producer] = replace(credited, credit_received=credited.credit_received + count)
+        self._credited.append(
+            UsageCredit(
+                producer,
+                consumer,
+                round_,
+                count,
+                block_number=receipt.block_number,
+                producer_round=producer_round,
+            )
+        )
+
+    async def settle_credit(
+        self, sender: LocalAccount, consumer: str, round_: int, producer: str, producer_round: int
+    ) -> SubmitReceipt:
+        """``SapoLedger.settleCredit``: credit a claim now that its producer round is stored.
+
+        Raises:
+            CommitmentRejected: ``SapoLedgerNothingToSettle`` (no such claim, or already
+                settled), ``SapoLedgerProducerRoundNotCommitted``,
+                ``SapoLedgerCreditExceedsShared``.
+        """
+        await anyio.lowlevel.checkpoint()
+        key = (checksum(consumer), round_, checksum(producer), producer_round)
+        count = self._claims.get(key, 0)
+        if count == 0:
+            raise reverted(
+                "SapoLedgerNothingToSettle",
+                consumer=key[0],
+                round=round_,
+                producer=key[2],
+                producerRound=producer_round,
+            )
+        self._check_credit(key[0], key[2], producer_round, count)
+        del self._claims[key]
+        receipt = self._mine(f"settle:{key}:{sender.address}")
+        self._apply_credit(key[0], round_, key[2], producer_round, count=count, receipt=receipt)
+        return receipt
+
+    async def claim_of(self, consumer: str, round_: int, producer: str, producer_round: int) -> int:
+        """``SapoLedger.claimOf``: unsettled rollouts of a claim (0: none, or settled)."""
+        await anyio.lowlevel.checkpoint()
+        return self._claims.get((checksum(consumer), round_, checksum(producer), producer_round), 0)
 
     def _check_credit(self, consumer: str, producer: str, producer_round: int, count: int) -> None:
         """``SapoLedger._credit``'s checks of one usage entry."""
