@@ -38,7 +38,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -349,11 +349,31 @@ class Journal:
             )
 
     def mark_landed(
-        self, node: str, round_: int, *, tx_hash: str | None, block_number: int | None
+        self,
+        node: str,
+        round_: int,
+        *,
+        tx_hash: str | None,
+        block_number: int | None,
+        claimed: Collection[tuple[str, int]] | None = None,
     ) -> None:
-        """Mark a pending entry landed (no-op if it already is), and open one credit claim
-        per usage entry of it, in the same transaction."""
-        self._settle(node, round_, EntryState.LANDED, tx_hash=tx_hash, block_number=block_number)
+        """Mark a pending entry landed (no-op if it already is) and, in the same
+        transaction, open a credit claim for each usage entry the chain kept as a claim.
+
+        Args:
+            claimed: those entries' (producer, producer round), from the transaction's
+                ``UsageClaimed`` logs; None (the receipt is unknown: the entry was found
+                already on chain) opens one for every usage entry, and the recorder's first
+                look at the chain closes those credited with the commitment.
+        """
+        self._settle(
+            node,
+            round_,
+            EntryState.LANDED,
+            tx_hash=tx_hash,
+            block_number=block_number,
+            claimed=claimed,
+        )
 
     def settle_claim(
         self,
@@ -395,6 +415,7 @@ class Journal:
         tx_hash: str | None = None,
         block_number: int | None = None,
         error: str | None = None,
+        claimed: Collection[tuple[str, int]] | None = None,
     ) -> None:
         with self._tx() as db:
             moved = db.execute(
@@ -419,6 +440,7 @@ class Journal:
                 (checksum(node), round_),
             ).fetchone()
             commitment = RoundCommitment.from_json(body)
+            kept = {(checksum(p), r) for p, r in claimed or ()}
             now = time.time()
             db.executemany(
                 "INSERT OR IGNORE INTO claims (node, round, producer, producer_round, count, "
@@ -426,6 +448,7 @@ class Journal:
                 [
                     (commitment.node, commitment.round, p, r, len(h), ClaimState.OPEN, now)
                     for p, r, h in commitment.usage()
+                    if claimed is None or (p, r) in kept
                 ],
             )
 

@@ -373,7 +373,10 @@ class MemoryLedger:
         entries = [e for e in entries if (e[0], e[1]) in self._stored]
         for producer, producer_round, count in entries:
             self._check_credit(node, producer, producer_round, count)
-        receipt = self._mine(f"commit:{node}:{c.round}:{sender}")
+        receipt = replace(
+            self._mine(f"commit:{node}:{c.round}:{sender}"),
+            claimed=tuple((producer, producer_round) for producer, producer_round, _ in claims),
+        )
         stored = OnChainCommitment(
             node=node,
             round=c.round,

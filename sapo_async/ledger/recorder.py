@@ -236,7 +236,9 @@ class Recorder(Actor[None]):
             ActorStopped: the recorder stopped first.
         """
         with anyio.fail_after(timeout_s):
-            await self._wait_until(lambda: len(self._journal.pending(self.node)) <= most)
+            await self._wait_until(
+                lambda: self._journal.counts(self.node)[EntryState.PENDING] <= most
+            )
 
     async def wait_credit_settled(self, timeout_s: float) -> None:
         """Wait until nothing is pending and a whole pass over the open claims, begun after
@@ -387,6 +389,7 @@ class Recorder(Actor[None]):
                     commitment.round,
                     tx_hash=receipt.tx_hash,
                     block_number=receipt.block_number,
+                    claimed=receipt.claimed,
                 )
                 self._log.info(
                     "commitment_confirmed",
@@ -394,6 +397,7 @@ class Recorder(Actor[None]):
                     tx_hash=receipt.tx_hash,
                     block=receipt.block_number,
                     gas=receipt.gas_used,
+                    claims=len(receipt.claimed),
                 )
                 return
         if stored.matches(payload):

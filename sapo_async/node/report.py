@@ -57,6 +57,8 @@ class RoundReport:
             (``bad_signature``, ``stale``...).
         commitments_pending / commitments_confirmed: ledger journal totals now (0 without
             a ledger).
+        backlog_wait_s: seconds this round waited, before it began, for the node's pending
+            commitments to fall within ``ledger.max_pending`` (0: no pause).
         generate_s / publish_s / score_s / train_s: wall time of each phase.
         step: the trainer's metrics (flat dict).
         external_staleness: (producer's newest round - group's round) of each external
@@ -93,6 +95,7 @@ class RoundReport:
     reward_by_family: dict[str, list[float]] = field(default_factory=dict)
     quarantined: tuple[str, ...] = ()
     generated_tokens: int = 0
+    backlog_wait_s: float = 0.0
 
     @property
     def external_total(self) -> int:

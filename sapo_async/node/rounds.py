@@ -42,6 +42,7 @@ from typing import Any
 
 import anyio
 
+from sapo_async import limits
 from sapo_async.errors import (
     ActorStopped,
     ConfigError,
@@ -127,6 +128,7 @@ class RoundLoop:
         self._used: Counter[str] = Counter()
         self._seen_accepted = 0
         self._seen_rejected: Counter[str] = Counter()
+        self._backlog_wait_s = 0.0
         self._log = get_logger("node", node=self.address, node_name=name)
         self._install_defences(defences)
 
@@ -185,12 +187,39 @@ class RoundLoop:
             await self._running.wait()
             if self._stop_requested():  # stopped while paused
                 break
+            await self._wait_backlog()
+            if self._stop_requested():
+                break
             if self.training.overlap:
                 await self._overlapped_step()
             else:
                 await self.step()
             if (self.learner.round - self._saved_round) >= self.spec.checkpoint.every:
                 await self.save_checkpoint()
+
+    async def _wait_backlog(self) -> None:
+        """Pause while more than ``ledger.max_pending`` commitments wait for the chain.
+
+        Commitments never wait on other nodes', so a backlog means the chain is down or
+        slower than the rounds: pausing keeps the journal (and the credit owed to peers)
+        bounded; nothing is dropped. The pause shows in the next round's report
+        (``backlog_wait_s``), hence in status and metrics.
+        """
+        recorder, bound = self.recorder, self.spec.ledger.max_pending
+        if recorder is None or recorder.statistics().pending <= bound:
+            return
+        t0 = time.perf_counter()
+        self._log.warning(
+            "rounds_paused_for_backlog", pending=recorder.statistics().pending, max_pending=bound
+        )
+        while not self._stop_requested():
+            try:
+                await recorder.wait_backlog(bound, limits.LEDGER_BACKLOG_CHECK_S)
+            except TimeoutError:
+                continue  # still paused; checks for a stop request every few seconds
+            break
+        self._backlog_wait_s += time.perf_counter() - t0
+        self._log.info("rounds_resumed_after_backlog", waited_s=round(self._backlog_wait_s, 3))
 
     def _stop_requested(self) -> bool:
         # A method, not the property, so type checkers do not assume it cannot change.
@@ -410,6 +439,10 @@ class RoundLoop:
         stats = self.recorder.statistics()
         return stats.pending, stats.landed
 
+    def _take_backlog_wait(self) -> float:
+        waited, self._backlog_wait_s = self._backlog_wait_s, 0.0
+        return waited
+
     def _collected(self) -> tuple[int, dict[str, int]]:
         """Groups the collector admitted and rejected (by reason) since the last call."""
         stats = self.collector.statistics()
@@ -466,6 +499,7 @@ class RoundLoop:
             rejections=rejections,
             commitments_pending=pending,
             commitments_confirmed=confirmed,
+            backlog_wait_s=self._take_backlog_wait(),
             generate_s=shared.generate_s,
             publish_s=shared.publish_s,
             score_s=shared.score_s + (t1 - t0),

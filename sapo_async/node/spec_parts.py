@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 from pydantic_settings import NoDecode
 
+from sapo_async import limits
 from sapo_async.errors import ConfigError
 from sapo_async.fabric.transport.shards import SHARD_COUNTS
 from sapo_async.limits import (
@@ -294,6 +295,14 @@ class LedgerSpec(Settings):
         repr=False,  # a secret: never in logs
         description="The relayer's private key itself (Python callers; node.toml names a file).",
     )
+    max_pending: int = Field(
+        default=limits.LEDGER_MAX_PENDING,
+        ge=1,
+        le=4096,
+        description="Most commitments journaled and not yet on chain before the node pauses "
+        "its rounds until they land (the chain is down or slower than the rounds); nothing "
+        "is dropped meanwhile.",
+    )
     journal_path: Path | None = Field(
         default=None,
         description="The ledger journal's SQLite file (needed with rpc_url; the embedded "
@@ -329,7 +338,14 @@ class LedgerSpec(Settings):
             ) from exc
 
 
-LEDGER_FILE_FIELDS = ("enabled", "rpc_url", "contract_address", "chain_id", "relayer_key_file")
+LEDGER_FILE_FIELDS = (
+    "enabled",
+    "rpc_url",
+    "contract_address",
+    "chain_id",
+    "relayer_key_file",
+    "max_pending",
+)
 """The ledger settings a volunteer sets in ``node.toml``'s ``[ledger]``."""
 
 

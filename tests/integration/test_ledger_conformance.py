@@ -214,7 +214,8 @@ async def test_usage_of_a_round_not_on_chain_lands_as_a_claim_settled_once_it_is
     c = RoundCommitment(
         consumer.address, 1, 1, [], {producer.address: {4: used}, stranger.address: {3: hashes(1)}}
     )
-    await ledger.submit(consumer, c.payload())
+    receipt = await ledger.submit(consumer, c.payload())
+    assert set(receipt.claimed) == {(producer.address, 4), (stranger.address, 3)}
     assert await ledger.rounds_of(consumer.address) == [1]
     assert await ledger.credit_received(producer.address) == 0
     assert await ledger.claim_of(consumer.address, 1, producer.address, 4) == 2
