@@ -222,6 +222,17 @@ LEDGER_BACKLOG_CHECK_S = 5.0
 """How long a paused node waits for its backlog to shrink before logging again that it is
 still paused (the pause itself lasts until the commitments land)."""
 
+LEDGER_CONNECT_TIMEOUT_S = 120.0
+"""How long a starting node keeps retrying an RPC endpoint that does not answer (the default
+of ``[ledger] connect_timeout_s``): as long as NATS gets (``NATS_JOIN_TIMEOUT_S``), so a
+volunteer's node started during a chain restart or a provider's blip comes up by itself."""
+
+STARTUP_RETRY_BASE_S = 0.5
+"""First pause between start-up checks of a server that did not answer."""
+
+STARTUP_RETRY_MAX_S = 10.0
+"""Longest pause between start-up checks: a server back up is seen within ten seconds."""
+
 LEDGER_MAX_ATTEMPTS_LOGGED = 3
 """Failed sends of one commitment logged at warning level before the recorder goes quiet."""
 

@@ -295,6 +295,12 @@ class LedgerSpec(Settings):
         repr=False,  # a secret: never in logs
         description="The relayer's private key itself (Python callers; node.toml names a file).",
     )
+    connect_timeout_s: float = Field(
+        default=limits.LEDGER_CONNECT_TIMEOUT_S,
+        gt=0,
+        description="How long a starting node keeps retrying an RPC endpoint that does not "
+        "answer (with backoff, saying what it waits for) before giving up.",
+    )
     max_pending: int = Field(
         default=limits.LEDGER_MAX_PENDING,
         ge=1,
@@ -344,6 +350,7 @@ LEDGER_FILE_FIELDS = (
     "contract_address",
     "chain_id",
     "relayer_key_file",
+    "connect_timeout_s",
     "max_pending",
 )
 """The ledger settings a volunteer sets in ``node.toml``'s ``[ledger]``."""
