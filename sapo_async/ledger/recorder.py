@@ -228,6 +228,15 @@ class Recorder(Actor[None]):
             claims_settled=claims[ClaimState.SETTLED],
         )
 
+    def landing_delays(self) -> dict[int, float]:
+        """Seconds from journaling to landing of each landed round of this node (the
+        journal's clock, so rounds landed by an earlier process count too)."""
+        return {
+            e.round: e.settled_at - e.created_at
+            for e in self._journal.entries(self.node)
+            if e.state is EntryState.LANDED and e.settled_at is not None
+        }
+
     async def wait_backlog(self, most: int, timeout_s: float) -> None:
         """Wait until at most ``most`` of this node's commitments are pending.
 

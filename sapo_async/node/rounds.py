@@ -129,6 +129,7 @@ class RoundLoop:
         self._seen_accepted = 0
         self._seen_rejected: Counter[str] = Counter()
         self._backlog_wait_s = 0.0
+        self._backlog_paused = False
         self._log = get_logger("node", node=self.address, node_name=name)
         self._install_defences(defences)
 
@@ -197,6 +198,11 @@ class RoundLoop:
             if (self.learner.round - self._saved_round) >= self.spec.checkpoint.every:
                 await self.save_checkpoint()
 
+    @property
+    def backlog_paused(self) -> bool:
+        """Whether rounds are paused now for the commitment backlog (``ledger.max_pending``)."""
+        return self._backlog_paused
+
     async def _wait_backlog(self) -> None:
         """Pause while more than ``ledger.max_pending`` commitments wait for the chain.
 
@@ -209,6 +215,7 @@ class RoundLoop:
         if recorder is None or recorder.statistics().pending <= bound:
             return
         t0 = time.perf_counter()
+        self._backlog_paused = True
         self._log.warning(
             "rounds_paused_for_backlog", pending=recorder.statistics().pending, max_pending=bound
         )
@@ -219,6 +226,7 @@ class RoundLoop:
                 continue  # still paused; checks for a stop request every few seconds
             break
         self._backlog_wait_s += time.perf_counter() - t0
+        self._backlog_paused = False
         self._log.info("rounds_resumed_after_backlog", waited_s=round(self._backlog_wait_s, 3))
 
     def _stop_requested(self) -> bool:

@@ -20,12 +20,12 @@ import anyio
 import pytest
 from eth_account import Account
 
+from sapo_async.errors import LedgerUnavailable
 from sapo_async.ledger.anvil import ANVIL_DEV_ADDRESS, ANVIL_DEV_KEY, AnvilProcess
 from sapo_async.ledger.deploy import deploy_ledger
 from sapo_async.ledger.rpc import rpc_chain
-from sapo_async.ops.config import load_config
-from sapo_async.errors import LedgerUnavailable
 from sapo_async.ops import startup
+from sapo_async.ops.config import load_config
 from sapo_async.ops.startup import require_funds, run_startup_checks
 from sapo_async.process import free_port
 from tests.badinput.conftest import PASSWORD, Sandbox
@@ -76,7 +76,8 @@ def test_node_names_a_refused_rpc_url(sandbox: Sandbox) -> None:
 @contextlib.contextmanager
 def _paused(anvil: AnvilProcess) -> Iterator[int]:
     """anvil stopped with SIGSTOP (its socket accepts, nothing answers), continued after."""
-    assert anvil.process is not None and anvil.process.pid is not None
+    assert anvil.process is not None
+    assert anvil.process.pid is not None
     pid = anvil.process.pid
     os.kill(pid, signal.SIGSTOP)
     try:
