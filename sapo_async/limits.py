@@ -86,6 +86,14 @@ RETRY_JITTER = 0.5
 server at the same instant drift half a delay apart per attempt instead of returning in
 lock-step, and no wait is shorter than the schedule, so each retry window below still holds."""
 
+STREAM_RECHECK_S = 10.0
+"""How often a node whose swarm stream was deleted (and which may not recreate it) looks
+whether it is back; meanwhile its publishes fail at once instead of waiting on retries."""
+
+STREAM_CREATE_TIMEOUT_S = 1.0
+"""A stream info or create request while the stream is missing: the server answers in
+milliseconds, and refuses a forbidden create by not answering, so a second is plenty."""
+
 PUBLISH_RETRIES = 5
 """A publish is tried 5 times with backoff (0.2 s doubling: ~6 s), covering a server restart."""
 

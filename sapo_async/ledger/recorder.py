@@ -8,7 +8,8 @@ chain is reached.
 
 Exactly-once: rounds strictly increase per node on chain, so a resend of a round that
 already landed (say the process died after sending, before journaling the receipt) reverts.
-The sender therefore reads the chain first and after any revert: a stored commitment equal
+The sender therefore reads the chain first (unless it has just landed the previous entry
+itself, in this process, with no failure since) and after any revert: a stored commitment equal
 to the journaled one means "already landed" and is marked so, never re-sent; a different
 one is a conflict; none while a later round is stored means the round was superseded and
 can never land. Those last two are marked failed and logged, and the sender moves on.
@@ -111,6 +112,7 @@ class Recorder(Actor[None]):
         self._progress = anyio.Event()
         self._registered = False
         self._settle_passes = 0  # complete, error-free passes over the open claims
+        self._chain_known = False  # True right after this recorder landed an entry itself
         self._send_failures = 0
         self._last_error: str | None = None
         self._log = get_logger("recorder", node=account.address)
@@ -379,7 +381,11 @@ class Recorder(Actor[None]):
     async def _land(self, entry: JournalEntry) -> None:
         commitment = entry.commitment
         payload = commitment.payload()
-        stored = await self._ledger.commitment_of(self.node, commitment.round)
+        # The pre-read is skipped only right after this recorder landed the previous entry
+        # itself: nothing else sends for this node, so the round cannot be on chain yet (and
+        # if it were, the resend would revert and the read after the revert finds it).
+        known, self._chain_known = self._chain_known, False
+        stored = None if known else await self._ledger.commitment_of(self.node, commitment.round)
         if stored is None:
             if not self._registered:
                 await self._ledger.register(self._account, self._metadata)
@@ -408,6 +414,7 @@ class Recorder(Actor[None]):
                     gas=receipt.gas_used,
                     claims=len(receipt.claimed),
                 )
+                self._chain_known = True
                 return
         if stored.matches(payload):
             await self._journal.write(

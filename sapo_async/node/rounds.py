@@ -48,6 +48,7 @@ from sapo_async.errors import (
     ConfigError,
     PublishError,
     RejectedInput,
+    StreamMissing,
     TransportUnavailable,
 )
 from sapo_async.fabric.collector import BufferedGroup, Collector
@@ -130,6 +131,7 @@ class RoundLoop:
         self._seen_rejected: Counter[str] = Counter()
         self._backlog_wait_s = 0.0
         self._backlog_paused = False
+        self._stream_missing = False
         self._log = get_logger("node", node=self.address, node_name=name)
         self._install_defences(defences)
 
@@ -337,10 +339,14 @@ class RoundLoop:
 
     async def _publish_all(self, groups: Sequence[RolloutGroup]) -> list[bytes]:
         hashes: list[bytes | None] = [None] * len(groups)
+        missing = False
 
         async def one(i: int, g: RolloutGroup) -> None:
+            nonlocal missing
             try:
                 hashes[i] = (await self.publisher.publish(g)).rollout_hash
+            except StreamMissing:
+                missing = True  # failed at once, counted by the publisher; said once below
             except (PublishError, TransportUnavailable) as exc:
                 # Counted by the publisher; the round still trains on its own groups.
                 self._log.warning("round_publish_failed", error=str(exc))
@@ -350,7 +356,20 @@ class RoundLoop:
                 tg.start_soon(one, i, g)
         done = [h for h in hashes if h is not None]
         self._published += len(done)
+        if missing != self._stream_missing:
+            self._stream_missing = missing
+            round_ = groups[0].producer_round if groups else None
+            if missing:
+                self._log.warning("stream_missing", round=round_)
+            else:
+                self._log.info("stream_restored", round=round_)
         return done
+
+    @property
+    def stream_missing(self) -> bool:
+        """Whether the last round's publishes found the swarm's stream gone (and this node
+        may not recreate it): it trains on its own groups meanwhile."""
+        return self._stream_missing
 
     def _fresh_candidates(self) -> tuple[tuple[BufferedGroup, ...], dict[str, int]]:
         """The buffered external groups (all fresh: the collector owns staleness) in a
@@ -508,6 +527,7 @@ class RoundLoop:
             commitments_pending=pending,
             commitments_confirmed=confirmed,
             backlog_wait_s=self._take_backlog_wait(),
+            stream_missing=self._stream_missing,
             generate_s=shared.generate_s,
             publish_s=shared.publish_s,
             score_s=shared.score_s + (t1 - t0),

@@ -13,8 +13,9 @@ Deliberately does not decode or verify payloads.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Self
+from typing import Any, Self
 
 import anyio
 import nats.errors
@@ -22,7 +23,13 @@ import nats.js.errors
 import structlog
 from nats.aio.client import Client as NatsClient
 
-from sapo_async.errors import PublishError, PublishRefused, TransportError, TransportUnavailable
+from sapo_async.errors import (
+    PublishError,
+    PublishRefused,
+    StreamMissing,
+    TransportError,
+    TransportUnavailable,
+)
 from sapo_async.fabric.transport.base import (
     PublishAck,
     StartAt,
@@ -37,12 +44,13 @@ from sapo_async.fabric.transport.jetstream_admin import (
     consumer_config,
     consumer_subjects,
     ensure_stream,
+    stream_config,
     stream_name,
     widen_consumer,
 )
 from sapo_async.fabric.transport.jetstream_pull import JetStreamDelivery, JetStreamSubscription
 from sapo_async.fabric.transport.shards import ShardSet, publish_subject, subject_matches
-from sapo_async.limits import PUBLISH_ACK_TIMEOUT_S
+from sapo_async.limits import PUBLISH_ACK_TIMEOUT_S, STREAM_CREATE_TIMEOUT_S, STREAM_RECHECK_S
 from sapo_async.wire.rollout import SignedGroup
 from sapo_async.wire.signing import encode_signed
 
@@ -88,6 +96,9 @@ class JetStreamTransport:
         self._subs: list[JetStreamSubscription] = []
         self._leaves = True  # publish on producer leaves (see _learn_subjects)
         self._closed = False
+        self._missing_since: float | None = None  # the stream was found deleted (monotonic)
+        self._next_recheck = 0.0
+        self._may_create: bool | None = None  # learnt when recreating the stream is tried
 
     @classmethod
     async def connect(
@@ -112,6 +123,11 @@ class JetStreamTransport:
     def swarm(self) -> str:
         """The swarm this connection publishes to and reads from."""
         return self._swarm
+
+    @property
+    def stream_missing(self) -> bool:
+        """Whether the swarm's stream is known deleted (publishes fail at once meanwhile)."""
+        return self._missing_since is not None
 
     @property
     def nc(self) -> NatsClient:
@@ -173,14 +189,21 @@ class JetStreamTransport:
                 f"message of {len(data)} bytes exceeds max_msg_size {self.settings.max_msg_size}",
                 rollout_hash=msg_id,
             )
+        if self._missing_since is not None and not await self._stream_back():
+            raise StreamMissing(f"stream {self.stream} is missing", rollout_hash=msg_id)
         try:
-            ack = await self.js.publish(
-                subject,
-                data,
-                timeout=PUBLISH_ACK_TIMEOUT_S,
-                stream=self.stream,
-                headers={"Nats-Msg-Id": msg_id},
-            )
+            try:
+                ack = await self._publish_once(subject, data, msg_id)
+            except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
+                # Nothing stores this subject: the stream may have been deleted under us.
+                if not await self._stream_deleted():
+                    raise
+                if not await self._recreate_stream():
+                    raise StreamMissing(
+                        f"stream {self.stream} was deleted and this credential may not recreate it",
+                        rollout_hash=msg_id,
+                    ) from None
+                ack = await self._publish_once(subject, data, msg_id)
         except nats.js.errors.ServiceUnavailableError as exc:
             raise PublishError(f"JetStream unavailable: {exc}", rollout_hash=msg_id) from exc
         except nats.js.errors.APIError as exc:
@@ -190,6 +213,70 @@ class JetStreamTransport:
         except TRANSIENT as exc:
             raise PublishError(f"publish not acknowledged: {exc!r}", rollout_hash=msg_id) from exc
         return PublishAck(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate))
+
+    async def _publish_once(self, subject: str, data: bytes, msg_id: str) -> Any:
+        return await self.js.publish(
+            subject,
+            data,
+            timeout=PUBLISH_ACK_TIMEOUT_S,
+            stream=self.stream,
+            headers={"Nats-Msg-Id": msg_id},
+        )
+
+    async def _stream_deleted(self) -> bool:
+        """Whether the server says the stream does not exist (not merely unreachable)."""
+        try:
+            with anyio.fail_after(STREAM_CREATE_TIMEOUT_S):
+                await self.js.stream_info(self.stream)
+        except nats.js.errors.NotFoundError:
+            return True
+        except (nats.js.errors.APIError, TimeoutError, *TRANSIENT):
+            return False
+        return False
+
+    async def _recreate_stream(self) -> bool:
+        """Recreate the deleted stream where this credential may (the embedded server);
+        else note it missing. Returns whether it exists again."""
+        if self._may_create is not False:
+            try:
+                with anyio.fail_after(STREAM_CREATE_TIMEOUT_S):
+                    await self.js.add_stream(stream_config(self._swarm, self.settings))
+            except nats.js.errors.BadRequestError:  # another node recreated it meanwhile
+                self._missing_since = None
+                return True
+            except (nats.js.errors.APIError, TimeoutError, *TRANSIENT) as exc:
+                # A refused request gets no answer (a permission violation): a timeout.
+                self._may_create = False
+                _log.debug("stream_recreate_refused", stream=self.stream, error=repr(exc))
+            else:
+                self._may_create = True
+                _log.warning("stream_recreated", stream=self.stream)
+                self._missing_since = None
+                return True
+        if self._missing_since is None:
+            self._missing_since = time.monotonic()
+            _log.warning(
+                "stream_missing",
+                stream=self.stream,
+                fix="the swarm's operator recreates it; the node trains on its own groups",
+            )
+        self._next_recheck = time.monotonic() + STREAM_RECHECK_S
+        return False
+
+    async def _stream_back(self) -> bool:
+        """While the stream is missing: look again at most every ``STREAM_RECHECK_S``."""
+        if time.monotonic() < self._next_recheck:
+            return False
+        if await self._stream_deleted():
+            return await self._recreate_stream()
+        assert self._missing_since is not None
+        _log.info(
+            "stream_restored",
+            stream=self.stream,
+            missing_s=round(time.monotonic() - self._missing_since, 1),
+        )
+        self._missing_since = None
+        return True
 
     async def subscribe(
         self,

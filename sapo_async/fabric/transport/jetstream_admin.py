@@ -49,6 +49,7 @@ __all__ = [
     "account_status",
     "consumer_config",
     "ensure_stream",
+    "stream_config",
     "stream_name",
     "widen_consumer",
 ]
@@ -95,7 +96,7 @@ class StreamSettings:
     replicas: int = 1
 
 
-def _stream_config(swarm: str, settings: StreamSettings) -> api.StreamConfig:
+def stream_config(swarm: str, settings: StreamSettings) -> api.StreamConfig:
     return api.StreamConfig(
         name=stream_name(swarm),
         subjects=[f"sapo.{swarm}.rollouts.>"],
@@ -133,7 +134,7 @@ async def ensure_stream(js: JetStreamContext, swarm: str, settings: StreamSettin
             credential may not create it (the server does not answer a refused request).
     """
     stream = stream_name(swarm)
-    config = _stream_config(swarm, settings)
+    config = stream_config(swarm, settings)
     try:
         try:
             info = await js.stream_info(stream)
