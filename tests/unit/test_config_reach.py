@@ -93,6 +93,9 @@ CASES: dict[tuple[str, str], tuple[Any, Check, Any]] = {
     ("nats", "shard_rotate_s"): (120.0, lambda b: b.spec.fabric.shard_rotate_s, 120.0),
     ("ledger", "enabled"): (False, lambda b: b.spec.ledger.enabled, False),
     ("ledger", "chain_id"): (5, lambda b: b.cfg.ledger.chain_id, 5),
+    # Read by the start-up checks from the loaded config; by the round loop from the spec.
+    ("ledger", "connect_timeout_s"): (7.0, lambda b: b.cfg.ledger.connect_timeout_s, 7.0),
+    ("ledger", "max_pending"): (3, lambda b: b.spec.ledger.max_pending, 3),
     ("ledger", "relayer_key_file"): (
         "file:relayer",
         lambda b: b.spec.ledger.relayer_private_key(),
