@@ -51,6 +51,13 @@ FETCH_TIMEOUT_S = 1.0
 CONSUMER_INACTIVE_THRESHOLD_S = 300.0
 """A non-durable consumer unused for 5 minutes is removed by the server (a node died)."""
 
+CONSUMER_SLOTS = 6
+"""Consumer names a credential bound to an owner may use (``<owner>-0`` ..
+``<owner>-5``, enumerated in its broker permissions: NATS subjects have no partial-token
+wildcards). A volunteer cannot delete consumers, so an old one holds its name until
+``CONSUMER_INACTIVE_THRESHOLD_S`` unused: six cover a start, a restart and a repair or a
+shard rotation inside that window."""
+
 EPHEMERAL_DELETE_TIMEOUT_S = 1.0
 """Deleting a closed ephemeral consumer is a courtesy (the server drops it after
 CONSUMER_INACTIVE_THRESHOLD_S anyway): it must not hold up a shutdown while NATS is down."""

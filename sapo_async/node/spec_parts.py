@@ -120,6 +120,14 @@ class FabricSpec(Settings):
     tls_key: ReadableFile = Field(
         default=None, description="Client private key for mutual TLS (needs tls_cert)."
     )
+    consumer_owner: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_-]{1,32}$",
+        description="The owner name the swarm's operator bound this credential's consumers "
+        "to (infra/nats/gen_permissions.py): consumers are then named <owner>-0 .. "
+        "<owner>-5, the only ones its permissions allow. Unset: random names (a server "
+        "without per-user consumer permissions).",
+    )
     start: Annotated[Literal["new", "all"] | float, BeforeValidator(_start)] = Field(
         default="all",
         description="Where this node starts reading shared rollouts: 'new' ones only, 'all' "
@@ -204,6 +212,7 @@ class FabricSpec(Settings):
             tls_ca_file=self.tls_ca,
             tls_cert_file=self.tls_cert,
             tls_key_file=self.tls_key,
+            consumer_owner=self.consumer_owner,
             **overrides,
         )
 

@@ -44,6 +44,7 @@ from sapo_async.fabric.transport.jetstream_admin import (
     consumer_config,
     consumer_subjects,
     ensure_stream,
+    free_consumer_name,
     stream_config,
     stream_name,
     widen_consumer,
@@ -77,6 +78,8 @@ class JetStreamTransport:
         swarm: the swarm id.
         settings: the stream's limits.
         owns_connection: close ``nc`` in :meth:`aclose`.
+        consumer_owner: name non-durable consumers ``<owner>-<k>`` (the names a credential
+            bound to that owner may use); None: random names.
     """
 
     def __init__(
@@ -86,8 +89,10 @@ class JetStreamTransport:
         *,
         settings: StreamSettings | None = None,
         owns_connection: bool = False,
+        consumer_owner: str | None = None,
     ) -> None:
         self._nc = nc
+        self._owner = consumer_owner
         self._swarm = validate_token(swarm, field="swarm")
         self.stream = stream_name(swarm)
         self.settings = settings or StreamSettings()
@@ -111,7 +116,13 @@ class JetStreamTransport:
             TransportError: the stream could not be created.
         """
         nc = await connect_nats(options)
-        transport = cls(nc, swarm, settings=settings, owns_connection=True)
+        transport = cls(
+            nc,
+            swarm,
+            settings=settings,
+            owns_connection=True,
+            consumer_owner=options.consumer_owner,
+        )
         try:
             await transport.ensure_stream()
         except BaseException:
@@ -296,17 +307,23 @@ class JetStreamTransport:
         """
         if self._closed:
             raise TransportUnavailable("transport is closed")
-        config = consumer_config(
-            self._swarm,
-            families=families,
-            start=start or StartAt.new(),
-            durable=durable,
-            replicas=self.settings.replicas,
-            shards=shards,
-        )
-        name = config.name
-        sub = JetStreamSubscription(self.js, self.stream, config)
+        name = durable or (f"of owner {self._owner}" if self._owner else "(new)")
         try:
+            owned = None
+            if self._owner is not None and durable is None:
+                owned = await self._free_name()
+            config = consumer_config(
+                self._swarm,
+                families=families,
+                start=start or StartAt.new(),
+                durable=durable,
+                replicas=self.settings.replicas,
+                shards=shards,
+                name=owned,
+            )
+            name = config.name or name
+            rename = self._free_name if owned is not None else None
+            sub = JetStreamSubscription(self.js, self.stream, config, rename=rename)
             exists = False
             if durable is not None:
                 try:
@@ -332,6 +349,12 @@ class JetStreamTransport:
             raise TransportUnavailable(f"cannot reach JetStream: {exc!r}") from exc
         self._subs.append(sub)
         return sub
+
+    async def _free_name(self) -> str:
+        """An owned consumer name no consumer holds now, nor one of this connection's."""
+        assert self._owner is not None
+        taken = {s.name for s in self._subs if not s.closed}
+        return await free_consumer_name(self.js, self.stream, self._owner, taken=taken)
 
     async def aclose(self) -> None:
         """Close subscriptions and, if owned, the connection (idempotent)."""
