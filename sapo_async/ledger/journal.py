@@ -40,8 +40,6 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 from typing import ParamSpec, TypeVar
@@ -49,8 +47,16 @@ from typing import ParamSpec, TypeVar
 import anyio
 
 from sapo_async.errors import JournalError, RejectedInput
+from sapo_async.ledger.journal_types import (
+    ClaimState,
+    CreditClaim,
+    EntryState,
+    JournalEntry,
+    RolloutLocation,
+)
 from sapo_async.ledger.types import RoundCommitment, checksum
 
+# The value types live in journal_types; re-exported so callers import them from here.
 __all__ = ["ClaimState", "CreditClaim", "EntryState", "Journal", "JournalEntry", "RolloutLocation"]
 
 _P = ParamSpec("_P")
@@ -93,77 +99,6 @@ CREATE TABLE IF NOT EXISTS claims (
 );
 CREATE INDEX IF NOT EXISTS claims_state ON claims (state, node);
 """
-
-
-class EntryState(StrEnum):
-    """Where a journaled commitment stands."""
-
-    PENDING = "pending"
-    LANDED = "landed"
-    FAILED = "failed"
-
-
-class ClaimState(StrEnum):
-    """Where a landed commitment's usage entry stands on chain."""
-
-    OPEN = "open"
-    SETTLED = "settled"
-    LAPSED = "lapsed"
-    REFUSED = "refused"
-
-
-@dataclass(frozen=True, slots=True)
-class CreditClaim:
-    """``node``'s round ``round`` trained on ``count`` rollouts of ``producer``'s round
-    ``producer_round``: credited with the commitment when that round was already on chain,
-    else a claim on chain until someone settles it (``SapoLedger.settleCredit``)."""
-
-    node: str
-    round: int
-    producer: str
-    producer_round: int
-    count: int
-    state: ClaimState
-    created_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
-    """One journaled commitment and its delivery state."""
-
-    commitment: RoundCommitment
-    state: EntryState
-    attempts: int
-    last_error: str | None
-    tx_hash: str | None
-    block_number: int | None
-    created_at: float
-    settled_at: float | None
-
-    @property
-    def node(self) -> str:
-        """The committing node."""
-        return self.commitment.node
-
-    @property
-    def round(self) -> int:
-        """The node's round."""
-        return self.commitment.round
-
-
-@dataclass(frozen=True, slots=True)
-class RolloutLocation:
-    """Where a rollout hash was committed: by ``node`` in ``round``.
-
-    ``kind`` is ``"own"`` (the node shared it; ``producer == node``) or ``"external"`` (the
-    node trained on it; ``producer`` made it).
-    """
-
-    rollout_hash: bytes
-    node: str
-    round: int
-    kind: str
-    producer: str
 
 
 class Journal:

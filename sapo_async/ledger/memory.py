@@ -51,6 +51,7 @@ from eth_account.signers.local import LocalAccount
 
 from sapo_async.errors import LedgerError
 from sapo_async.ledger.chain import reverted
+from sapo_async.ledger.memory_checks import check_abi_widths, check_usage
 from sapo_async.ledger.merkle import verify_proof
 from sapo_async.ledger.signing import (
     TypedData,
@@ -62,7 +63,6 @@ from sapo_async.ledger.signing import (
     typed_digest,
 )
 from sapo_async.ledger.types import (
-    MAX_PRODUCERS,
     MAX_ROLLOUTS_PER_ROUND,
     MAX_ROUND_STEP,
     CommitmentPayload,
@@ -83,7 +83,6 @@ signature made for a memory ledger is worthless on any real network."""
 
 _ZERO_ROOT = bytes(32)
 _SIGNATURE_BYTES = 65
-_UINT = {"uint64": 2**64 - 1, "uint32": 2**32 - 1}
 
 _log = get_logger("ledger")
 
@@ -181,7 +180,7 @@ class MemoryLedger:
                 refuse to encode it).
         """
         await anyio.lowlevel.checkpoint()
-        _check_abi_widths(payload)
+        check_abi_widths(payload)
         address = checksum(node.address)
         if self._direct(address):
             return self._commit(address, payload, sender=address)
@@ -201,7 +200,7 @@ class MemoryLedger:
                 (malformed signature) or any commitment rule.
         """
         await anyio.lowlevel.checkpoint()
-        _check_abi_widths(payload)
+        check_abi_widths(payload)
         return self._relay(checksum(node), payload, nonce, signature)
 
     # ------------------------------------------------------------------ reads
@@ -364,7 +363,7 @@ class MemoryLedger:
         for root, count in ((c.rollout_root, c.rollout_count), (c.external_root, c.external_count)):
             if (root == _ZERO_ROOT) != (count == 0):
                 raise reverted("SapoLedgerRootCountMismatch", root=root, count=count)
-        producers = _check_usage(node, c)
+        producers = check_usage(node, c)
         # The contract checks each entry's credit rules while crediting and reverts the
         # whole call on the first failure; checking all of them first is the same outcome.
         # An entry whose producer round is not stored becomes a claim (`SapoLedger._credit`).
@@ -487,54 +486,3 @@ class MemoryLedger:
         """``SapoLedger.creditedBy``: rollouts of ``producer``'s round ``consumer`` credited."""
         await anyio.lowlevel.checkpoint()
         return self._credited_by.get((checksum(consumer), checksum(producer), producer_round), 0)
-
-
-def _check_usage(node: str, c: CommitmentPayload) -> list[str]:
-    """``SapoLedger._checkUsage``; returns the producers checksummed."""
-    n = len(c.producers)
-    if n != len(c.counts) or n != len(c.producer_rounds):
-        raise reverted(
-            "SapoLedgerUsageLengthMismatch",
-            producers=n,
-            producerRounds=len(c.producer_rounds),
-            counts=len(c.counts),
-        )
-    if n > MAX_PRODUCERS:
-        raise reverted("SapoLedgerTooManyProducers", producers=n, max=MAX_PRODUCERS)
-    producers = [checksum(p) for p in c.producers]
-    previous, previous_round = "0x" + "00" * 20, 0
-    for i, (producer, producer_round, count) in enumerate(
-        zip(producers, c.producer_rounds, c.counts, strict=True)
-    ):
-        key, last = int(producer, 16), int(previous, 16)
-        if key == 0 or key < last or (i and key == last and producer_round <= previous_round):
-            raise reverted("SapoLedgerProducersNotSorted", previous=previous, producer=producer)
-        if producer == node:
-            raise reverted("SapoLedgerSelfUsage", node=node)
-        if count == 0:
-            raise reverted("SapoLedgerZeroUsage", producer=producer)
-        previous, previous_round = producer, producer_round
-    if sum(c.counts) != c.external_count:
-        raise reverted(
-            "SapoLedgerUsageSumMismatch", sum=sum(c.counts), externalCount=c.external_count
-        )
-    return producers
-
-
-def _check_abi_widths(c: CommitmentPayload) -> None:
-    """Refuse what web3 could not encode into ``CommitmentInput`` (the EVM backend's
-    equivalent is a web3 validation error, translated to :class:`LedgerError`)."""
-    fields = [
-        ("round", c.round, "uint64"),
-        ("policyVersion", c.policy_version, "uint64"),
-        ("rolloutCount", c.rollout_count, "uint32"),
-        ("externalCount", c.external_count, "uint32"),
-        *(("producerRounds", r, "uint64") for r in c.producer_rounds),
-        *(("counts", n, "uint32") for n in c.counts),
-    ]
-    for name, value, kind in fields:
-        if not 0 <= value <= _UINT[kind]:
-            raise LedgerError(f"{name}={value} does not fit {kind}")
-    for name, root in (("rolloutRoot", c.rollout_root), ("externalRoot", c.external_root)):
-        if len(root) != len(_ZERO_ROOT):
-            raise LedgerError(f"{name} is {len(root)} bytes, not 32")

@@ -42,7 +42,6 @@ from typing import Any
 
 import anyio
 
-from sapo_async import limits
 from sapo_async.errors import (
     ActorStopped,
     ConfigError,
@@ -59,6 +58,7 @@ from sapo_async.logs import get_logger
 from sapo_async.node.admission import NodeDefences
 from sapo_async.node.groups import GeneratedGroup, SharedRound, to_rollout_group
 from sapo_async.node.learner import Learner
+from sapo_async.node.pacing import RoundPacing
 from sapo_async.node.report import NodeStats, RoundHistory, RoundReport, rewards_by_family
 from sapo_async.node.selection import Candidate, Choice, calibrate, select_groups
 from sapo_async.node.spec import NodeSpec
@@ -129,10 +129,8 @@ class RoundLoop:
         self._used: Counter[str] = Counter()
         self._seen_accepted = 0
         self._seen_rejected: Counter[str] = Counter()
-        self._backlog_wait_s = 0.0
-        self._backlog_paused = False
-        self._stream_missing = False
         self._log = get_logger("node", node=self.address, node_name=name)
+        self.pacing = RoundPacing(recorder, spec.ledger.max_pending, self._log)
         self._install_defences(defences)
 
     def _install_defences(self, defences: NodeDefences | None) -> None:
@@ -187,11 +185,9 @@ class RoundLoop:
     async def _run_rounds(self) -> None:
         limit = self.training.rounds
         while not self._stop_requested() and (limit is None or self.history.count < limit):
+            await self.pacing.wait_backlog(self._stop_requested)
             await self._running.wait()
-            if self._stop_requested():  # stopped while paused
-                break
-            await self._wait_backlog()
-            if self._stop_requested():
+            if self._stop_requested():  # stopped while paused (by pause() or the backlog)
                 break
             if self.training.overlap:
                 await self._overlapped_step()
@@ -199,37 +195,6 @@ class RoundLoop:
                 await self.step()
             if (self.learner.round - self._saved_round) >= self.spec.checkpoint.every:
                 await self.save_checkpoint()
-
-    @property
-    def backlog_paused(self) -> bool:
-        """Whether rounds are paused now for the commitment backlog (``ledger.max_pending``)."""
-        return self._backlog_paused
-
-    async def _wait_backlog(self) -> None:
-        """Pause while more than ``ledger.max_pending`` commitments wait for the chain.
-
-        Commitments never wait on other nodes', so a backlog means the chain is down or
-        slower than the rounds: pausing keeps the journal (and the credit owed to peers)
-        bounded; nothing is dropped. The pause shows in the next round's report
-        (``backlog_wait_s``), hence in status and metrics.
-        """
-        recorder, bound = self.recorder, self.spec.ledger.max_pending
-        if recorder is None or recorder.statistics().pending <= bound:
-            return
-        t0 = time.perf_counter()
-        self._backlog_paused = True
-        self._log.warning(
-            "rounds_paused_for_backlog", pending=recorder.statistics().pending, max_pending=bound
-        )
-        while not self._stop_requested():
-            try:
-                await recorder.wait_backlog(bound, limits.LEDGER_BACKLOG_CHECK_S)
-            except TimeoutError:
-                continue  # still paused; checks for a stop request every few seconds
-            break
-        self._backlog_wait_s += time.perf_counter() - t0
-        self._backlog_paused = False
-        self._log.info("rounds_resumed_after_backlog", waited_s=round(self._backlog_wait_s, 3))
 
     def _stop_requested(self) -> bool:
         # A method, not the property, so type checkers do not assume it cannot change.
@@ -356,20 +321,8 @@ class RoundLoop:
                 tg.start_soon(one, i, g)
         done = [h for h in hashes if h is not None]
         self._published += len(done)
-        if missing != self._stream_missing:
-            self._stream_missing = missing
-            round_ = groups[0].producer_round if groups else None
-            if missing:
-                self._log.warning("stream_missing", round=round_)
-            else:
-                self._log.info("stream_restored", round=round_)
+        self.pacing.published(missing=missing, round_=groups[0].producer_round if groups else None)
         return done
-
-    @property
-    def stream_missing(self) -> bool:
-        """Whether the last round's publishes found the swarm's stream gone (and this node
-        may not recreate it): it trains on its own groups meanwhile."""
-        return self._stream_missing
 
     def _fresh_candidates(self) -> tuple[tuple[BufferedGroup, ...], dict[str, int]]:
         """The buffered external groups (all fresh: the collector owns staleness) in a
@@ -466,10 +419,6 @@ class RoundLoop:
         stats = self.recorder.statistics()
         return stats.pending, stats.landed
 
-    def _take_backlog_wait(self) -> float:
-        waited, self._backlog_wait_s = self._backlog_wait_s, 0.0
-        return waited
-
     def _collected(self) -> tuple[int, dict[str, int]]:
         """Groups the collector admitted and rejected (by reason) since the last call."""
         stats = self.collector.statistics()
@@ -526,8 +475,8 @@ class RoundLoop:
             rejections=rejections,
             commitments_pending=pending,
             commitments_confirmed=confirmed,
-            backlog_wait_s=self._take_backlog_wait(),
-            stream_missing=self._stream_missing,
+            backlog_wait_s=self.pacing.take_backlog_wait(),
+            stream_missing=self.pacing.stream_missing,
             generate_s=shared.generate_s,
             publish_s=shared.publish_s,
             score_s=shared.score_s + (t1 - t0),

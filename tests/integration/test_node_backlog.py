@@ -66,7 +66,7 @@ async def test_rounds_pause_at_the_backlog_bound_and_resume_when_the_chain_retur
         await recorder.wait_idle(60)
         os.kill(pid, signal.SIGSTOP)  # the chain stops answering; the node keeps training
         try:
-            await _wait_for(lambda: node.round_loop.backlog_paused, timeout_s=240)
+            await _wait_for(lambda: node.round_loop.pacing.backlog_paused, timeout_s=240)
             paused_at = node.round_loop.history.count
             # Paused with one round over the bound journaled, none dropped.
             assert recorder.statistics().pending == MAX_PENDING + 1
