@@ -363,7 +363,7 @@ class Chaos:
             node = self.rng.choice(self.nodes)
             node.signal(signal.SIGKILL)
             node.proc.wait(timeout=30)  # type: ignore[union-attr]
-            for server in self.cluster.servers:
+            for server in self.cluster.servers.values():
                 if server.process.pid is not None:
                     os.kill(server.process.pid, signal.SIGKILL)
                 server.stop()  # reaps it

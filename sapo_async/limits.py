@@ -329,6 +329,11 @@ one they share unless told otherwise."""
 
 # --- explorer -----------------------------------------------------------------------
 
+LEDGER_LOG_CHUNK = 10_000
+"""Blocks per ``eth_getLogs`` of the ledger index: public RPC providers cap a log query's
+block range (commonly at 10,000), and a swarm's contract emits far fewer logs per block than
+their result caps."""
+
 EXPLORER_REFRESH_S = 1.0
 """The explorer reuses a swarm snapshot for 1 s: rounds take seconds, so a page is never
 more than a round behind, and any number of open pages cost the chain one read a second."""
