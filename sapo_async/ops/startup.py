@@ -29,6 +29,7 @@ the waiting is bounded by the two settings above.
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -111,6 +112,11 @@ def _waiting_helps(check: Check) -> bool:
     return "authorization" not in check.detail.lower()
 
 
+def _without_credentials(text: str) -> str:
+    """``text`` with the ``user:password@`` of every URL in it removed (logs, errors)."""
+    return re.sub(r"//[^/@\s]*@", "//", text)
+
+
 def _until_reachable(run: Callable[[], list[Check]], wait_s: float) -> list[Check]:
     """Run ``run`` until no check fails for an outage, or ``wait_s`` has passed.
 
@@ -131,8 +137,8 @@ def _until_reachable(run: Callable[[], list[Check]], wait_s: float) -> list[Chec
         delay = min(backoff.delay(attempt), left)
         _log.warning(
             "startup_check_waiting",
-            check=down[0].name,
-            detail=down[0].detail,
+            check=_without_credentials(down[0].name),
+            detail=_without_credentials(down[0].detail),
             retry_in_s=round(delay, 2),
             gives_up_in_s=round(left, 1),
         )
@@ -204,7 +210,7 @@ def raise_first_failure(checks: Sequence[Check]) -> None:
     for check in checks:
         if not check.failed:
             continue
-        message = f"start-up check {check.name} failed: {check.detail}"
+        message = _without_credentials(f"start-up check {check.name} failed: {check.detail}")
         if check.fix:
             message += f"; fix: {check.fix}"
         message += " (`sapo-async doctor` checks everything)"
