@@ -515,17 +515,22 @@ class Chaos:
             acked |= {h.hex() for e in entries for h in e.commitment.rollout_hashes}
             acked_lost += sorted(acked - stream)
             repeated += sum(1 for e in all_events if e.get("event") == "commitment_not_journaled")
-            pending = [
-                e.get("commitments_pending", 0)
-                for e in all_events
-                if e.get("event") == "round_completed"
-            ]
-            max_pending = max(max_pending, max(pending, default=0))
+            for log in node.logs:  # journaled minus landed, in each incarnation's order
+                backlog = 0
+                for e in events(log):
+                    if e.get("event") == "recorder_started":
+                        backlog = int(e.get("pending", 0))
+                    elif e.get("event") == "commitment_journaled":
+                        backlog += 1
+                    elif e.get("event") in ("commitment_confirmed", "commitment_already_landed"):
+                        backlog -= 1
+                    max_pending = max(max_pending, backlog)
             for name in (
                 "rounds_paused_for_backlog",
                 "credit_settled",
                 "credit_claim_lapsed",
                 "credit_withdrawn",
+                "credit_refused_by_producer_round",
                 "stream_missing",
                 "startup_check_waiting",
             ):

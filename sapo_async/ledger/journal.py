@@ -1,40 +1,33 @@
 """Durable local journal of round commitments (SQLite), written before anything is sent.
 
-Owns the on-disk record of every commitment a node made and where it stands:
-``pending`` (journaled, not known on chain), ``landed`` (seen on chain, with tx and block) or
-``failed`` (the chain can never take it, with the reason). It also indexes every rollout hash
-a commitment names, so ``sapo-async verify`` can find the node and round of a hash and build
-its proof, and keeps one *credit claim* per usage entry of a landed commitment (``open`` until
-the recorder sees it credited on chain, then ``settled``; ``lapsed`` when its producer round
-never came; ``refused`` when the chain refused to credit it). It does not talk to the chain:
-:mod:`sapo_async.ledger.recorder` moves entries and claims along.
+Owns the on-disk record of every commitment a node made and where it stands: ``pending``
+(not known on chain), ``landed`` (with tx and block) or ``failed`` (the chain can never take
+it, with the reason); an index of every rollout hash a commitment names (``sapo-async
+verify`` finds a hash's node and round there); and the *credit claims* of landed
+commitments, the usage entries the chain kept as claims (``open``, then ``settled``,
+``lapsed`` or ``refused``). It does not talk to the chain: :mod:`.recorder` does.
 
 Invariants:
-- an entry is durable (committed to disk, ``synchronous=FULL``) before :meth:`Journal.append`
-  returns, so a commitment accepted by the recorder survives a crash;
-- per node, journaled rounds strictly increase (the chain would refuse a back-fill anyway);
-- re-appending the same commitment is a no-op; a *different* commitment for a journaled
-  (node, round) is rejected;
-- states only move pending -> landed or pending -> failed;
-- a commitment's claims are written in the same transaction that marks it landed, so a
-  landed commitment always has them; a claim leaves ``open`` once, never back.
+- an entry is durable (``synchronous=FULL``) before :meth:`Journal.append` returns;
+- per node, journaled rounds strictly increase; re-appending the same commitment is a
+  no-op, a *different* one for a journaled (node, round) is rejected;
+- states only move pending -> landed or pending -> failed; a landed entry's claims are
+  written in the same transaction; a claim leaves ``open`` once, never back.
 
-Damage: a file that is not SQLite, or a database SQLite finds malformed (checked with
-``PRAGMA quick_check`` at open, and caught on any later read or write), raises
-:class:`~sapo_async.errors.JournalError` naming the file and what to do, never sqlite3's own
-error; the journal never deletes, truncates or rewrites a damaged file.
+Damage: a file that is not SQLite or that SQLite finds malformed (``PRAGMA quick_check`` at
+open, and any later read or write) raises :class:`~sapo_async.errors.JournalError` naming
+the file and what to do; the journal never deletes, truncates or rewrites a damaged file.
 
 Threads: every method is synchronous (the CLI and the audit use it as is). A write commits
-with an fsync, which can take milliseconds to seconds on a busy disk, so async callers run
-writes through :meth:`Journal.write`: in a worker thread, one write at a time per journal
-(a capacity limiter of 1, so writes keep the order they were issued in), and the event loop
-keeps running meanwhile. Reads of a file-backed journal use their own connection: under WAL
-they never wait for a writer's fsync, so they stay cheap enough for the event loop. Each
-connection is opened with ``check_same_thread=False`` and guarded by its own lock.
+with an fsync (milliseconds to seconds on a busy disk), so async callers write through
+:meth:`Journal.write`: one write at a time per journal in a worker thread, in the order
+issued. Reads of a file-backed journal use their own connection (under WAL they never wait
+for a writer's fsync). Each connection is guarded by its own lock.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import threading
 import time
@@ -283,6 +276,46 @@ class Journal:
                 (error[:500], checksum(node), round_, EntryState.PENDING),
             )
 
+    def withdraw_usage(
+        self, node: str, round_: int, producer_rounds: set[tuple[str, int]]
+    ) -> RoundCommitment | None:
+        """Take ``producer_rounds`` out of a pending entry's usage; return what is left.
+
+        Only for producer rounds whose own commitment on chain refuses this credit (it
+        shared nothing, or fewer rollouts than this node used: a publish acked by the
+        server that its producer saw fail); the round then lands without them. Their
+        hashes leave the body and the rollout index together.
+
+        Returns:
+            the reduced commitment, or None if no such pending entry exists.
+        """
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT body FROM commitments WHERE node = ? AND round = ? AND state = ?",
+                (checksum(node), round_, EntryState.PENDING),
+            ).fetchone()
+            if row is None:
+                return None
+            before = RoundCommitment.from_json(row[0])
+            kept: dict[str, dict[int, tuple[bytes, ...]]] = {}
+            gone: list[bytes] = []
+            for producer, r, hashes in before.usage():
+                if (producer, r) in producer_rounds:
+                    gone.extend(hashes)
+                else:
+                    kept.setdefault(producer, {})[r] = hashes
+            after = dataclasses.replace(before, external_hashes=kept)
+            db.execute(
+                "UPDATE commitments SET body = ? WHERE node = ? AND round = ?",
+                (after.to_json(), after.node, after.round),
+            )
+            db.executemany(
+                "DELETE FROM rollouts WHERE rollout_hash = ? AND node = ? AND round = ? "
+                "AND kind = 'external'",
+                [(h, after.node, after.round) for h in gone],
+            )
+        return after
+
     def mark_landed(
         self,
         node: str,
@@ -296,18 +329,13 @@ class Journal:
         transaction, open a credit claim for each usage entry the chain kept as a claim.
 
         Args:
-            claimed: those entries' (producer, producer round), from the transaction's
-                ``UsageClaimed`` logs; None (the receipt is unknown: the entry was found
-                already on chain) opens one for every usage entry, and the recorder's first
-                look at the chain closes those credited with the commitment.
+            claimed: their (producer, producer round), from the ``UsageClaimed`` logs; None
+                (no receipt: found already on chain) opens one per usage entry, and the
+                recorder's first look at the chain closes those credited at once.
         """
+        landed = EntryState.LANDED
         self._settle(
-            node,
-            round_,
-            EntryState.LANDED,
-            tx_hash=tx_hash,
-            block_number=block_number,
-            claimed=claimed,
+            node, round_, landed, tx_hash=tx_hash, block_number=block_number, claimed=claimed
         )
 
     def settle_claim(

@@ -22,7 +22,11 @@ is pending, the sender settles its open claims (``settleCredit``) whose producer
 chain by now, each exactly once (it reads ``claimOf`` first: 0 means credited with the
 commitment or already settled by anyone). A claim whose producer round has not come after
 ``limits.LEDGER_CLAIM_LAPSE_S`` is no longer polled (``credit_claim_lapsed``); it stays on
-chain, and anyone may still settle it. Nothing is ever withdrawn from a commitment.
+chain, and anyone may still settle it. A producer being slow never costs it credit. The one
+usage ever dropped from a journaled commitment is usage its producer's *own* commitment on
+chain refuses (that round shared nothing, or fewer rollouts than this node used: a publish
+the server acked while the producer saw it fail): the round then lands without it
+(``credit_refused_by_producer_round``) instead of failing.
 
 Life cycle (:class:`~sapo_async.actors.Actor`): created -> starting -> running -> draining
 -> stopped (or failed, surfacing as ActorFailed). Drain gives the sender up to
@@ -52,6 +56,9 @@ from sapo_async.ledger.types import RoundCommitment
 from sapo_async.logs import get_logger
 
 __all__ = ["Recorder", "RecorderStats"]
+
+_REFUSED_CREDIT = ("SapoLedgerProducerRoundNotCommitted", "SapoLedgerCreditExceedsShared")
+"""Reverts that name a usage entry whose producer round is on chain and shared less."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,9 +441,32 @@ class Recorder(Actor[None]):
             )
             self._log.error("commitment_conflicted", round=commitment.round)
 
+    async def _withdraw_refused_credit(self, entry: JournalEntry) -> bool:
+        """Drop the usage of producer rounds whose own commitment refuses it (it shared
+        nothing, or fewer rollouts than this node used: a publish the server acked while its
+        producer saw it fail). Returns whether any was dropped."""
+        refused = set()
+        for producer, r, hashes in entry.commitment.usage():
+            shared = await self._ledger.commitment_of(producer, r)
+            if shared is None:
+                continue  # not on chain yet: the chain keeps it as a claim
+            credited = await self._ledger.credited_by(self.node, producer, r)
+            if credited + len(hashes) > shared.rollout_count:
+                refused.add((producer, r))
+        if refused:
+            await self._journal.write(self._journal.withdraw_usage, self.node, entry.round, refused)
+            self._log.warning(
+                "credit_refused_by_producer_round",
+                round=entry.round,
+                producer_rounds=sorted(f"{p}:{r}" for p, r in refused),
+            )
+        return bool(refused)
+
     async def _reject(self, entry: JournalEntry, exc: CommitmentRejected) -> None:
         if exc.reason == "InvalidAccountNonce":
             raise exc  # another relay used the node's nonce first: retry with a fresh one
+        if exc.reason in _REFUSED_CREDIT and await self._withdraw_refused_credit(entry):
+            raise exc  # send the reduced commitment on the next pass
         if exc.reason == "SapoLedgerRoundNotIncreasing":
             reason = "superseded: a later round of this node is already on chain"
         else:

@@ -352,3 +352,26 @@ async def test_a_producer_round_that_never_lands_withdraws_nothing(
     assert await embedded.credit_received(producer.address) == 2
     assert await embedded.credit_received(ghost.address) == 0
     assert await embedded.claim_of(consumer.address, 1, ghost.address, 0) == 1
+
+
+async def test_usage_its_producer_round_refuses_is_dropped_not_the_consumer_round(
+    embedded: EvmLedger, tmp_path: Path
+):
+    # Seen in the 12 s block chaos run (a round lost): a publish the server acked while its
+    # producer saw it fail is in the stream and trained on, but the producer's commitment
+    # for that round does not count it. The chain refuses crediting more than the round
+    # shared, which marked the consumer's whole round failed.
+    consumer, producer = Account.create(), Account.create()
+    counted, uncounted = os.urandom(32), os.urandom(32)
+    with Journal(tmp_path / "j.sqlite") as journal:
+        async with Recorder(embedded, journal, producer) as prec:
+            await prec.record(RoundCommitment(producer.address, 0, 0, [counted]))
+            await prec.wait_idle(60)
+        used = round_of(consumer, 1, external_hashes={producer.address: {0: [counted, uncounted]}})
+        async with Recorder(embedded, journal, consumer, retry_base_s=0.05, retry_max_s=0.2) as rec:
+            await rec.record(used)
+            await rec.record(round_of(consumer, 2))
+            assert (await rec.wait_settled(1, 60)).state is EntryState.LANDED
+            assert (await rec.wait_settled(2, 60)).state is EntryState.LANDED
+    assert await embedded.rounds_of(consumer.address) == [1, 2]
+    assert await embedded.credit_received(producer.address) == 0
