@@ -8,10 +8,14 @@ journal and checkpoints, reading 8 of 16 shards (rotating every minute) of a str
 replicated three ways. A seeded, bounded schedule injects one fault at a time, each
 undone before the next: SIGKILL a node (restarted 2-5 s later; any node, even one still
 starting), SIGTERM a node that is running (restarted once it exited), SIGKILL a NATS
-server (restarted 5-15 s later on its store), and pause the RPC (SIGSTOP anvil for
-5-20 s, then SIGCONT); short runs shorten the outages to 0.4x. A node that exits on its
-own is a crash (and is restarted, so the run goes on). After the schedule every node must complete a
-round in its latest incarnation, then all stop with SIGTERM and the audit runs:
+server (restarted 5-15 s later on its store), pause the RPC (SIGSTOP anvil for
+5-20 s, then SIGCONT), and restart a node (SIGKILL, started again at once) while the RPC is
+paused for 5-20 s, or while all three NATS servers are down for 5-15 s (the start-up
+checks must wait the outage out, never exit 2); short runs shorten the outages to 0.4x.
+``--block-time S`` runs anvil mining a block every S seconds (a real chain's pace). A node
+that exits on its own is a crash (and is restarted, so the run goes on). After the schedule
+every node must complete a round in its latest incarnation, then all stop with SIGTERM and
+the audit runs:
 
 * rounds committed: commitments on chain, all nodes;
 * commitments lost: a round a node completed (logged ``round_completed``) or journaled
@@ -64,7 +68,14 @@ from sapo_async.process import free_port  # noqa: E402
 from tests.fixtures.volunteer import NatsCluster  # noqa: E402
 
 SWARM = "chaos"
-KINDS = ("node_sigkill", "node_sigterm", "nats_kill", "rpc_pause")
+KINDS = (
+    "node_sigkill",
+    "node_sigterm",
+    "nats_kill",
+    "rpc_pause",
+    "node_start_in_rpc_pause",
+    "node_start_in_nats_outage",
+)
 PASSWORD = "chaos-password"  # the throwaway keystores of this run
 
 
@@ -188,7 +199,9 @@ def wait_healthy(ports: list[int], timeout: float = 60.0) -> None:
 class Chaos:
     """The run: servers, chain, nodes, the fault schedule and the audit."""
 
-    def __init__(self, work: Path, nodes: int, duration: float, seed: int) -> None:
+    def __init__(
+        self, work: Path, nodes: int, duration: float, seed: int, block_time: float | None = None
+    ) -> None:
         self.work = work
         self.n = nodes
         self.duration = duration
@@ -203,7 +216,7 @@ class Chaos:
             leaf_ports=ports[6:9],
             http_ports=ports[9:12],
         )
-        self.anvil = AnvilProcess(work / "anvil", keep_state=False)
+        self.anvil = AnvilProcess(work / "anvil", keep_state=False, block_time_s=block_time)
         self.nodes = [NodeProc(i, work / f"node{i}.toml", work / f"node{i}") for i in range(nodes)]
         self.faults: Counter[str] = Counter()
         self.crashes: list[str] = []
@@ -332,6 +345,34 @@ class Chaos:
                 self.sleep(down)
             finally:
                 os.kill(pid, signal.SIGCONT)
+        elif kind == "node_start_in_rpc_pause":
+            pid = self.anvil.process.pid if self.anvil.process else None
+            assert pid is not None
+            node = self.rng.choice(self.nodes)
+            node.signal(signal.SIGKILL)
+            node.proc.wait(timeout=30)  # type: ignore[union-attr]
+            os.kill(pid, signal.SIGSTOP)
+            down = self.rng.uniform(5, 20) * self.scale
+            self.note(kind, node=node.index, down_s=round(down, 1))
+            node.start()
+            try:
+                self.sleep(down)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        elif kind == "node_start_in_nats_outage":
+            node = self.rng.choice(self.nodes)
+            node.signal(signal.SIGKILL)
+            node.proc.wait(timeout=30)  # type: ignore[union-attr]
+            for server in self.cluster.servers.values():
+                if server.process.pid is not None:
+                    os.kill(server.process.pid, signal.SIGKILL)
+                server.stop()  # reaps it
+            down = self.rng.uniform(5, 15) * self.scale
+            self.note(kind, node=node.index, down_s=round(down, 1))
+            node.start()
+            self.sleep(down)
+            for i in range(3):
+                self.cluster.start(i)
         else:  # pragma: no cover
             raise ValueError(kind)
 
@@ -397,22 +438,36 @@ class Chaos:
 
     async def _final_drain(self, ledger: Any) -> None:
         """Land what the nodes left pending, as each node's next start would: every node's
-        journal with its own key, all at once (a consumer's round may wait on a producer's
-        pending round). Tiny nodes finish rounds faster than the chain takes commitments,
-        so the SIGTERM drain can leave a backlog; it is journaled, not lost."""
+        journal with its own key, all at once. Tiny nodes finish rounds faster than the chain
+        takes commitments, so the SIGTERM drain can leave a backlog; it is journaled, not
+        lost. Once every node's rounds are on chain, each settles its open credit claims."""
+        landed = {node.index: anyio.Event() for node in self.nodes}
+        all_landed = anyio.Event()
 
         async def drain(node: NodeProc) -> None:
-            key = Account.decrypt(json.loads((node.data / "key.json").read_text()), PASSWORD)
-            account = Account.from_key(key)
-            with Journal(node.data / "journal" / "journal.sqlite") as journal:
-                if not journal.pending(node.address):
-                    return
-                async with Recorder(
-                    ledger, journal, account, retry_base_s=0.05, retry_max_s=1.0
-                ) as rec:
-                    await rec.wait_idle(600)
+            try:
+                key = Account.decrypt(json.loads((node.data / "key.json").read_text()), PASSWORD)
+                account = Account.from_key(key)
+                with Journal(node.data / "journal" / "journal.sqlite") as journal:
+                    if not journal.pending(node.address) and not journal.open_claims(node.address):
+                        return
+                    async with Recorder(
+                        ledger, journal, account, retry_base_s=0.05, retry_max_s=1.0
+                    ) as rec:
+                        await rec.wait_idle(600)
+                        landed[node.index].set()
+                        await all_landed.wait()
+                        await rec.wait_credit_settled(600)
+            finally:
+                landed[node.index].set()
+
+        async def release() -> None:
+            for event in landed.values():
+                await event.wait()
+            all_landed.set()
 
         async with anyio.create_task_group() as tg:
+            tg.start_soon(release)
             for node in self.nodes:
                 tg.start_soon(drain, node)
 
@@ -430,6 +485,8 @@ class Chaos:
         committed = 0
         repeated = 0
         killed_early = 0
+        max_pending = 0
+        signals: Counter[str] = Counter()
         own_seen: dict[bytes, tuple[str, int]] = {}
         for node in self.nodes:
             on_chain = await ledger.rounds_of(node.address)
@@ -458,6 +515,26 @@ class Chaos:
             acked |= {h.hex() for e in entries for h in e.commitment.rollout_hashes}
             acked_lost += sorted(acked - stream)
             repeated += sum(1 for e in all_events if e.get("event") == "commitment_not_journaled")
+            for log in node.logs:  # journaled minus landed, in each incarnation's order
+                backlog = 0
+                for e in events(log):
+                    if e.get("event") == "recorder_started":
+                        backlog = int(e.get("pending", 0))
+                    elif e.get("event") == "commitment_journaled":
+                        backlog += 1
+                    elif e.get("event") in ("commitment_confirmed", "commitment_already_landed"):
+                        backlog -= 1
+                    max_pending = max(max_pending, backlog)
+            for name in (
+                "rounds_paused_for_backlog",
+                "credit_settled",
+                "credit_claim_lapsed",
+                "credit_withdrawn",
+                "credit_refused_by_producer_round",
+                "stream_missing",
+                "startup_check_waiting",
+            ):
+                signals[name] += sum(1 for e in all_events if e.get("event") == name)
             for k, log in enumerate(node.logs):
                 evs = events(log)
                 if any(e.get("event") == "node_failed" for e in evs):
@@ -481,6 +558,9 @@ class Chaos:
             "restarts": sum(len(n.logs) - 1 for n in self.nodes),
             "acked_groups": len(stream),
             "rounds_repeated_after_resume": repeated,
+            "max_commitments_pending_per_node": max_pending,
+            "honest_credit_withdrawn": signals["credit_withdrawn"],
+            "events": dict(signals),
             "incarnations_stopped_before_resuming": killed_early,
             "details": {
                 "lost": lost[:20],
@@ -503,9 +583,11 @@ class Chaos:
         self.cluster.stop_all()
 
 
-def run_chaos(nodes: int, duration: float, seed: int, work: Path) -> dict[str, Any]:
+def run_chaos(
+    nodes: int, duration: float, seed: int, work: Path, block_time: float | None = None
+) -> dict[str, Any]:
     """Set up, run the schedule, audit, tear down; returns the audit."""
-    chaos = Chaos(work, nodes, duration, seed)
+    chaos = Chaos(work, nodes, duration, seed, block_time)
     started = time.time()
     try:
         chaos.setup()
@@ -519,7 +601,8 @@ def run_chaos(nodes: int, duration: float, seed: int, work: Path) -> dict[str, A
         "wall_s": round(time.time() - started, 1),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "cluster": "3 nats-server processes on loopback (infra/nats/cluster), stream R3",
-        "chain": "anvil (npm), one SapoLedger",
+        "chain": "anvil (npm), one SapoLedger, "
+        + (f"a block every {block_time:g} s" if block_time else "a block per transaction"),
         "node": "sapo-async node, tiny model on CPU, 4x4 rollouts/round, I=2 J=2, "
         "reads 8 of 16 shards rotating every minute, checkpoint every round",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs",
@@ -533,17 +616,22 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of faults")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--block-time", type=float, default=None, help="anvil mines a block every S seconds"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="default: results_path()")
     args = parser.parse_args()
     nodes, duration = (3, 45.0) if args.quick else (args.nodes, args.duration)
     with tempfile.TemporaryDirectory(prefix="sapo-chaos-") as tmp:
-        result = run_chaos(nodes, duration, args.seed, Path(tmp))
-    result["command"] = "nice -n 10 just chaos" + (" --quick" if args.quick else "")
-    path = results_path("chaos", quick=args.quick)
+        result = run_chaos(nodes, duration, args.seed, Path(tmp), args.block_time)
+    result["command"] = " ".join(["python bench/chaos.py", *sys.argv[1:]])
+    path = args.out or results_path("chaos", quick=args.quick)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")
     keys = ("faults_injected", "rounds_committed", "commitments_lost", "duplicate_commitments")
     keys += ("acked_groups_lost", "crashes", "nodes_not_resumed")
+    keys += ("max_commitments_pending_per_node", "honest_credit_withdrawn", "events")
     for key in keys:
         print(f"{key}: {result[key]}")
 

@@ -16,6 +16,7 @@ inherits it too, so ``except ValueError`` keeps working for callers who do not k
     │   ├── TransportUnavailable (ConnectionError)
     │   └── PublishError                    the server did not acknowledge a publish
     │       └── PublishRefused              ... and never will (too large): do not retry
+    │           └── StreamMissing           the swarm's stream is gone and cannot be recreated
     ├── LedgerError
     │   ├── LedgerUnavailable (ConnectionError)
     │   ├── CommitmentRejected              the chain reverted a commitment (carries tx hash)
@@ -47,6 +48,7 @@ __all__ = [
     "PublishRefused",
     "RejectedInput",
     "SapoError",
+    "StreamMissing",
     "TrainingError",
     "TransportError",
     "TransportUnavailable",
@@ -142,6 +144,11 @@ class PublishError(TransportError):
 
 class PublishRefused(PublishError):
     """The server refused a message for good (too large, no such stream): do not retry."""
+
+
+class StreamMissing(PublishRefused):
+    """The swarm's stream was deleted and this credential may not recreate it: publishes
+    fail at once (no retries) until the stream is back; the node trains on its own groups."""
 
 
 class LedgerError(SapoError):

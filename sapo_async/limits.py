@@ -51,6 +51,13 @@ FETCH_TIMEOUT_S = 1.0
 CONSUMER_INACTIVE_THRESHOLD_S = 300.0
 """A non-durable consumer unused for 5 minutes is removed by the server (a node died)."""
 
+CONSUMER_SLOTS = 6
+"""Consumer names a credential bound to an owner may use (``<owner>-0`` ..
+``<owner>-5``, enumerated in its broker permissions: NATS subjects have no partial-token
+wildcards). A volunteer cannot delete consumers, so an old one holds its name until
+``CONSUMER_INACTIVE_THRESHOLD_S`` unused: six cover a start, a restart and a repair or a
+shard rotation inside that window."""
+
 EPHEMERAL_DELETE_TIMEOUT_S = 1.0
 """Deleting a closed ephemeral consumer is a courtesy (the server drops it after
 CONSUMER_INACTIVE_THRESHOLD_S anyway): it must not hold up a shutdown while NATS is down."""
@@ -85,6 +92,14 @@ RETRY_JITTER = 0.5
 """Every retry waits its schedule's delay times a random 1 to 1.5: nodes that lost the same
 server at the same instant drift half a delay apart per attempt instead of returning in
 lock-step, and no wait is shorter than the schedule, so each retry window below still holds."""
+
+STREAM_RECHECK_S = 10.0
+"""How often a node whose swarm stream was deleted (and which may not recreate it) looks
+whether it is back; meanwhile its publishes fail at once instead of waiting on retries."""
+
+STREAM_CREATE_TIMEOUT_S = 1.0
+"""A stream info or create request while the stream is missing: the server answers in
+milliseconds, and refuses a forbidden create by not answering, so a second is plenty."""
 
 PUBLISH_RETRIES = 5
 """A publish is tried 5 times with backoff (0.2 s doubling: ~6 s), covering a server restart."""
@@ -202,12 +217,36 @@ LEDGER_RPC_TIMEOUT_S = 10.0
 LEDGER_VIEW_PAGE = 256
 """Addresses or rounds read per view call: keeps each eth_call far below RPC gas caps."""
 
-LEDGER_CREDIT_WAIT_ATTEMPTS = 6
-"""Sends of a commitment refused because a credited producer's round is not on chain yet,
-before the recorder withdraws that credit and lands the rest: producers land their own
-rounds within seconds (a restarted one from its journal), and 6 backed-off retries (0.5 s
-doubling: about 30 s) outlast that while keeping the consumer's later rounds, queued behind
-this one, from stalling for minutes."""
+LEDGER_SETTLE_INTERVAL_S = 1.0
+"""How often an idle recorder with open credit claims looks again for their producer rounds:
+a producer lands its round seconds after sharing it (one block on an L2, 12 s on Ethereum),
+and each look costs two view calls per claim, so once a second is prompt and cheap."""
+
+LEDGER_CLAIM_LAPSE_S = 3600.0
+"""An open claim whose producer round is still not on chain after an hour stops being polled:
+its producer died between sharing and committing, or is offline for long. The claim stays on
+chain, so anyone (the producer itself, once back) can still settle it; nothing is withdrawn."""
+
+LEDGER_MAX_PENDING = 8
+"""Default bound of a node's pending commitments (``[ledger] max_pending``) before its rounds
+pause until they land: with no commitment waiting on another node's, an honest backlog is one
+or two rounds, so 8 means the chain is unreachable or slower than the rounds, and pausing
+keeps the journal and the credit a node owes its peers from growing without bound."""
+
+LEDGER_BACKLOG_CHECK_S = 5.0
+"""How long a paused node waits for its backlog to shrink before logging again that it is
+still paused (the pause itself lasts until the commitments land)."""
+
+LEDGER_CONNECT_TIMEOUT_S = 120.0
+"""How long a starting node keeps retrying an RPC endpoint that does not answer (the default
+of ``[ledger] connect_timeout_s``): as long as NATS gets (``NATS_JOIN_TIMEOUT_S``), so a
+volunteer's node started during a chain restart or a provider's blip comes up by itself."""
+
+STARTUP_RETRY_BASE_S = 0.5
+"""First pause between start-up checks of a server that did not answer."""
+
+STARTUP_RETRY_MAX_S = 10.0
+"""Longest pause between start-up checks: a server back up is seen within ten seconds."""
 
 LEDGER_MAX_ATTEMPTS_LOGGED = 3
 """Failed sends of one commitment logged at warning level before the recorder goes quiet."""
@@ -302,6 +341,11 @@ one they share unless told otherwise."""
 
 
 # --- explorer -----------------------------------------------------------------------
+
+LEDGER_LOG_CHUNK = 10_000
+"""Blocks per ``eth_getLogs`` of the ledger index: public RPC providers cap a log query's
+block range (commonly at 10,000), and a swarm's contract emits far fewer logs per block than
+their result caps."""
 
 EXPLORER_REFRESH_S = 1.0
 """The explorer reuses a swarm snapshot for 1 s: rounds take seconds, so a page is never

@@ -25,7 +25,12 @@ import {Nonces} from "@openzeppelin/contracts/utils/Nonces.sol";
  *   itself, and the consumer's credit to one (producer, producerRound) summed over all its
  *   commitments never exceeds the rollout count that producer committed for that round. Credit
  *   therefore always names a round that exists, is bounded by what the producer shared, and cannot
- *   be minted for an address that shared nothing. Counts are bounded by `MAX_ROLLOUTS_PER_ROUND`
+ *   be minted for an address that shared nothing.
+ * - No commitment waits on another node's: an entry whose producer round is already on chain is
+ *   credited with the commitment; any other entry is stored as a *claim* of the consumer's round
+ *   (`UsageClaimed`) and the commitment lands all the same. Anyone may later settle a claim
+ *   (`settleCredit`) once the producer round is on chain, under the same credit rules; a claim on a
+ *   round that never lands simply stays unsettled (no credit, nothing withdrawn from anyone). Counts are bounded by `MAX_ROLLOUTS_PER_ROUND`
  *   (the chain cannot count a Merkle tree's leaves from its root; this is the check it can make).
  *   What the rules cannot see (credit redirected to another producer that committed a round, a
  *   clique crediting its members' real or padded roots) is left to the audit's contribution score.
@@ -100,6 +105,7 @@ contract SapoLedger is EIP712, Nonces {
     mapping(address node => mapping(uint64 round => Commitment)) private _commitments;
     mapping(address node => uint64[]) private _rounds;
     mapping(address consumer => mapping(address producer => mapping(uint64 round => uint32))) private _credited;
+    mapping(bytes32 claimKey => uint32) private _claims;
 
     /// @notice A node registered (or was registered by a relayer) with its metadata.
     event NodeRegistered(address indexed node, string metadata);
@@ -119,6 +125,12 @@ contract SapoLedger is EIP712, Nonces {
     /// @notice `consumer` trained, in its round `round`, on `count` rollouts `producer` committed
     /// in its round `producerRound`.
     event UsageCredited(
+        address indexed producer, address indexed consumer, uint64 indexed round, uint64 producerRound, uint32 count
+    );
+
+    /// @notice `consumer`, in its round `round`, reported training on `count` rollouts of `producer`'s round
+    /// `producerRound`, which is not on chain yet: credit waits for `settleCredit`.
+    event UsageClaimed(
         address indexed producer, address indexed consumer, uint64 indexed round, uint64 producerRound, uint32 count
     );
 
@@ -153,6 +165,8 @@ contract SapoLedger is EIP712, Nonces {
     /// @notice Crediting would bring this consumer's credit for (`producer`, `producerRound`) to `credited`,
     /// above the `shared` rollouts the producer committed for that round.
     error SapoLedgerCreditExceedsShared(address producer, uint64 producerRound, uint256 credited, uint32 shared);
+    /// @notice `consumer`'s round `round` holds no unsettled claim on (`producer`, `producerRound`).
+    error SapoLedgerNothingToSettle(address consumer, uint64 round, address producer, uint64 producerRound);
 
     /**
      * @param swarm_ Identifier of the swarm this ledger serves (for example keccak256 of its name).
@@ -200,6 +214,19 @@ contract SapoLedger is EIP712, Nonces {
         _commit(node, c);
     }
 
+    /**
+     * @notice Credits `consumer`'s claim, made in its round `round`, on `producer`'s round `producerRound`,
+     * now that the producer committed that round. Anyone may call it (the consumer, the producer, an auditor);
+     * it applies the credit rules a commitment would have applied, emits `UsageCredited` and clears the claim.
+     */
+    function settleCredit(address consumer, uint64 round, address producer, uint64 producerRound) external {
+        bytes32 key = _claimKey(consumer, round, producer, producerRound);
+        uint32 count = _claims[key];
+        if (count == 0) revert SapoLedgerNothingToSettle(consumer, round, producer, producerRound);
+        delete _claims[key];
+        _creditNow(consumer, round, producer, producerRound, count);
+    }
+
     // ------------------------------------------------------------------ views
 
     /// @notice Identifier of the swarm this ledger serves.
@@ -244,6 +271,15 @@ contract SapoLedger is EIP712, Nonces {
     /// @notice Rollouts of `producer`'s round `producerRound` that `consumer` has credited so far.
     function creditedBy(address consumer, address producer, uint64 producerRound) external view returns (uint32) {
         return _credited[consumer][producer][producerRound];
+    }
+
+    /// @notice Unsettled rollouts `consumer` claimed in its round `round` on `producer`'s round `producerRound`.
+    function claimOf(address consumer, uint64 round, address producer, uint64 producerRound)
+        external
+        view
+        returns (uint32)
+    {
+        return _claims[_claimKey(consumer, round, producer, producerRound)];
     }
 
     /// @notice The commitment of `node` for `round`; `committedAt == 0` when there is none.
@@ -383,8 +419,21 @@ contract SapoLedger is EIP712, Nonces {
         }
     }
 
-    /// @dev The credit rules of one entry (checked entries are sorted, so each (producer, round) appears once).
+    /// @dev One usage entry of a commitment (entries are sorted, so each (producer, round) appears once):
+    /// credited now if the producer round is on chain, else kept as a claim for `settleCredit`.
     function _credit(address consumer, uint64 round, address producer, uint64 producerRound, uint32 count) private {
+        if (_commitments[producer][producerRound].committedAt == 0) {
+            _claims[_claimKey(consumer, round, producer, producerRound)] = count;
+            emit UsageClaimed(producer, consumer, round, producerRound, count);
+            return;
+        }
+        _creditNow(consumer, round, producer, producerRound, count);
+    }
+
+    /// @dev The credit rules: the producer round holds rollouts and this consumer's credit stays within them.
+    function _creditNow(address consumer, uint64 round, address producer, uint64 producerRound, uint32 count)
+        private
+    {
         Commitment storage shared = _commitments[producer][producerRound];
         if (shared.committedAt == 0 || shared.rolloutCount == 0) {
             revert SapoLedgerProducerRoundNotCommitted(producer, producerRound);
@@ -398,6 +447,15 @@ contract SapoLedger is EIP712, Nonces {
         _credited[consumer][producer][producerRound] = uint32(credited);
         _info[producer].creditReceived += count;
         emit UsageCredited(producer, consumer, round, producerRound, count);
+    }
+
+    /// @dev One slot per claim, keyed by the whole (consumer, round, producer, producer round).
+    function _claimKey(address consumer, uint64 round, address producer, uint64 producerRound)
+        private
+        pure
+        returns (bytes32)
+    {
+        return keccak256(abi.encode(consumer, round, producer, producerRound));
     }
 
     function _checkUsage(address node, CommitmentInput calldata c) private pure {

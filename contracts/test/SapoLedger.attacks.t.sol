@@ -7,7 +7,9 @@ import {LedgerTestBase} from "./LedgerTestBase.sol";
 /// @dev The five credit attacks found by probing the ledger before its credit rules (issue 12),
 /// each refused. Every test here failed on that contract: the attack's call went through, so the
 /// expected revert never came (checked by running this file against it; see docs/security-credit.md).
-/// Errors are named by signature, not by `SapoLedger.X.selector`, so the file compiles against both.
+/// Errors are named by signature, not by `SapoLedger.X.selector`. Since credit of a producer round not yet on
+/// chain is deferred (a claim, settled by `settleCredit`), attacks 1 and 3 land their commitment and are refused
+/// at settlement: the credit never accrues either way.
 contract SapoLedgerAttackTest is LedgerTestBase {
     SapoLedger internal ledger;
     address internal alice = address(0xA11CE);
@@ -38,12 +40,15 @@ contract SapoLedgerAttackTest is LedgerTestBase {
         vm.expectRevert(abi.encodeWithSelector(COUNT_TOO_LARGE, type(uint32).max, uint32(4096)));
         vm.prank(mallory);
         ledger.commit(c);
-        // Within the size bound, bob still never committed a round 1 to be credited for.
+        // Within the size bound, bob still never committed a round 1 to be credited for: the usage is kept
+        // as a claim (mallory's round never waits on bob's) and settling it is refused.
         c = _usage1(_input(1, bytes32(0), 0), bob, 1, 4096);
-        vm.expectRevert(abi.encodeWithSelector(ROUND_NOT_COMMITTED, bob, uint64(1)));
         vm.prank(mallory);
         ledger.commit(c);
         assertEq(ledger.creditReceived(bob), 0, "no credit minted");
+        vm.expectRevert(abi.encodeWithSelector(ROUND_NOT_COMMITTED, bob, uint64(1)));
+        ledger.settleCredit(mallory, 1, bob, 1);
+        assertEq(ledger.creditReceived(bob), 0, "no credit minted by settling");
     }
 
     /// Attack 2: two addresses of one person credit each other every round, beyond what either shared.
@@ -72,9 +77,10 @@ contract SapoLedgerAttackTest is LedgerTestBase {
         // mallory trains on alice's two rollouts (same external root) but credits bob for them.
         SapoLedger.CommitmentInput memory c = _usage1(_input(1, bytes32(0), 0), bob, 1, 2);
         c.externalRoot = root;
-        vm.expectRevert(abi.encodeWithSelector(ROUND_NOT_COMMITTED, bob, uint64(1)));
         vm.prank(mallory);
-        ledger.commit(c);
+        ledger.commit(c); // lands as a claim on bob's round 1
+        vm.expectRevert(abi.encodeWithSelector(ROUND_NOT_COMMITTED, bob, uint64(1)));
+        ledger.settleCredit(mallory, 1, bob, 1);
         assertEq(ledger.creditReceived(bob), 0, "no credit for rollouts bob never committed");
     }
 

@@ -39,6 +39,15 @@ contract LedgerHandler is LedgerTestBase {
     }
 
     Credit[] public credits;
+
+    struct Claim {
+        address consumer;
+        uint64 round;
+        address producer;
+        uint64 producerRound;
+    }
+
+    Claim[] internal _claims;
     mapping(address producer => uint256) public ghostCredit;
 
     constructor(SapoLedger ledger_) {
@@ -105,10 +114,26 @@ contract LedgerHandler is LedgerTestBase {
         address p = nodes[producer % 3];
         SapoLedger.CommitmentInput memory c =
             _usage1(_input(_small(round), bytes32(0), 0), p, _small(producerRound), uint32(bound(count, 1, 8)));
+        bool onChain = ledger.commitmentOf(p, c.producerRounds[0]).committedAt != 0;
         if (_attempt(consumer, c, false)) {
-            credits.push(Credit(consumer, p, c.producerRounds[0]));
-            ghostCredit[p] += c.counts[0];
+            if (onChain) {
+                credits.push(Credit(consumer, p, c.producerRounds[0]));
+                ghostCredit[p] += c.counts[0];
+            } else {
+                _claims.push(Claim(consumer, c.round, p, c.producerRounds[0]));
+            }
         }
+    }
+
+    /// Anyone settles a claim made earlier: it credits only within the credit rules, and only once.
+    function settle(uint256 which) external {
+        if (_claims.length == 0) return;
+        Claim memory k = _claims[which % _claims.length];
+        uint32 count = ledger.claimOf(k.consumer, k.round, k.producer, k.producerRound);
+        try ledger.settleCredit(k.consumer, k.round, k.producer, k.producerRound) {
+            credits.push(Credit(k.consumer, k.producer, k.producerRound));
+            ghostCredit[k.producer] += count;
+        } catch {}
     }
 
     /// A node commits the highest round it can name, trying to lock itself out.

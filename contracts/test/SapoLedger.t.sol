@@ -463,16 +463,84 @@ contract SapoLedgerTest is LedgerTestBase {
         assertTrue(credited <= shared, "credit within what was shared");
     }
 
-    /// Credit names a producer round that exists: any other round of the producer is refused.
-    function testFuzz_RevertIf_CreditedRoundNotCommitted(uint64 sharedRound, uint64 creditedRound) public {
+    /// Credit names a producer round that exists: usage of any other round of the producer lands as a claim
+    /// that credits nothing, and settling it is refused while that round is not on chain.
+    function testFuzz_UsageOfAnUncommittedRoundCreditsNothing(uint64 sharedRound, uint64 creditedRound) public {
         sharedRound = uint64(bound(sharedRound, 0, ledger.MAX_ROUND_STEP()));
         vm.assume(creditedRound != sharedRound);
         _share(bob, sharedRound, 4);
+        vm.prank(alice);
+        ledger.commit(_usage1(_input(1, bytes32(0), 0), bob, creditedRound, 1));
+        assertEq(ledger.creditReceived(bob), 0, "no credit");
+        assertEq(ledger.claimOf(alice, 1, bob, creditedRound), 1, "claim kept");
         vm.expectRevert(
             abi.encodeWithSelector(SapoLedger.SapoLedgerProducerRoundNotCommitted.selector, bob, creditedRound)
         );
+        ledger.settleCredit(alice, 1, bob, creditedRound);
+    }
+
+    // ------------------------------------------------------------------ deferred credit
+
+    /// The consumer's round lands before the producer's; anyone settles the claim once the producer's lands.
+    function test_ClaimOnALaterProducerRoundIsSettledByAnyone() public {
         vm.prank(alice);
-        ledger.commit(_usage1(_input(1, bytes32(0), 0), bob, creditedRound, 1));
+        ledger.commit(_usage1(_input(1, keccak256("a1"), 2), bob, 5, 3));
+        assertEq(ledger.nodeInfo(alice).roundsCommitted, 1, "consumer's round landed first");
+        assertEq(ledger.claimOf(alice, 1, bob, 5), 3, "claimed");
+        _share(bob, 5, 4);
+        vm.prank(carol); // not a node at all
+        ledger.settleCredit(alice, 1, bob, 5);
+        assertEq(ledger.creditReceived(bob), 3, "credited");
+        assertEq(ledger.creditedBy(alice, bob, 5), 3, "per round");
+        assertEq(ledger.claimOf(alice, 1, bob, 5), 0, "claim cleared");
+        vm.expectRevert(
+            abi.encodeWithSelector(SapoLedger.SapoLedgerNothingToSettle.selector, alice, uint64(1), bob, uint64(5))
+        );
+        ledger.settleCredit(alice, 1, bob, 5);
+        assertEq(ledger.creditReceived(bob), 3, "settled once");
+    }
+
+    /// A claim above what the producer round turns out to share is refused at settlement, like a commitment.
+    function test_RevertIf_SettledClaimExceedsShared() public {
+        vm.prank(alice);
+        ledger.commit(_usage1(_input(1, bytes32(0), 0), bob, 2, 9));
+        _share(bob, 2, 4);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                SapoLedger.SapoLedgerCreditExceedsShared.selector, bob, uint64(2), uint256(9), uint32(4)
+            )
+        );
+        ledger.settleCredit(alice, 1, bob, 2);
+        assertEq(ledger.creditReceived(bob), 0, "nothing credited");
+    }
+
+    /// Immediate credit and settled claims of one consumer share one bound per producer round.
+    function test_RevertIf_ClaimAndCommitTogetherExceedShared() public {
+        vm.prank(alice);
+        ledger.commit(_usage1(_input(1, bytes32(0), 0), bob, 2, 3)); // claim: bob's round 2 not yet on chain
+        _share(bob, 2, 4);
+        vm.prank(alice);
+        ledger.commit(_usage1(_input(2, bytes32(0), 0), bob, 2, 3)); // credited now: 3 of 4
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                SapoLedger.SapoLedgerCreditExceedsShared.selector, bob, uint64(2), uint256(6), uint32(4)
+            )
+        );
+        ledger.settleCredit(alice, 1, bob, 2);
+    }
+
+    /// A claim costs less than a credit, and its settlement no more than the credit it replaces plus a transaction.
+    function test_GasOfAClaimDoesNotDependOnRolloutCount() public {
+        vm.startPrank(alice);
+        ledger.commit(_usage1(_input(1, keccak256("warm"), 1), bob, 9, 1)); // first write to alice's slots
+        uint256 g0 = gasleft();
+        ledger.commit(_usage1(_input(2, keccak256("a"), 8), bob, 1, 8));
+        uint256 small = g0 - gasleft();
+        g0 = gasleft();
+        ledger.commit(_usage1(_input(3, keccak256("b"), 4096), bob, 2, 4096));
+        uint256 large = g0 - gasleft();
+        vm.stopPrank();
+        assertTrue(large <= small + 200 && small <= large + 200, "claim gas independent of rollout count");
     }
 
     /// A round more than MAX_ROUND_STEP above the last is refused, so a node can always commit again.

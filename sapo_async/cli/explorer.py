@@ -120,9 +120,11 @@ async def _serve(
     from sapo_async.explorer.server import serving
     from sapo_async.explorer.source import Explorer
     from sapo_async.ledger.connect import connect_ledger
+    from sapo_async.ledger.index import LedgerIndex
 
     ledger = connect_ledger(rpc, contract, from_block=from_block)
-    app = build_app(Explorer(ledger, chain=rpc, logs=logs, journals=journals))
+    index = LedgerIndex(ledger)  # events read incrementally: a few RPC calls per refresh
+    app = build_app(Explorer(ledger, chain=rpc, logs=logs, journals=journals, index=index))
     async with serving(app, host=host, port=port) as url:
         typer.echo(f"explorer: {url}  (ledger {ledger.address} on {rpc}; Ctrl-C stops)")
         await _until_stopped()

@@ -12,7 +12,7 @@ and :mod:`sapo_async.experiment`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -204,11 +204,28 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
             from sapo_async.ledger.audit import audit_swarm, swarm_table
 
             print_unclipped(console, swarm_table(await audit_swarm(handle.ledger, breakdown=False)))
+            console.print(_landing_summary(run.nodes))
     window = max(1, min(10, opts["rounds"] // 3))
     rounds = min(len(h) for h in history) if history else 0
     first = sum(sum(h[:window]) for h in history) / max(1, window * len(history))
     last = sum(sum(h[rounds - window : rounds]) for h in history) / max(1, window * len(history))
     return {"first": first, "last": last, "window": window, "seconds": time.perf_counter() - t0}
+
+
+def _landing_summary(nodes: Sequence[Any]) -> str:
+    """One line: how many commitments landed, how long the last rounds' took, open claims."""
+    delays = [n.recorder.landing_delays() for n in nodes if n.recorder is not None]
+    stats = [n.recorder.statistics() for n in nodes if n.recorder is not None]
+    every = [d for per_node in delays for d in per_node.values()]
+    last = [per_node[max(per_node)] for per_node in delays if per_node]
+    if not every:
+        return "commitments: none landed"
+    return (
+        f"commitments: {len(every)} landed, {sum(s.pending for s in stats)} pending, "
+        f"{sum(s.failed for s in stats)} failed; journal to chain: last round "
+        f"{max(last):.1f} s at most, any round {max(every):.1f} s at most; credit claims "
+        f"settled {sum(s.claims_settled for s in stats)}, open {sum(s.claims_open for s in stats)}"
+    )
 
 
 @contextlib.asynccontextmanager

@@ -34,11 +34,18 @@ from sapo_async.explorer.views import (
     swarm_view,
     verification_view,
 )
-from sapo_async.ledger.audit import RolloutVerification, audit_node, audit_swarm, verify_rollout
+from sapo_async.ledger.audit import (
+    NodeAudit,
+    RolloutVerification,
+    audit_node,
+    audit_swarm,
+    verify_rollout,
+)
 from sapo_async.ledger.base import Ledger
+from sapo_async.ledger.index import LedgerIndex
 from sapo_async.ledger.journal import Journal
 from sapo_async.ledger.score import contribution_scores
-from sapo_async.ledger.types import checksum
+from sapo_async.ledger.types import UsageCredit, checksum
 
 __all__ = ["Explorer", "journal_paths"]
 
@@ -78,6 +85,9 @@ class Explorer:
         journals: journal files or folders of them, for inclusion checks; a callable is
             asked each time (the embedded swarm's journals appear as nodes join).
         refresh_s: how long a swarm snapshot is reused.
+        index: an incremental event index of the ledger (:class:`LedgerIndex`): the swarm
+            page then costs a few RPC calls per refresh whatever the number of nodes,
+            instead of three view calls per node and an event scan from the deployment.
     """
 
     def __init__(
@@ -88,8 +98,10 @@ class Explorer:
         logs: Path | None = None,
         journals: Sequence[Path] | Callable[[], Sequence[Path]] = (),
         refresh_s: float = limits.EXPLORER_REFRESH_S,
+        index: LedgerIndex | None = None,
     ) -> None:
         self.ledger = ledger
+        self._index = index
         self.chain = chain
         self.logs = logs
         self._journals = journals
@@ -138,15 +150,14 @@ class Explorer:
             return {**self._snapshot, "revision": self.revision}
 
     async def _read_swarm(self) -> dict[str, Any]:
+        if self._index is not None:
+            await self._index.refresh()
+            seen: dict[str, int | None] = dict(self._index.last_seen())
+            return await self._view(self._index.audits(), self._index.credits(), seen)
         # Totals from the views (one call each); the usage graph from one event scan for
         # the whole swarm rather than two per node (audit_swarm's breakdown).
         audits = await audit_swarm(self.ledger, breakdown=False)
         credits = await self.ledger.usage_credits()
-        # The contribution score from the same events (pure), not ledger_scores' re-read.
-        scores = contribution_scores(
-            credits, {a.node: a.participation.rounds_committed for a in audits}
-        )
-        audits = [replace(a, score=scores.get(a.node)) for a in audits]
         last_seen: dict[str, int | None] = {}
         for a in audits:
             stored = (
@@ -155,6 +166,16 @@ class Explorer:
                 else await self.ledger.commitment_of(a.node, a.last_round)
             )
             last_seen[a.node] = stored.timestamp if stored else None
+        return await self._view(audits, credits, last_seen)
+
+    async def _view(
+        self, audits: list[NodeAudit], credits: list[UsageCredit], last_seen: dict[str, int | None]
+    ) -> dict[str, Any]:
+        # The contribution score from the same events (pure), not ledger_scores' re-read.
+        scores = contribution_scores(
+            credits, {a.node: a.participation.rounds_committed for a in audits}
+        )
+        audits = [replace(a, score=scores.get(a.node)) for a in audits]
         return swarm_view(
             ledger=self.ledger.address,
             chain=self.chain,

@@ -88,6 +88,8 @@ class AnvilProcess:
         chain_id: the chain id it reports (anvil's default, 31337).
         keep_state: load and dump ``workdir/anvil-state.json`` so a restart keeps the chain.
         binary: the anvil executable (found with :func:`find_anvil` by default).
+        block_time_s: mine a block every this many seconds (a real chain's pace: 1-2 s on
+            an L2, 12 s on Ethereum); None mines one block per transaction at once.
     """
 
     def __init__(
@@ -99,8 +101,10 @@ class AnvilProcess:
         chain_id: int = 31337,
         keep_state: bool = True,
         binary: Path | None = None,
+        block_time_s: float | None = None,
     ) -> None:
         self.workdir = Path(workdir)
+        self.block_time_s = block_time_s
         self.host = host
         self.port = port or free_port(host)
         self.chain_id = chain_id
@@ -124,6 +128,8 @@ class AnvilProcess:
         """
         argv = [str(self._binary or find_anvil()), "--host", self.host, "--port", str(self.port)]
         argv += ["--chain-id", str(self.chain_id)]
+        if self.block_time_s is not None:  # mine on a clock, like a real chain, not per tx
+            argv += ["--block-time", f"{self.block_time_s:g}"]
         if self.state is not None:
             argv += ["--state", str(self.state), "--preserve-historical-states"]
         self.process = ChildProcess(

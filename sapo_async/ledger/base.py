@@ -50,6 +50,17 @@ class Ledger(Protocol):
         """Send ``node``'s commitment (directly, or relayed with its EIP-712 signature)."""
         ...
 
+    async def settle_credit(
+        self, sender: LocalAccount, consumer: str, round_: int, producer: str, producer_round: int
+    ) -> SubmitReceipt:
+        """Credit ``consumer``'s claim (made in its ``round_``) on ``producer``'s round
+        ``producer_round``, now on chain; anyone may send it."""
+        ...
+
+    async def claim_of(self, consumer: str, round_: int, producer: str, producer_round: int) -> int:
+        """Unsettled rollouts of that claim (0: none, or already settled)."""
+        ...
+
     async def commitment_of(self, node: str, round_: int) -> OnChainCommitment | None:
         """The stored commitment of ``node`` for ``round_``, or None."""
         ...

@@ -37,7 +37,7 @@ from web3.exceptions import (
 from sapo_async import limits
 from sapo_async.errors import CommitmentRejected, LedgerError, LedgerUnavailable
 from sapo_async.ledger.artifacts import load_artifact
-from sapo_async.ledger.types import SubmitReceipt
+from sapo_async.ledger.types import SubmitReceipt, checksum
 from sapo_async.wire.rollout import keccak256
 
 __all__ = ["Chain", "decode_revert", "reverted", "translate_errors"]
@@ -108,7 +108,23 @@ class Chain:
             block_number=int(receipt["blockNumber"]),
             gas_used=int(receipt["gasUsed"]),
             contract_address=receipt.get("contractAddress") or None,
+            claimed=_claims_in(receipt),
         )
+
+
+_USAGE_CLAIMED = keccak256(b"UsageClaimed(address,address,uint64,uint64,uint32)")
+
+
+def _claims_in(receipt: Any) -> tuple[tuple[str, int], ...]:
+    """(producer, producer round) of each ``UsageClaimed`` log of ``receipt``: topic 1 is the
+    producer, the data's first word the producer round (the event's ABI)."""
+    found = []
+    for log in receipt.get("logs") or ():
+        topics = [bytes(t) for t in log["topics"]]
+        if topics and topics[0] == _USAGE_CLAIMED:
+            data = bytes(log["data"])
+            found.append((checksum("0x" + topics[1][-20:].hex()), int.from_bytes(data[:32])))
+    return tuple(found)
 
 
 def _error_table() -> dict[bytes, tuple[str, list[str], list[str]]]:

@@ -154,7 +154,34 @@ class EvmLedger:
         call = self._contract.functions.commitBySig(node, payload.as_abi(), nonce, signature)
         return self.chain.send_sync(self.relayer, call)
 
+    async def settle_credit(
+        self, sender: LocalAccount, consumer: str, round_: int, producer: str, producer_round: int
+    ) -> SubmitReceipt:
+        """Credit ``consumer``'s claim of its round ``round_`` on ``producer``'s round
+        ``producer_round`` (``settleCredit``; anyone may call it). Sent by the relayer if
+        there is one, else by ``sender``.
+
+        Raises:
+            LedgerUnavailable: the chain cannot be reached.
+            CommitmentRejected: ``SapoLedgerNothingToSettle`` (no such claim, or already
+                settled), ``SapoLedgerProducerRoundNotCommitted`` (not on chain yet, or it
+                shared nothing), ``SapoLedgerCreditExceedsShared``.
+        """
+        call = self._contract.functions.settleCredit(
+            checksum(consumer), round_, checksum(producer), producer_round
+        )
+        account = self.relayer if self.relayer is not None else sender
+        return await self.chain.run(self.chain.send_sync, account, call)
+
     # ------------------------------------------------------------------ reads
+
+    async def claim_of(self, consumer: str, round_: int, producer: str, producer_round: int) -> int:
+        """Unsettled rollouts ``consumer`` claimed in ``round_`` on ``producer``'s round
+        ``producer_round`` (``claimOf``; 0: no claim, or settled)."""
+        call = self._contract.functions.claimOf(
+            checksum(consumer), round_, checksum(producer), producer_round
+        )
+        return int(await self.chain.run(call.call))
 
     async def commitment_of(self, node: str, round_: int) -> OnChainCommitment | None:
         """The stored commitment of ``node`` for ``round_``, or None if there is none."""

@@ -1,31 +1,28 @@
 """Durable local journal of round commitments (SQLite), written before anything is sent.
 
-Owns the on-disk record of every commitment a node made and where it stands:
-``pending`` (journaled, not known on chain), ``landed`` (seen on chain, with tx and block) or
-``failed`` (the chain can never take it, with the reason). It also indexes every rollout hash
-a commitment names, so ``sapo-async verify`` can find the node and round of a hash and build
-its proof. It does not talk to the chain: :mod:`sapo_async.ledger.recorder` moves entries along.
+Owns the on-disk record of every commitment a node made and where it stands: ``pending``
+(not known on chain), ``landed`` (with tx and block) or ``failed`` (the chain can never take
+it, with the reason); an index of every rollout hash a commitment names (``sapo-async
+verify`` finds a hash's node and round there); and the *credit claims* of landed
+commitments, the usage entries the chain kept as claims (``open``, then ``settled``,
+``lapsed`` or ``refused``). It does not talk to the chain: :mod:`.recorder` does.
 
 Invariants:
-- an entry is durable (committed to disk, ``synchronous=FULL``) before :meth:`Journal.append`
-  returns, so a commitment accepted by the recorder survives a crash;
-- per node, journaled rounds strictly increase (the chain would refuse a back-fill anyway);
-- re-appending the same commitment is a no-op; a *different* commitment for a journaled
-  (node, round) is rejected;
-- states only move pending -> landed or pending -> failed.
+- an entry is durable (``synchronous=FULL``) before :meth:`Journal.append` returns;
+- per node, journaled rounds strictly increase; re-appending the same commitment is a
+  no-op, a *different* one for a journaled (node, round) is rejected;
+- states only move pending -> landed or pending -> failed; a landed entry's claims are
+  written in the same transaction; a claim leaves ``open`` once, never back.
 
-Damage: a file that is not SQLite, or a database SQLite finds malformed (checked with
-``PRAGMA quick_check`` at open, and caught on any later read or write), raises
-:class:`~sapo_async.errors.JournalError` naming the file and what to do, never sqlite3's own
-error; the journal never deletes, truncates or rewrites a damaged file.
+Damage: a file that is not SQLite or that SQLite finds malformed (``PRAGMA quick_check`` at
+open, and any later read or write) raises :class:`~sapo_async.errors.JournalError` naming
+the file and what to do; the journal never deletes, truncates or rewrites a damaged file.
 
 Threads: every method is synchronous (the CLI and the audit use it as is). A write commits
-with an fsync, which can take milliseconds to seconds on a busy disk, so async callers run
-writes through :meth:`Journal.write`: in a worker thread, one write at a time per journal
-(a capacity limiter of 1, so writes keep the order they were issued in), and the event loop
-keeps running meanwhile. Reads of a file-backed journal use their own connection: under WAL
-they never wait for a writer's fsync, so they stay cheap enough for the event loop. Each
-connection is opened with ``check_same_thread=False`` and guarded by its own lock.
+with an fsync (milliseconds to seconds on a busy disk), so async callers write through
+:meth:`Journal.write`: one write at a time per journal in a worker thread, in the order
+issued. Reads of a file-backed journal use their own connection (under WAL they never wait
+for a writer's fsync). Each connection is guarded by its own lock.
 """
 
 from __future__ import annotations
@@ -34,10 +31,8 @@ import dataclasses
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 from typing import ParamSpec, TypeVar
@@ -45,9 +40,17 @@ from typing import ParamSpec, TypeVar
 import anyio
 
 from sapo_async.errors import JournalError, RejectedInput
+from sapo_async.ledger.journal_types import (
+    ClaimState,
+    CreditClaim,
+    EntryState,
+    JournalEntry,
+    RolloutLocation,
+)
 from sapo_async.ledger.types import RoundCommitment, checksum
 
-__all__ = ["EntryState", "Journal", "JournalEntry", "RolloutLocation"]
+# The value types live in journal_types; re-exported so callers import them from here.
+__all__ = ["ClaimState", "CreditClaim", "EntryState", "Journal", "JournalEntry", "RolloutLocation"]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -75,54 +78,20 @@ CREATE TABLE IF NOT EXISTS rollouts (
     PRIMARY KEY (rollout_hash, node, round, kind)
 );
 CREATE INDEX IF NOT EXISTS commitments_state ON commitments (state, node, round);
+CREATE TABLE IF NOT EXISTS claims (
+    node TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    producer TEXT NOT NULL,
+    producer_round INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT,
+    created_at REAL NOT NULL,
+    settled_at REAL,
+    PRIMARY KEY (node, round, producer, producer_round)
+);
+CREATE INDEX IF NOT EXISTS claims_state ON claims (state, node);
 """
-
-
-class EntryState(StrEnum):
-    """Where a journaled commitment stands."""
-
-    PENDING = "pending"
-    LANDED = "landed"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
-    """One journaled commitment and its delivery state."""
-
-    commitment: RoundCommitment
-    state: EntryState
-    attempts: int
-    last_error: str | None
-    tx_hash: str | None
-    block_number: int | None
-    created_at: float
-    settled_at: float | None
-
-    @property
-    def node(self) -> str:
-        """The committing node."""
-        return self.commitment.node
-
-    @property
-    def round(self) -> int:
-        """The node's round."""
-        return self.commitment.round
-
-
-@dataclass(frozen=True, slots=True)
-class RolloutLocation:
-    """Where a rollout hash was committed: by ``node`` in ``round``.
-
-    ``kind`` is ``"own"`` (the node shared it; ``producer == node``) or ``"external"`` (the
-    node trained on it; ``producer`` made it).
-    """
-
-    rollout_hash: bytes
-    node: str
-    round: int
-    kind: str
-    producer: str
 
 
 class Journal:
@@ -310,12 +279,12 @@ class Journal:
     def withdraw_usage(
         self, node: str, round_: int, producer_rounds: set[tuple[str, int]]
     ) -> RoundCommitment | None:
-        """Take ``producer_rounds`` out of a pending entry's usage and return what is left.
+        """Take ``producer_rounds`` out of a pending entry's usage; return what is left.
 
-        For a credited producer round that never landed on chain (its producer died between
-        sharing and committing): the contract refuses credit for it, so the consumer's round
-        lands without it rather than not at all. The hashes of those rounds leave the
-        entry's body and its rollout index together (the usage root no longer holds them).
+        Only for producer rounds whose own commitment on chain refuses this credit (it
+        shared nothing, or fewer rollouts than this node used: a publish acked by the
+        server that its producer saw fail); the round then lands without them. Their
+        hashes leave the body and the rollout index together.
 
         Returns:
             the reduced commitment, or None if no such pending entry exists.
@@ -348,10 +317,53 @@ class Journal:
         return after
 
     def mark_landed(
-        self, node: str, round_: int, *, tx_hash: str | None, block_number: int | None
+        self,
+        node: str,
+        round_: int,
+        *,
+        tx_hash: str | None,
+        block_number: int | None,
+        claimed: Collection[tuple[str, int]] | None = None,
     ) -> None:
-        """Mark a pending entry landed (no-op if it already is)."""
-        self._settle(node, round_, EntryState.LANDED, tx_hash=tx_hash, block_number=block_number)
+        """Mark a pending entry landed (no-op if it already is) and, in the same
+        transaction, open a credit claim for each usage entry the chain kept as a claim.
+
+        Args:
+            claimed: their (producer, producer round), from the ``UsageClaimed`` logs; None
+                (no receipt: found already on chain) opens one per usage entry, and the
+                recorder's first look at the chain closes those credited at once.
+        """
+        landed = EntryState.LANDED
+        self._settle(
+            node, round_, landed, tx_hash=tx_hash, block_number=block_number, claimed=claimed
+        )
+
+    def settle_claim(
+        self,
+        node: str,
+        round_: int,
+        producer: str,
+        producer_round: int,
+        *,
+        state: ClaimState,
+        reason: str | None = None,
+    ) -> None:
+        """Move an open claim to ``state`` (settled, lapsed or refused; no-op if not open)."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE claims SET state = ?, reason = ?, settled_at = ? WHERE node = ? AND "
+                "round = ? AND producer = ? AND producer_round = ? AND state = ?",
+                (
+                    state,
+                    reason,
+                    time.time(),
+                    checksum(node),
+                    round_,
+                    checksum(producer),
+                    producer_round,
+                    ClaimState.OPEN,
+                ),
+            )
 
     def mark_failed(self, node: str, round_: int, reason: str) -> None:
         """Mark a pending entry as one the chain will never take, with ``reason``."""
@@ -366,9 +378,10 @@ class Journal:
         tx_hash: str | None = None,
         block_number: int | None = None,
         error: str | None = None,
+        claimed: Collection[tuple[str, int]] | None = None,
     ) -> None:
         with self._tx() as db:
-            db.execute(
+            moved = db.execute(
                 "UPDATE commitments SET state = ?, tx_hash = COALESCE(?, tx_hash), "
                 "block_number = COALESCE(?, block_number), last_error = COALESCE(?, last_error), "
                 "settled_at = ? WHERE node = ? AND round = ? AND state = ?",
@@ -382,9 +395,47 @@ class Journal:
                     round_,
                     EntryState.PENDING,
                 ),
+            ).rowcount
+            if not moved or state is not EntryState.LANDED:
+                return
+            (body,) = db.execute(
+                "SELECT body FROM commitments WHERE node = ? AND round = ?",
+                (checksum(node), round_),
+            ).fetchone()
+            commitment = RoundCommitment.from_json(body)
+            kept = {(checksum(p), r) for p, r in claimed or ()}
+            now = time.time()
+            db.executemany(
+                "INSERT OR IGNORE INTO claims (node, round, producer, producer_round, count, "
+                "state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (commitment.node, commitment.round, p, r, len(h), ClaimState.OPEN, now)
+                    for p, r, h in commitment.usage()
+                    if claimed is None or (p, r) in kept
+                ],
             )
 
     # ------------------------------------------------------------------ reads
+
+    def open_claims(self, node: str) -> list[CreditClaim]:
+        """``node``'s open claims, oldest round first."""
+        with self._guard("read"), self._read_lock:
+            rows = self._reading.execute(
+                "SELECT node, round, producer, producer_round, count, state, created_at "
+                "FROM claims WHERE node = ? AND state = ? ORDER BY round, producer, producer_round",
+                (checksum(node), ClaimState.OPEN),
+            ).fetchall()
+        return [CreditClaim(r[0], r[1], r[2], r[3], r[4], ClaimState(r[5]), r[6]) for r in rows]
+
+    def claim_counts(self, node: str) -> dict[ClaimState, int]:
+        """Number of ``node``'s claims per state."""
+        with self._guard("read"), self._read_lock:
+            rows = self._reading.execute(
+                "SELECT state, COUNT(*) FROM claims WHERE node = ? GROUP BY state",
+                (checksum(node),),
+            ).fetchall()
+        found = {ClaimState(state): n for state, n in rows}
+        return {state: found.get(state, 0) for state in ClaimState}
 
     def _entries(self, where: str, args: tuple[object, ...]) -> list[JournalEntry]:
         with self._guard("read"):

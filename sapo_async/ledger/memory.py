@@ -19,7 +19,9 @@ Invariants (those of the contract):
   round), without the node itself or zero counts, and add up to the external count;
 - credit rules: each entry credits a producer round that was committed with rollouts, and a
   consumer's credit to one producer round, over all its commitments, never exceeds the
-  rollout count committed for it;
+  rollout count committed for it; an entry whose producer round is not stored yet is kept
+  as a claim of the consumer's round, credited by :meth:`MemoryLedger.settle_credit` under
+  the same rules once that round is stored;
 - a relayed registration or commitment carries the node's EIP-712 signature over this
   ledger's domain (chain id, address) and consumes the node's nonce, so it cannot be replayed.
 
@@ -49,6 +51,7 @@ from eth_account.signers.local import LocalAccount
 
 from sapo_async.errors import LedgerError
 from sapo_async.ledger.chain import reverted
+from sapo_async.ledger.memory_checks import check_abi_widths, check_usage
 from sapo_async.ledger.merkle import verify_proof
 from sapo_async.ledger.signing import (
     TypedData,
@@ -60,7 +63,6 @@ from sapo_async.ledger.signing import (
     typed_digest,
 )
 from sapo_async.ledger.types import (
-    MAX_PRODUCERS,
     MAX_ROLLOUTS_PER_ROUND,
     MAX_ROUND_STEP,
     CommitmentPayload,
@@ -81,7 +83,6 @@ signature made for a memory ledger is worthless on any real network."""
 
 _ZERO_ROOT = bytes(32)
 _SIGNATURE_BYTES = 65
-_UINT = {"uint64": 2**64 - 1, "uint32": 2**32 - 1}
 
 _log = get_logger("ledger")
 
@@ -132,6 +133,7 @@ class MemoryLedger:
         self._recorded: list[OnChainCommitment] = []
         self._credited: list[UsageCredit] = []
         self._credited_by: dict[tuple[str, str, int], int] = {}
+        self._claims: dict[tuple[str, int, str, int], int] = {}
 
     @property
     def address(self) -> str:
@@ -178,7 +180,7 @@ class MemoryLedger:
                 refuse to encode it).
         """
         await anyio.lowlevel.checkpoint()
-        _check_abi_widths(payload)
+        check_abi_widths(payload)
         address = checksum(node.address)
         if self._direct(address):
             return self._commit(address, payload, sender=address)
@@ -198,7 +200,7 @@ class MemoryLedger:
                 (malformed signature) or any commitment rule.
         """
         await anyio.lowlevel.checkpoint()
-        _check_abi_widths(payload)
+        check_abi_widths(payload)
         return self._relay(checksum(node), payload, nonce, signature)
 
     # ------------------------------------------------------------------ reads
@@ -361,13 +363,19 @@ class MemoryLedger:
         for root, count in ((c.rollout_root, c.rollout_count), (c.external_root, c.external_count)):
             if (root == _ZERO_ROOT) != (count == 0):
                 raise reverted("SapoLedgerRootCountMismatch", root=root, count=count)
-        producers = _check_usage(node, c)
+        producers = check_usage(node, c)
         # The contract checks each entry's credit rules while crediting and reverts the
         # whole call on the first failure; checking all of them first is the same outcome.
+        # An entry whose producer round is not stored becomes a claim (`SapoLedger._credit`).
         entries = list(zip(producers, c.producer_rounds, c.counts, strict=True))
+        claims = [e for e in entries if (e[0], e[1]) not in self._stored]
+        entries = [e for e in entries if (e[0], e[1]) in self._stored]
         for producer, producer_round, count in entries:
             self._check_credit(node, producer, producer_round, count)
-        receipt = self._mine(f"commit:{node}:{c.round}:{sender}")
+        receipt = replace(
+            self._mine(f"commit:{node}:{c.round}:{sender}"),
+            claimed=tuple((producer, producer_round) for producer, producer_round, _ in claims),
+        )
         stored = OnChainCommitment(
             node=node,
             round=c.round,
@@ -390,24 +398,70 @@ class MemoryLedger:
             external_used=t.external_used + c.external_count,
         )
         self._recorded.append(stored)
+        for producer, producer_round, count in claims:
+            self._claims[(node, c.round, producer, producer_round)] = count
         for producer, producer_round, count in entries:
-            key = (node, producer, producer_round)
-            self._credited_by[key] = self._credited_by.get(key, 0) + count
-            credited = self._totals_of(producer)
-            self._totals[producer] = replace(
-                credited, credit_received=credited.credit_received + count
-            )
-            self._credited.append(
-                UsageCredit(
-                    producer,
-                    node,
-                    c.round,
-                    count,
-                    block_number=receipt.block_number,
-                    producer_round=producer_round,
-                )
+            self._apply_credit(
+                node, c.round, producer, producer_round, count=count, receipt=receipt
             )
         return receipt
+
+    def _apply_credit(
+        self,
+        consumer: str,
+        round_: int,
+        producer: str,
+        producer_round: int,
+        *,
+        count: int,
+        receipt: SubmitReceipt,
+    ) -> None:
+        key = (consumer, producer, producer_round)
+        self._credited_by[key] = self._credited_by.get(key, 0) + count
+        credited = self._totals_of(producer)
+        self._totals[producer] = replace(credited, credit_received=credited.credit_received + count)
+        self._credited.append(
+            UsageCredit(
+                producer,
+                consumer,
+                round_,
+                count,
+                block_number=receipt.block_number,
+                producer_round=producer_round,
+            )
+        )
+
+    async def settle_credit(
+        self, sender: LocalAccount, consumer: str, round_: int, producer: str, producer_round: int
+    ) -> SubmitReceipt:
+        """``SapoLedger.settleCredit``: credit a claim now that its producer round is stored.
+
+        Raises:
+            CommitmentRejected: ``SapoLedgerNothingToSettle`` (no such claim, or already
+                settled), ``SapoLedgerProducerRoundNotCommitted``,
+                ``SapoLedgerCreditExceedsShared``.
+        """
+        await anyio.lowlevel.checkpoint()
+        key = (checksum(consumer), round_, checksum(producer), producer_round)
+        count = self._claims.get(key, 0)
+        if count == 0:
+            raise reverted(
+                "SapoLedgerNothingToSettle",
+                consumer=key[0],
+                round=round_,
+                producer=key[2],
+                producerRound=producer_round,
+            )
+        self._check_credit(key[0], key[2], producer_round, count)
+        del self._claims[key]
+        receipt = self._mine(f"settle:{key}:{sender.address}")
+        self._apply_credit(key[0], round_, key[2], producer_round, count=count, receipt=receipt)
+        return receipt
+
+    async def claim_of(self, consumer: str, round_: int, producer: str, producer_round: int) -> int:
+        """``SapoLedger.claimOf``: unsettled rollouts of a claim (0: none, or settled)."""
+        await anyio.lowlevel.checkpoint()
+        return self._claims.get((checksum(consumer), round_, checksum(producer), producer_round), 0)
 
     def _check_credit(self, consumer: str, producer: str, producer_round: int, count: int) -> None:
         """``SapoLedger._credit``'s checks of one usage entry."""
@@ -432,54 +486,3 @@ class MemoryLedger:
         """``SapoLedger.creditedBy``: rollouts of ``producer``'s round ``consumer`` credited."""
         await anyio.lowlevel.checkpoint()
         return self._credited_by.get((checksum(consumer), checksum(producer), producer_round), 0)
-
-
-def _check_usage(node: str, c: CommitmentPayload) -> list[str]:
-    """``SapoLedger._checkUsage``; returns the producers checksummed."""
-    n = len(c.producers)
-    if n != len(c.counts) or n != len(c.producer_rounds):
-        raise reverted(
-            "SapoLedgerUsageLengthMismatch",
-            producers=n,
-            producerRounds=len(c.producer_rounds),
-            counts=len(c.counts),
-        )
-    if n > MAX_PRODUCERS:
-        raise reverted("SapoLedgerTooManyProducers", producers=n, max=MAX_PRODUCERS)
-    producers = [checksum(p) for p in c.producers]
-    previous, previous_round = "0x" + "00" * 20, 0
-    for i, (producer, producer_round, count) in enumerate(
-        zip(producers, c.producer_rounds, c.counts, strict=True)
-    ):
-        key, last = int(producer, 16), int(previous, 16)
-        if key == 0 or key < last or (i and key == last and producer_round <= previous_round):
-            raise reverted("SapoLedgerProducersNotSorted", previous=previous, producer=producer)
-        if producer == node:
-            raise reverted("SapoLedgerSelfUsage", node=node)
-        if count == 0:
-            raise reverted("SapoLedgerZeroUsage", producer=producer)
-        previous, previous_round = producer, producer_round
-    if sum(c.counts) != c.external_count:
-        raise reverted(
-            "SapoLedgerUsageSumMismatch", sum=sum(c.counts), externalCount=c.external_count
-        )
-    return producers
-
-
-def _check_abi_widths(c: CommitmentPayload) -> None:
-    """Refuse what web3 could not encode into ``CommitmentInput`` (the EVM backend's
-    equivalent is a web3 validation error, translated to :class:`LedgerError`)."""
-    fields = [
-        ("round", c.round, "uint64"),
-        ("policyVersion", c.policy_version, "uint64"),
-        ("rolloutCount", c.rollout_count, "uint32"),
-        ("externalCount", c.external_count, "uint32"),
-        *(("producerRounds", r, "uint64") for r in c.producer_rounds),
-        *(("counts", n, "uint32") for n in c.counts),
-    ]
-    for name, value, kind in fields:
-        if not 0 <= value <= _UINT[kind]:
-            raise LedgerError(f"{name}={value} does not fit {kind}")
-    for name, root in (("rolloutRoot", c.rollout_root), ("externalRoot", c.external_root)):
-        if len(root) != len(_ZERO_ROOT):
-            raise LedgerError(f"{name} is {len(root)} bytes, not 32")

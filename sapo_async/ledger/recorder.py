@@ -8,18 +8,25 @@ chain is reached.
 
 Exactly-once: rounds strictly increase per node on chain, so a resend of a round that
 already landed (say the process died after sending, before journaling the receipt) reverts.
-The sender therefore reads the chain first and after any revert: a stored commitment equal
+The sender therefore reads the chain first (unless it has just landed the previous entry
+itself, in this process, with no failure since) and after any revert: a stored commitment equal
 to the journaled one means "already landed" and is marked so, never re-sent; a different
 one is a conflict; none while a later round is stored means the round was superseded and
 can never land. Those last two are marked failed and logged, and the sender moves on.
 
-Credit waits: the contract credits a producer only for a round that producer committed, and
-producers land their rounds on their own schedule, so a consumer's round may arrive first.
-``SapoLedgerProducerRoundNotCommitted`` is therefore retried with backoff, up to
-``limits.LEDGER_CREDIT_WAIT_ATTEMPTS`` attempts; then the usage of producer rounds still not
-on chain (their producer died between sharing and committing) is withdrawn from the
-journaled commitment (``credit_withdrawn``) and the rest lands: that producer gets no credit
-for that round from this consumer, and the consumer's own record is never lost.
+No waiting on other nodes: the contract credits a producer only for a round that producer
+committed, and producers land their rounds on their own schedule. A usage entry whose
+producer round is not on chain yet does not hold the commitment back: the contract keeps it
+as a claim of this node's round, and the commitment lands at once. Once nothing of this node
+is pending, the sender settles its open claims (``settleCredit``) whose producer round is on
+chain by now, each exactly once (it reads ``claimOf`` first: 0 means credited with the
+commitment or already settled by anyone). A claim whose producer round has not come after
+``limits.LEDGER_CLAIM_LAPSE_S`` is no longer polled (``credit_claim_lapsed``); it stays on
+chain, and anyone may still settle it. A producer being slow never costs it credit. The one
+usage ever dropped from a journaled commitment is usage its producer's *own* commitment on
+chain refuses (that round shared nothing, or fewer rollouts than this node used: a publish
+the server acked while the producer saw it fail): the round then lands without it
+(``credit_refused_by_producer_round``) instead of failing.
 
 Life cycle (:class:`~sapo_async.actors.Actor`): created -> starting -> running -> draining
 -> stopped (or failed, surfacing as ActorFailed). Drain gives the sender up to
@@ -32,6 +39,7 @@ Journal writes: :meth:`Recorder.record` and the sender write through
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,11 +51,14 @@ from sapo_async.actors import Actor, ActorState
 from sapo_async.backoff import Backoff
 from sapo_async.errors import ActorStopped, CommitmentRejected, LedgerError, RejectedInput
 from sapo_async.ledger.base import Ledger
-from sapo_async.ledger.journal import EntryState, Journal, JournalEntry
+from sapo_async.ledger.journal import ClaimState, CreditClaim, EntryState, Journal, JournalEntry
 from sapo_async.ledger.types import RoundCommitment
 from sapo_async.logs import get_logger
 
 __all__ = ["Recorder", "RecorderStats"]
+
+_REFUSED_CREDIT = ("SapoLedgerProducerRoundNotCommitted", "SapoLedgerCreditExceedsShared")
+"""Reverts that name a usage entry whose producer round is on chain and shared less."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +69,8 @@ class RecorderStats:
         pending / landed / failed: journal entries of this node per state.
         send_failures: failed sends (chain unreachable or retryable revert) this session.
         last_error: the latest send failure, if any.
+        claims_open / claims_settled: usage entries of landed rounds whose credit is still
+            a claim on chain / has been credited (with the commitment or settled later).
     """
 
     state: ActorState
@@ -66,6 +79,8 @@ class RecorderStats:
     failed: int
     send_failures: int
     last_error: str | None
+    claims_open: int = 0
+    claims_settled: int = 0
 
 
 class Recorder(Actor[None]):
@@ -104,6 +119,8 @@ class Recorder(Actor[None]):
         self._wake = anyio.Event()
         self._progress = anyio.Event()
         self._registered = False
+        self._settle_passes = 0  # complete, error-free passes over the open claims
+        self._chain_known = False  # True right after this recorder landed an entry itself
         self._send_failures = 0
         self._last_error: str | None = None
         self._log = get_logger("recorder", node=account.address)
@@ -209,6 +226,7 @@ class Recorder(Actor[None]):
     def statistics(self) -> RecorderStats:  # type: ignore[override] # journal counts, not a mailbox
         """Counts of this node's journal entries and this session's send failures."""
         counts = self._journal.counts(self.node)
+        claims = self._journal.claim_counts(self.node)
         return RecorderStats(
             state=self.state,
             pending=counts[EntryState.PENDING],
@@ -216,7 +234,45 @@ class Recorder(Actor[None]):
             failed=counts[EntryState.FAILED],
             send_failures=self._send_failures,
             last_error=self._last_error,
+            claims_open=claims[ClaimState.OPEN],
+            claims_settled=claims[ClaimState.SETTLED],
         )
+
+    def landing_delays(self) -> dict[int, float]:
+        """Seconds from journaling to landing of each landed round of this node (the
+        journal's clock, so rounds landed by an earlier process count too)."""
+        return {
+            e.round: e.settled_at - e.created_at
+            for e in self._journal.entries(self.node)
+            if e.state is EntryState.LANDED and e.settled_at is not None
+        }
+
+    async def wait_backlog(self, most: int, timeout_s: float) -> None:
+        """Wait until at most ``most`` of this node's commitments are pending.
+
+        Raises:
+            TimeoutError: more are still pending after ``timeout_s``.
+            ActorStopped: the recorder stopped first.
+        """
+        with anyio.fail_after(timeout_s):
+            await self._wait_until(
+                lambda: self._journal.counts(self.node)[EntryState.PENDING] <= most
+            )
+
+    async def wait_credit_settled(self, timeout_s: float) -> None:
+        """Wait until nothing is pending and a whole pass over the open claims, begun after
+        this call, settled every claim whose producer round was on chain.
+
+        Claims on producer rounds still missing stay open; this does not wait for them.
+
+        Raises:
+            TimeoutError: not in time (the chain is unreachable, or busy).
+            ActorStopped: the recorder stopped first.
+        """
+        target = self._settle_passes + 2  # the pass under way may have begun before this call
+        self._wake.set()
+        with anyio.fail_after(timeout_s):
+            await self._wait_until(lambda: self._settle_passes >= target)
 
     async def _wait_until(self, done: Callable[[], bool]) -> None:
         while not done():
@@ -234,39 +290,97 @@ class Recorder(Actor[None]):
         attempt = 0
         while True:
             pending = self._journal.pending(self.node)
-            if not pending:
-                wake = self._wake
-                with anyio.move_on_after(self._retry_max_s):
-                    await wake.wait()
-                if wake.is_set():
-                    self._wake = anyio.Event()
-                continue
-            entry = pending[0]
             try:
-                await self._land(entry)
+                if pending:
+                    await self._land(pending[0])
+                elif not await self._settle_claims():
+                    continue  # a commitment was journaled meanwhile: it goes first
             except LedgerError as exc:
-                self._send_failures += 1
-                self._last_error = f"{type(exc).__name__}: {exc}"
-                await self._journal.write(
-                    self._journal.record_attempt, self.node, entry.round, self._last_error
-                )
-                delay = self._backoff.delay(attempt)
-                log = (
-                    self._log.warning
-                    if attempt < limits.LEDGER_MAX_ATTEMPTS_LOGGED
-                    else self._log.debug
-                )
-                log(
-                    "commitment_send_failed",
-                    round=entry.round,
-                    error=self._last_error,
-                    retry_in_s=delay,
-                )
+                round_ = pending[0].round if pending else None
+                await self._failed(exc, round_, attempt)
                 attempt += 1
-                await anyio.sleep(delay)  # backoff, not a condition wait: nothing to wait on
                 continue
             attempt = 0
             self._signal_progress()
+            if not pending:
+                wake = self._wake
+                idle_s = (
+                    limits.LEDGER_SETTLE_INTERVAL_S
+                    if self._journal.open_claims(self.node)
+                    else self._retry_max_s
+                )
+                with anyio.move_on_after(idle_s):
+                    await wake.wait()
+                if wake.is_set():
+                    self._wake = anyio.Event()
+
+    async def _failed(self, exc: LedgerError, round_: int | None, attempt: int) -> None:
+        """Count a failed send (of the pending ``round_``, or of a settlement) and back off."""
+        self._send_failures += 1
+        self._last_error = f"{type(exc).__name__}: {exc}"
+        if round_ is not None:
+            await self._journal.write(
+                self._journal.record_attempt, self.node, round_, self._last_error
+            )
+        delay = self._backoff.delay(attempt)
+        log = self._log.warning if attempt < limits.LEDGER_MAX_ATTEMPTS_LOGGED else self._log.debug
+        event = "commitment_send_failed" if round_ is not None else "credit_settle_failed"
+        log(event, round=round_, error=self._last_error, retry_in_s=delay)
+        await anyio.sleep(delay)  # backoff, not a condition wait: nothing to wait on
+
+    async def _settle_claims(self) -> bool:
+        """One pass over the open claims; False if it stopped early for a new commitment.
+
+        Raises:
+            LedgerError: the chain could not be reached (the pass is retried whole).
+        """
+        for claim in self._journal.open_claims(self.node):
+            if self._journal.pending(self.node):
+                return False
+            await self._settle(claim)
+        self._settle_passes += 1
+        return True
+
+    async def _settle(self, claim: CreditClaim) -> None:
+        key = (claim.node, claim.round, claim.producer, claim.producer_round)
+        if await self._ledger.claim_of(*key) == 0:
+            # Credited with the commitment (its producer round was on chain), or settled since.
+            await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.SETTLED)
+            return
+        if await self._ledger.commitment_of(claim.producer, claim.producer_round) is None:
+            if time.time() - claim.created_at > limits.LEDGER_CLAIM_LAPSE_S:
+                await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.LAPSED)
+                self._log.info(
+                    "credit_claim_lapsed",
+                    round=claim.round,
+                    producer=claim.producer,
+                    producer_round=claim.producer_round,
+                )
+            return
+        try:
+            receipt = await self._ledger.settle_credit(self._account, *key)
+        except CommitmentRejected as exc:
+            if exc.reason == "SapoLedgerNothingToSettle":  # settled by someone meanwhile
+                await self._journal.write(
+                    self._journal.settle_claim, *key, state=ClaimState.SETTLED
+                )
+                return
+            if exc.reason == "InvalidAccountNonce":
+                raise
+            await self._journal.write(
+                self._journal.settle_claim, *key, state=ClaimState.REFUSED, reason=str(exc)[:500]
+            )
+            self._log.error("credit_settle_refused", round=claim.round, reason=exc.reason)
+            return
+        await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.SETTLED)
+        self._log.info(
+            "credit_settled",
+            round=claim.round,
+            producer=claim.producer,
+            producer_round=claim.producer_round,
+            count=claim.count,
+            tx_hash=receipt.tx_hash,
+        )
 
     def _signal_progress(self) -> None:
         self._progress.set()
@@ -275,7 +389,11 @@ class Recorder(Actor[None]):
     async def _land(self, entry: JournalEntry) -> None:
         commitment = entry.commitment
         payload = commitment.payload()
-        stored = await self._ledger.commitment_of(self.node, commitment.round)
+        # The pre-read is skipped only right after this recorder landed the previous entry
+        # itself: nothing else sends for this node, so the round cannot be on chain yet (and
+        # if it were, the resend would revert and the read after the revert finds it).
+        known, self._chain_known = self._chain_known, False
+        stored = None if known else await self._ledger.commitment_of(self.node, commitment.round)
         if stored is None:
             if not self._registered:
                 await self._ledger.register(self._account, self._metadata)
@@ -294,6 +412,7 @@ class Recorder(Actor[None]):
                     commitment.round,
                     tx_hash=receipt.tx_hash,
                     block_number=receipt.block_number,
+                    claimed=receipt.claimed,
                 )
                 self._log.info(
                     "commitment_confirmed",
@@ -301,7 +420,9 @@ class Recorder(Actor[None]):
                     tx_hash=receipt.tx_hash,
                     block=receipt.block_number,
                     gas=receipt.gas_used,
+                    claims=len(receipt.claimed),
                 )
+                self._chain_known = True
                 return
         if stored.matches(payload):
             await self._journal.write(
@@ -321,28 +442,31 @@ class Recorder(Actor[None]):
             )
             self._log.error("commitment_conflicted", round=commitment.round)
 
-    async def _withdraw_missing_credit(self, entry: JournalEntry) -> None:
-        """Drop the usage of producer rounds still not on chain, so the round lands."""
-        missing = {
-            (producer, r)
-            for producer, r, _ in entry.commitment.usage()
-            if await self._ledger.commitment_of(producer, r) is None
-        }
-        if missing:
-            await self._journal.write(self._journal.withdraw_usage, self.node, entry.round, missing)
+    async def _withdraw_refused_credit(self, entry: JournalEntry) -> bool:
+        """Drop the usage of producer rounds whose own commitment refuses it (it shared
+        nothing, or fewer rollouts than this node used: a publish the server acked while its
+        producer saw it fail). Returns whether any was dropped."""
+        refused = set()
+        for producer, r, hashes in entry.commitment.usage():
+            shared = await self._ledger.commitment_of(producer, r)
+            if shared is None:
+                continue  # not on chain yet: the chain keeps it as a claim
+            credited = await self._ledger.credited_by(self.node, producer, r)
+            if credited + len(hashes) > shared.rollout_count:
+                refused.add((producer, r))
+        if refused:
+            await self._journal.write(self._journal.withdraw_usage, self.node, entry.round, refused)
             self._log.warning(
-                "credit_withdrawn",
+                "credit_refused_by_producer_round",
                 round=entry.round,
-                producer_rounds=sorted(f"{p}:{r}" for p, r in missing),
+                producer_rounds=sorted(f"{p}:{r}" for p, r in refused),
             )
+        return bool(refused)
 
     async def _reject(self, entry: JournalEntry, exc: CommitmentRejected) -> None:
         if exc.reason == "InvalidAccountNonce":
             raise exc  # another relay used the node's nonce first: retry with a fresh one
-        if exc.reason == "SapoLedgerProducerRoundNotCommitted":
-            if entry.attempts < limits.LEDGER_CREDIT_WAIT_ATTEMPTS:
-                raise exc  # the producer lands its round on its own schedule: wait for it
-            await self._withdraw_missing_credit(entry)
+        if exc.reason in _REFUSED_CREDIT and await self._withdraw_refused_credit(entry):
             raise exc  # send the reduced commitment on the next pass
         if exc.reason == "SapoLedgerRoundNotIncreasing":
             reason = "superseded: a later round of this node is already on chain"

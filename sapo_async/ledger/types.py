@@ -300,3 +300,6 @@ class SubmitReceipt:
     block_number: int
     gas_used: int
     contract_address: str | None = None
+    claimed: tuple[tuple[str, int], ...] = ()
+    """The (producer, producer round) usage entries this transaction kept as claims
+    (``UsageClaimed``: that round was not on chain yet), in log order."""

@@ -65,6 +65,10 @@ class RoundReport:
             (``bad_signature``, ``stale``...).
         commitments_pending / commitments_confirmed: ledger journal totals now (0 without
             a ledger).
+        stream_missing: the swarm's stream was gone when this round published (and the
+            node may not recreate it): its groups were not shared, it trained on its own.
+        backlog_wait_s: seconds this round waited, before it began, for the node's pending
+            commitments to fall within ``ledger.max_pending`` (0: no pause).
         generate_s / publish_s / score_s / train_s: wall time of each phase.
         step: the trainer's metrics (flat dict).
         external_staleness: (producer's newest round - group's round) of each external
@@ -101,6 +105,8 @@ class RoundReport:
     reward_by_family: dict[str, list[float]] = field(default_factory=dict)
     quarantined: tuple[str, ...] = ()
     generated_tokens: int = 0
+    backlog_wait_s: float = 0.0
+    stream_missing: bool = False
 
     @property
     def external_total(self) -> int:

@@ -45,6 +45,7 @@ import anyio
 from sapo_async.errors import (
     ConfigError,
     PublishError,
+    StreamMissing,
     TransportUnavailable,
 )
 from sapo_async.fabric.collector import BufferedGroup, Collector
@@ -56,6 +57,7 @@ from sapo_async.node.checkpoint import state_bytes
 from sapo_async.node.commitments import HeldCommitments, round_commitment
 from sapo_async.node.groups import GeneratedGroup, SharedRound, to_rollout_group
 from sapo_async.node.learner import Learner
+from sapo_async.node.pacing import RoundPacing
 from sapo_async.node.report import NodeStats, RoundHistory, RoundReport, rewards_by_family
 from sapo_async.node.selection import Candidate, Choice, calibrate, select_groups
 from sapo_async.node.spec import NodeSpec
@@ -129,6 +131,7 @@ class RoundLoop:
         self._seen_rejected: Counter[str] = Counter()
         self._log = get_logger("node", node=self.address, node_name=name)
         self._held = HeldCommitments(recorder, self._log)  # until a checkpoint covers them
+        self.pacing = RoundPacing(recorder, spec.ledger.max_pending, self._log)
         self._install_defences(defences)
 
     def _install_defences(self, defences: NodeDefences | None) -> None:
@@ -183,8 +186,9 @@ class RoundLoop:
     async def _run_rounds(self) -> None:
         limit = self.training.rounds
         while not self._stop_requested() and (limit is None or self.history.count < limit):
+            await self.pacing.wait_backlog(self._stop_requested)
             await self._running.wait()
-            if self._stop_requested():  # stopped while paused
+            if self._stop_requested():  # stopped while paused (by pause() or the backlog)
                 break
             if self.training.overlap:
                 await self._overlapped_step()
@@ -312,10 +316,14 @@ class RoundLoop:
 
     async def _publish_all(self, groups: Sequence[RolloutGroup]) -> list[bytes]:
         hashes: list[bytes | None] = [None] * len(groups)
+        missing = False
 
         async def one(i: int, g: RolloutGroup) -> None:
+            nonlocal missing
             try:
                 hashes[i] = (await self.publisher.publish(g)).rollout_hash
+            except StreamMissing:
+                missing = True  # failed at once, counted by the publisher; said once below
             except (PublishError, TransportUnavailable) as exc:
                 # Counted by the publisher; the round still trains on its own groups.
                 self._log.warning("round_publish_failed", error=str(exc))
@@ -325,6 +333,7 @@ class RoundLoop:
                 tg.start_soon(one, i, g)
         done = [h for h in hashes if h is not None]
         self._published += len(done)
+        self.pacing.published(missing=missing, round_=groups[0].producer_round if groups else None)
         return done
 
     def _fresh_candidates(self) -> tuple[tuple[BufferedGroup, ...], dict[str, int]]:
@@ -467,6 +476,8 @@ class RoundLoop:
             rejections=rejections,
             commitments_pending=pending,
             commitments_confirmed=confirmed,
+            backlog_wait_s=self.pacing.take_backlog_wait(),
+            stream_missing=self.pacing.stream_missing,
             generate_s=shared.generate_s,
             publish_s=shared.publish_s,
             score_s=shared.score_s + (t1 - t0),

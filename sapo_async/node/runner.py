@@ -9,7 +9,8 @@ Assembling a node is :mod:`.swarm`'s; what the reports mean is the caller's.
 
 Invariants: a node is started and left in the same task (what :meth:`Swarm.join
 <sapo_async.node.swarm.Swarm.join>` asks); once :meth:`SwarmRun.wait_settled` returns,
-every node joined so far finished its rounds and nothing of its journal is pending; leaving
+every node joined so far finished its rounds and nothing of its journal is pending (and the
+nodes still joined settled the credit claims their peers' last rounds made settleable); leaving
 the block stops every node's rounds after the round in progress, and a node that failed
 fails the block (no wait hangs on it).
 
@@ -31,6 +32,8 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from sapo_async.actors import ActorState
+from sapo_async.errors import ActorStopped
 from sapo_async.limits import SWARM_LAND_TIMEOUT_S
 from sapo_async.logs import get_logger
 from sapo_async.node.lifecycle import Node
@@ -106,6 +109,24 @@ class SwarmRun:
         with anyio.fail_after(None if math.isinf(timeout) else timeout):
             for event in list(self._settled):
                 await event.wait()
+        await self._settle_credit()
+
+    async def _settle_credit(self) -> None:
+        """Let every joined node settle its credit claims on peers' rounds that landed after
+        its own last one (every node's rounds are on chain now), so an audit read next sees
+        the credit. Best effort: a claim left open stays on chain for anyone to settle."""
+        for node in self.nodes:
+            recorder = node.recorder
+            if recorder is None or recorder.state is not ActorState.RUNNING:
+                continue
+            try:
+                await recorder.wait_credit_settled(self._land_timeout_s)
+            except (TimeoutError, ActorStopped):
+                _log.info(
+                    "credit_claims_left_open",
+                    node=node.address,
+                    open=recorder.statistics().claims_open,
+                )
 
     def close(self) -> None:
         """Stop every node's rounds after the round in progress; the nodes then land their

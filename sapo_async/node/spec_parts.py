@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
 from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator, model_validator
 from pydantic_settings import NoDecode
 
+from sapo_async import limits
 from sapo_async.errors import ConfigError
 from sapo_async.fabric.transport.shards import SHARD_COUNTS
 from sapo_async.limits import (
@@ -121,6 +122,14 @@ class FabricSpec(Settings):
     tls_key: ReadableFile = Field(
         default=None, description="Client private key for mutual TLS (needs tls_cert)."
     )
+    consumer_owner: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_-]{1,32}$",
+        description="The owner name the swarm's operator bound this credential's consumers "
+        "to (infra/nats/gen_permissions.py): consumers are then named <owner>-0 .. "
+        "<owner>-5, the only ones its permissions allow. Unset: random names (a server "
+        "without per-user consumer permissions).",
+    )
     start: Annotated[Literal["new", "all"] | float, BeforeValidator(_start)] = Field(
         default="all",
         description="Where this node starts reading shared rollouts: 'new' ones only, 'all' "
@@ -205,6 +214,7 @@ class FabricSpec(Settings):
             tls_ca_file=self.tls_ca,
             tls_cert_file=self.tls_cert,
             tls_key_file=self.tls_key,
+            consumer_owner=self.consumer_owner,
             **overrides,
         )
 
@@ -296,6 +306,20 @@ class LedgerSpec(Settings):
         repr=False,  # a secret: never in logs
         description="The relayer's private key itself (Python callers; node.toml names a file).",
     )
+    connect_timeout_s: float = Field(
+        default=limits.LEDGER_CONNECT_TIMEOUT_S,
+        gt=0,
+        description="How long a starting node keeps retrying an RPC endpoint that does not "
+        "answer (with backoff, saying what it waits for) before giving up.",
+    )
+    max_pending: int = Field(
+        default=limits.LEDGER_MAX_PENDING,
+        ge=1,
+        le=4096,
+        description="Most commitments journaled and not yet on chain before the node pauses "
+        "its rounds until they land (the chain is down or slower than the rounds); nothing "
+        "is dropped meanwhile.",
+    )
     journal_path: Path | None = Field(
         default=None,
         description="The ledger journal's SQLite file (needed with rpc_url; the embedded "
@@ -331,7 +355,15 @@ class LedgerSpec(Settings):
             ) from exc
 
 
-LEDGER_FILE_FIELDS = ("enabled", "rpc_url", "contract_address", "chain_id", "relayer_key_file")
+LEDGER_FILE_FIELDS = (
+    "enabled",
+    "rpc_url",
+    "contract_address",
+    "chain_id",
+    "relayer_key_file",
+    "connect_timeout_s",
+    "max_pending",
+)
 """The ledger settings a volunteer sets in ``node.toml``'s ``[ledger]``."""
 
 

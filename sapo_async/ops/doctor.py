@@ -29,6 +29,7 @@ import anyio
 from sapo_async.errors import (
     ConfigError,
     LedgerError,
+    LedgerUnavailable,
     RejectedInput,
     TransportError,
     TransportUnavailable,
@@ -197,16 +198,16 @@ def check_ledger(
         assert ledger.rpc_url is not None
         chain = rpc_chain(ledger.rpc_url, timeout_s=timeout)
     where = chain.url or "the given chain"
+    fix = (
+        "is the RPC URL right and the node (anvil, geth, a provider) running? For a "
+        "local chain run `sapo-async devnet`; or remove ledger.rpc_url to use the "
+        "embedded EVM"
+    )
     try:
         with chain.lock, translate_errors():
             chain_id = chain.chain_id_sync()
             block = int(chain.w3.eth.block_number)
     except LedgerError as exc:
-        fix = (
-            "is the RPC URL right and the node (anvil, geth, a provider) running? For a "
-            "local chain run `sapo-async devnet`; or remove ledger.rpc_url to use the "
-            "embedded EVM"
-        )
         return [Check(f"rpc {where}", "fail", f"cannot reach the chain: {exc}", fix)]
     checks = [Check(f"rpc {where}", "ok", f"chain id {chain_id}, block {block}")]
     if ledger.chain_id is not None and ledger.chain_id != chain_id:
@@ -216,7 +217,11 @@ def check_ledger(
     if ledger.contract_address is None:
         fix = "deploy the ledger (`sapo-async devnet` locally) and set its address"
         return [*checks, Check("contract", "fail", "ledger.contract_address is not set", fix)]
-    return [*checks, _check_contract(chain, ledger.contract_address, cfg.node.swarm, block)]
+    try:
+        contract = _check_contract(chain, ledger.contract_address, cfg.node.swarm, block)
+    except LedgerUnavailable as exc:  # stopped answering after the first call: an outage
+        contract = Check(f"rpc {where}", "fail", f"cannot reach the chain: {exc}", fix)
+    return [*checks, contract]
 
 
 def _check_contract(chain: Chain, address: str, swarm: str, block: int) -> Check:
@@ -235,6 +240,8 @@ def _check_contract(chain: Chain, address: str, swarm: str, block: int) -> Check
         with chain.lock, translate_errors():
             code = bytes(chain.w3.eth.get_code(contract.address))
     except (LedgerError, RejectedInput) as exc:
+        if isinstance(exc, LedgerUnavailable):
+            raise  # the chain stopped answering: an outage, not a wrong address
         return Check("contract", "fail", f"cannot read {address}: {exc}")
     if not code:
         return Check(
@@ -249,6 +256,8 @@ def _check_contract(chain: Chain, address: str, swarm: str, block: int) -> Check
         with chain.lock, translate_errors():
             recorded = bytes(contract.functions.swarm().call())
     except LedgerError as exc:  # a failing view means "not our contract"
+        if isinstance(exc, LedgerUnavailable):
+            raise
         return Check(
             "contract",
             "fail",

@@ -86,6 +86,12 @@ class NodeMetrics:
             ["node"],
             registry=r,
         )
+        self.backlog_wait = Counter(
+            "sapo_backlog_wait_seconds",
+            "Seconds rounds were paused for the commitment backlog (ledger.max_pending).",
+            ["node"],
+            registry=r,
+        )
         self.quarantined = Gauge(
             "sapo_quarantined_producers",
             "Producers this node refuses now (too many of their groups dropped).",
@@ -120,6 +126,7 @@ class NodeMetrics:
         self.staleness.labels(node).set(report.staleness_rounds)
         self.commitments_pending.labels(node).set(report.commitments_pending)
         self.commitments_confirmed.labels(node).set(report.commitments_confirmed)
+        self.backlog_wait.labels(node).inc(report.backlog_wait_s)
         self.quarantined.labels(node).set(len(report.quarantined))
         self.round_seconds.labels(node).observe(report.round_s)
 

@@ -11,22 +11,37 @@ so a dead server fails in a second or two) and :func:`require_funds` the payer's
 node's spec says who pays; each raises the first failure as an error whose one-line message
 carries doctor's fix.
 
+Outages are not configuration errors: a NATS server or RPC endpoint that does not answer
+(refused, or silent: a paused anvil, a restarting server) is retried with jittered backoff
+for ``nats.connect_timeout_s`` / ``ledger.connect_timeout_s``, logging
+``startup_check_waiting`` with the URL, and only then raises
+:class:`~sapo_async.errors.TransportUnavailable` / :class:`~sapo_async.errors.LedgerUnavailable`
+(exit 1) naming the URL. Only what waiting cannot fix is a :class:`ConfigError` (exit 2): a
+wrong chain id, no code at the contract address, another swarm's (or another kind of)
+contract, a payer without funds, a busy metrics port, refused NATS credentials. A chain that
+stops answering in the middle of the checks (between the chain id and the contract, or at
+the funds check after the model loaded) counts as unreachable, never as a wrong contract.
+
 Does not start anything and changes nothing: each check only reads (a connection, an RPC
-call, a bind that is released at once). Invariant: every check has doctor's timeout, so a
-refused or silent server fails the start within seconds, not after the node's two-minute
-join backoff.
+call, a bind that is released at once). Invariant: every single check has doctor's timeout;
+the waiting is bounded by the two settings above.
 """
 
 from __future__ import annotations
 
+import re
 import socket
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
 
+from sapo_async import limits
+from sapo_async.backoff import Backoff
 from sapo_async.errors import ConfigError, LedgerError, LedgerUnavailable, TransportUnavailable
 from sapo_async.limits import DOCTOR_CONNECT_TIMEOUT_S
+from sapo_async.logs import get_logger
 from sapo_async.ops.doctor import Check, check_ledger, check_nats
 
 if TYPE_CHECKING:
@@ -46,6 +61,8 @@ COMMIT_GAS_ESTIMATE = 1_500_000
 """Gas one commitment may take: one crediting the most producers (64) uses ~1.3M (see
 ``limits.LEDGER_EMBEDDED_TX_GAS``). A node whose payer cannot afford one such commitment at
 the chain's gas price would train, fail every send and end with nothing on chain."""
+
+_log = get_logger("startup")
 
 _FUND_FIX = (
     "send it some ETH on this chain (locally: `sapo-async devnet --fund {address}`), or "
@@ -67,6 +84,8 @@ def check_funds(chain: Chain, payer: str, *, who: str = "node") -> Check:
         with chain.lock, translate_errors():
             balance = int(chain.w3.eth.get_balance(payer))  # type: ignore[arg-type]
             price = int(chain.w3.eth.gas_price)
+    except LedgerUnavailable as exc:
+        return unreachable_chain(chain, exc)
     except LedgerError as exc:
         return Check("funds", "fail", f"cannot read the balance of {payer}: {exc}")
     needed = COMMIT_GAS_ESTIMATE * price
@@ -79,6 +98,52 @@ def check_funds(chain: Chain, payer: str, *, who: str = "node") -> Check:
             _FUND_FIX.format(address=payer),
         )
     return Check("funds", "ok", f"the {who} {payer} has {balance / 1e18:.6g} ETH")
+
+
+def unreachable_chain(chain: Chain, exc: Exception) -> Check:
+    """The failed ``rpc <url>`` check of a chain that stopped answering mid-check."""
+    return Check(f"rpc {chain.url or 'the given chain'}", "fail", f"cannot reach the chain: {exc}")
+
+
+def _waiting_helps(check: Check) -> bool:
+    """Whether a failed check is an outage (retry) rather than a setting (refuse now)."""
+    if not check.name.startswith(("nats ", "jetstream ", "rpc ")):
+        return False
+    return "authorization" not in check.detail.lower()
+
+
+def _without_credentials(text: str) -> str:
+    """``text`` with the ``user:password@`` of every URL in it removed (logs, errors)."""
+    return re.sub(r"//[^/@\s]*@", "//", text)
+
+
+def _until_reachable(run: Callable[[], list[Check]], wait_s: float) -> list[Check]:
+    """Run ``run`` until no check fails for an outage, or ``wait_s`` has passed.
+
+    Sleeps between tries (start-up is synchronous, before the event loop): jittered
+    backoff from ``limits.STARTUP_RETRY_BASE_S`` to ``limits.STARTUP_RETRY_MAX_S``.
+    """
+    backoff = Backoff(
+        limits.STARTUP_RETRY_BASE_S, limits.STARTUP_RETRY_MAX_S, jitter=limits.RETRY_JITTER
+    )
+    deadline = time.monotonic() + wait_s
+    attempt = 0
+    while True:
+        checks = run()
+        down = [c for c in checks if c.failed and _waiting_helps(c)]
+        left = deadline - time.monotonic()
+        if not down or left <= 0:
+            return checks
+        delay = min(backoff.delay(attempt), left)
+        _log.warning(
+            "startup_check_waiting",
+            check=_without_credentials(down[0].name),
+            detail=_without_credentials(down[0].detail),
+            retry_in_s=round(delay, 2),
+            gives_up_in_s=round(left, 1),
+        )
+        time.sleep(delay)  # backoff between tries of a server that does not answer
+        attempt += 1
 
 
 def check_metrics_port(cfg: NodeConfig) -> Check | None:
@@ -145,7 +210,7 @@ def raise_first_failure(checks: Sequence[Check]) -> None:
     for check in checks:
         if not check.failed:
             continue
-        message = f"start-up check {check.name} failed: {check.detail}"
+        message = _without_credentials(f"start-up check {check.name} failed: {check.detail}")
         if check.fix:
             message += f"; fix: {check.fix}"
         message += " (`sapo-async doctor` checks everything)"
@@ -183,13 +248,19 @@ def run_startup_checks(
         checks.append(port)
     raise_first_failure(checks)
     if cfg.nats.urls:
-        nats = anyio.run(lambda: check_nats(cfg, connect_timeout=timeout))
-        # One server with JetStream is enough (a cluster reconnects to the others); only
-        # when none answers with it is the node refused.
-        serving = [c for c in nats if c.name.startswith("jetstream ") and not c.failed]
-        checks += serving or [c for c in nats if c.failed]
+
+        def nats_checks() -> list[Check]:
+            nats = anyio.run(lambda: check_nats(cfg, connect_timeout=timeout))
+            # One server with JetStream is enough (a cluster reconnects to the others); only
+            # when none answers with it is the node refused.
+            serving = [c for c in nats if c.name.startswith("jetstream ") and not c.failed]
+            return serving or [c for c in nats if c.failed]
+
+        checks += _until_reachable(nats_checks, cfg.nats.connect_timeout_s)
         raise_first_failure(checks)
-    checks += _ledger_checks(cfg, chain, timeout)
+    checks += _until_reachable(
+        lambda: _ledger_checks(cfg, chain, timeout), cfg.ledger.connect_timeout_s
+    )
     raise_first_failure(checks)
     return checks
 
@@ -216,11 +287,14 @@ def require_funds(
 
     Raises:
         ConfigError: the payer cannot afford one commitment; the fix says how to fund it.
+        LedgerUnavailable: the chain did not answer within ``ledger.connect_timeout_s``.
     """
     chain = _ledger_chain(cfg, chain, timeout)
     if chain is None:
         return None
     payer = _payer(node, relayer)
-    check = check_funds(chain, payer[0], who=payer[1])
-    raise_first_failure([check])
-    return check
+    checks = _until_reachable(
+        lambda: [check_funds(chain, payer[0], who=payer[1])], cfg.ledger.connect_timeout_s
+    )
+    raise_first_failure(checks)
+    return checks[0]

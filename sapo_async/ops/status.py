@@ -111,6 +111,10 @@ def render_status(state: StatusState) -> Table:
         f"{cell('commitments_pending')} pending",
         f"{cell('commitments_confirmed')} confirmed",
     )
+    if last is not None and last.backlog_wait_s:
+        table.add_row("paused for backlog", f"{last.backlog_wait_s:.1f} s", "")
+    if last is not None and last.stream_missing:
+        table.add_row("stream_missing", "yes: training on own groups", "")
     this_round = last.rejections if last is not None else {}
     if not state.rejections:
         table.add_row("rejections", "0", "0")
@@ -180,6 +184,8 @@ def report_log_fields(report: RoundReport) -> dict[str, Any]:
         "staleness": report.staleness_rounds,
         "commitments_pending": report.commitments_pending,
         "commitments_confirmed": report.commitments_confirmed,
+        "backlog_wait_s": report.backlog_wait_s,
+        "stream_missing": report.stream_missing,
         "round_s": report.round_s,
         "quarantined": len(report.quarantined),
     }

@@ -8,16 +8,23 @@ start-up checks are doctor's own (:mod:`sapo_async.ops.startup`).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import socket
+import time
+from collections.abc import Iterator
 
 import anyio
 import pytest
 from eth_account import Account
 
+from sapo_async.errors import LedgerUnavailable
 from sapo_async.ledger.anvil import ANVIL_DEV_ADDRESS, ANVIL_DEV_KEY, AnvilProcess
 from sapo_async.ledger.deploy import deploy_ledger
 from sapo_async.ledger.rpc import rpc_chain
+from sapo_async.ops import startup
 from sapo_async.ops.config import load_config
 from sapo_async.ops.startup import require_funds, run_startup_checks
 from sapo_async.process import free_port
@@ -47,7 +54,7 @@ def test_node_names_a_refused_nats_url_at_once(sandbox: Sandbox) -> None:
     url = f"nats://127.0.0.1:{free_port()}"  # nothing listens here
     _node(
         sandbox,
-        f'[nats]\nurls = ["{url}"]\n[ledger]\nenabled = false\n',
+        f'[nats]\nurls = ["{url}"]\nconnect_timeout_s = 0.5\n[ledger]\nenabled = false\n',
         f"nats {url}",
         "cannot connect",
         "sapo-async devnet",
@@ -59,11 +66,89 @@ def test_node_names_a_refused_rpc_url(sandbox: Sandbox) -> None:
     rpc = f"http://127.0.0.1:{free_port()}"
     _node(
         sandbox,
-        f'[ledger]\nrpc_url = "{rpc}"\ncontract_address = "{NO_CODE}"\n',
+        f'[ledger]\nrpc_url = "{rpc}"\ncontract_address = "{NO_CODE}"\nconnect_timeout_s = 0.5\n',
         f"rpc {rpc}",
         "cannot reach the chain",
         code=1,
     )
+
+
+@contextlib.contextmanager
+def _paused(anvil: AnvilProcess) -> Iterator[int]:
+    """anvil stopped with SIGSTOP (its socket accepts, nothing answers), continued after."""
+    assert anvil.process is not None
+    assert anvil.process.pid is not None
+    pid = anvil.process.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pid
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.evm
+@pytest.mark.anvil
+def test_node_started_during_an_rpc_pause_exits_1_naming_the_url_not_2(
+    sandbox: Sandbox, anvil_chain: AnvilProcess
+) -> None:
+    address = _deploy(anvil_chain, "local")
+    with _paused(anvil_chain):
+        _node(
+            sandbox,
+            f'[ledger]\nrpc_url = "{anvil_chain.url}"\ncontract_address = "{address}"\n'
+            "chain_id = 31337\nconnect_timeout_s = 1\n",
+            f"rpc {anvil_chain.url}",
+            "cannot reach the chain",
+            code=1,
+        )
+
+
+@pytest.mark.evm
+@pytest.mark.anvil
+def test_funds_check_during_an_rpc_pause_is_an_outage_not_a_config_error(
+    sandbox: Sandbox, anvil_chain: AnvilProcess
+) -> None:
+    # The chaos run's crash: node 4 passed its start-up checks, loaded its model, and the
+    # funds check then met a paused anvil: "funds" failed, a ConfigError, exit 2.
+    address = _deploy(anvil_chain, "local")
+    cfg = load_config(
+        node={"data_dir": str(sandbox.data_dir)},
+        ledger={"rpc_url": anvil_chain.url, "contract_address": address, "connect_timeout_s": 1},
+    )
+    run_startup_checks(cfg)
+    chain = rpc_chain(anvil_chain.url, timeout_s=0.5)
+    with _paused(anvil_chain), pytest.raises(LedgerUnavailable, match=f"rpc {anvil_chain.url}"):
+        require_funds(cfg, ANVIL_DEV_ADDRESS, chain=chain, timeout=0.5)
+
+
+@pytest.mark.evm
+@pytest.mark.anvil
+def test_start_up_checks_wait_out_an_rpc_pause(
+    sandbox: Sandbox, anvil_chain: AnvilProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    address = _deploy(anvil_chain, "local")
+    cfg = load_config(
+        node={"data_dir": str(sandbox.data_dir)},
+        ledger={"rpc_url": anvil_chain.url, "contract_address": address, "connect_timeout_s": 60},
+    )
+    waits: list[float] = []
+    real_sleep = time.sleep
+
+    def resume_on_first_wait(seconds: float) -> None:
+        # The first failed try backs off: that is when the chain comes back.
+        if not waits:
+            os.kill(pid, signal.SIGCONT)
+        waits.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(startup.time, "sleep", resume_on_first_wait)
+    with _paused(anvil_chain) as pid:
+        checks = run_startup_checks(cfg, timeout=0.5)
+        funds = require_funds(cfg, ANVIL_DEV_ADDRESS, timeout=0.5)
+    assert len(waits) == 1
+    assert [(c.name.split(" ")[0], c.status) for c in checks] == [("rpc", "ok"), ("contract", "ok")]
+    assert funds is not None
+    assert funds.status == "ok"
 
 
 @pytest.mark.evm

@@ -36,3 +36,4 @@ def test_short_chaos_run_loses_nothing_duplicates_nothing_and_every_node_resumes
     assert result["crashes"] == 0, result["details"]
     assert result["nodes_not_resumed"] == [], result["timeline"]
     assert result["restarts"] >= 2  # the killed and the terminated node came back
+    assert result["honest_credit_withdrawn"] == 0

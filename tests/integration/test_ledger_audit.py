@@ -50,7 +50,6 @@ async def _swarm_rounds(ledger: EvmLedger, journal: Journal, rounds: int, seed: 
     async with AsyncExitStack() as stack:  # recorders close in reverse order: scopes nest
         recorders = [
             await stack.enter_async_context(
-                # Short backoff: a consumer's round waits for its producers' rounds to land.
                 Recorder(
                     ledger, journal, n, metadata=f"model:{i}", retry_base_s=0.05, retry_max_s=0.5
                 )
@@ -73,6 +72,10 @@ async def _swarm_rounds(ledger: EvmLedger, journal: Journal, rounds: int, seed: 
                 published[node.address].extend((r, x) for x in own)
         for rec in recorders:
             await rec.wait_idle(120)
+        # Every round is on chain now: the claims on producer rounds that landed after
+        # their consumer's are settled next (no commitment waited for them).
+        for rec in recorders:
+            await rec.wait_credit_settled(120)
     return nodes
 
 

@@ -190,13 +190,6 @@ async def test_credit_rules_bound_credit_by_what_the_producer_committed(
             return exc.reason
         return None
 
-    # Minted for an address that shared nothing, or for a round the producer never committed.
-    assert await credit(1, {stranger.address: {3: hashes(1)}}) == (
-        "SapoLedgerProducerRoundNotCommitted"
-    )
-    assert await credit(1, {producer.address: {4: hashes(1)}}) == (
-        "SapoLedgerProducerRoundNotCommitted"
-    )
     # More than the producer shared, at once or summed over the consumer's rounds.
     assert await credit(1, {producer.address: {3: hashes(3)}}) == "SapoLedgerCreditExceedsShared"
     assert await credit(1, {producer.address: {3: shared[:1]}}) is None
@@ -207,6 +200,62 @@ async def test_credit_rules_bound_credit_by_what_the_producer_committed(
     assert await ledger.credit_received(producer.address) == 2
     assert await ledger.credit_received(stranger.address) == 0
     assert await ledger.rounds_of(consumer.address) == [1, 2]
+
+
+async def test_usage_of_a_round_not_on_chain_lands_as_a_claim_settled_once_it_is(
+    ledger_backend: LedgerBackend,
+):
+    ledger = await relayed_ledger(ledger_backend)
+    consumer, producer, stranger = Account.create(), Account.create(), Account.create()
+    await ledger.register(consumer)
+    await ledger.register(stranger)
+    used = hashes(2)
+    # The consumer's round lands before the producer's: no commitment waits on another's.
+    c = RoundCommitment(
+        consumer.address, 1, 1, [], {producer.address: {4: used}, stranger.address: {3: hashes(1)}}
+    )
+    receipt = await ledger.submit(consumer, c.payload())
+    assert set(receipt.claimed) == {(producer.address, 4), (stranger.address, 3)}
+    assert await ledger.rounds_of(consumer.address) == [1]
+    assert await ledger.credit_received(producer.address) == 0
+    assert await ledger.claim_of(consumer.address, 1, producer.address, 4) == 2
+    assert await ledger.claim_of(consumer.address, 1, stranger.address, 3) == 1
+
+    async def settle(producer_: LocalAccount, round_: int) -> str | None:
+        try:
+            await ledger.settle_credit(consumer, consumer.address, 1, producer_.address, round_)
+        except CommitmentRejected as exc:
+            return exc.reason
+        return None
+
+    # Minted for an address that shared nothing, or a round not (yet) committed: refused.
+    assert await settle(stranger, 3) == "SapoLedgerProducerRoundNotCommitted"
+    assert await settle(producer, 4) == "SapoLedgerProducerRoundNotCommitted"
+    await ledger.register(producer)
+    await ledger.submit(producer, RoundCommitment(producer.address, 4, 4, used).payload())
+    assert await settle(producer, 4) is None
+    assert await settle(producer, 4) == "SapoLedgerNothingToSettle"
+    assert await ledger.credit_received(producer.address) == 2
+    assert await ledger.credited_by(consumer.address, producer.address, 4) == 2
+    assert await ledger.claim_of(consumer.address, 1, producer.address, 4) == 0
+    assert await ledger.credit_received(stranger.address) == 0
+    credits = await ledger.usage_credits(producer=producer.address)
+    assert [(u.consumer, u.round, u.producer_round, u.count) for u in credits] == [
+        (consumer.address, 1, 4, 2)
+    ]
+
+
+async def test_a_settled_claim_is_bounded_by_what_the_round_shared(ledger_backend: LedgerBackend):
+    ledger = await relayed_ledger(ledger_backend)
+    consumer, producer = Account.create(), Account.create()
+    await ledger.register(consumer)
+    claimed = RoundCommitment(consumer.address, 1, 1, [], {producer.address: {2: hashes(3)}})
+    await ledger.submit(consumer, claimed.payload())
+    await share(ledger, producer, 2, 2)
+    with pytest.raises(CommitmentRejected) as info:
+        await ledger.settle_credit(consumer, consumer.address, 1, producer.address, 2)
+    assert rejection(info) == "SapoLedgerCreditExceedsShared"
+    assert await ledger.credit_received(producer.address) == 0
 
 
 async def test_no_round_can_lock_a_node_out(ledger_backend: LedgerBackend):
@@ -351,10 +400,6 @@ def _malformed(valid: CommitmentPayload, node: str) -> dict[str, tuple[Commitmen
         ),
         "zero usage": (replace(valid, counts=(0, c0 + c1)), "SapoLedgerZeroUsage"),
         "usage sum differs": (replace(valid, counts=(c0, c1 + 1)), "SapoLedgerUsageSumMismatch"),
-        "producer round not committed": (
-            replace(valid, producer_rounds=(r0 + 1, r1)),
-            "SapoLedgerProducerRoundNotCommitted",
-        ),
         "credit above what was shared": (
             replace(valid, counts=(c0 + 1, c1), external_count=c0 + c1 + 1),
             "SapoLedgerCreditExceedsShared",

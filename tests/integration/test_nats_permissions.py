@@ -7,6 +7,11 @@ stream, delete messages and consumers, list consumers and publish to another swa
 attempt is refused, the stream keeps its messages and settings, and the volunteer's node
 side (JetStream transport, collector) still publishes, consumes and acks.
 
+Consumers bound to their users: each volunteer credential may create, inspect, fetch from
+and ack only the consumers named after its owner token (``<owner>-0`` .. ``<owner>-5``); a
+second volunteer can neither fetch from, ack on, inspect nor take over the first's consumer,
+and a node that names its consumers at random (no ``consumer_owner``) is refused.
+
 Consumer repair: a collector whose consumer is deleted again and again, and whose stream
 disappears for a while (so re-creating the consumer is refused), keeps running and admits
 every group published afterwards.
@@ -15,9 +20,10 @@ every group published afterwards.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import anyio
@@ -27,8 +33,10 @@ import nats.js.errors
 import pytest
 from nats.js import api
 
+from sapo_async.errors import TransportError
 from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.publisher import Publisher
+from sapo_async.fabric.transport.base import StartAt
 from sapo_async.fabric.transport.embedded import NatsOptions
 from sapo_async.fabric.transport.jetstream import JetStreamTransport, StreamSettings
 from sapo_async.fabric.transport.server import NatsServer, spawn_nats_server
@@ -40,7 +48,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.nats]
 
 SWARM = "main"  # the swarm the example permissions in accounts.conf are written for
 STREAM = "SAPO_main"
-VOLUNTEER_USER, VOLUNTEER_PASSWORD = "sapo-volunteer", "dev-only-volunteer"
+VOLUNTEER_USER, VOLUNTEER_PASSWORD = "sapo-volunteer", "dev-only-volunteer"  # owner v1
+OTHER_USER, OTHER_PASSWORD = "sapo-volunteer2", "dev-only-volunteer2"  # owner v2
+GENERATOR = INFRA / "gen_permissions.py"
 REFUSED_WITHIN_S = 1.0  # a refused request gets no answer: this is how long we wait for one
 
 
@@ -143,7 +153,9 @@ async def test_volunteer_cannot_delete_purge_or_update_the_stream_and_the_swarm_
     # And the volunteer's node still works with its credential: connect (the stream exists,
     # so it is used as it is), publish, subscribe, fetch, ack.
     producer = make_account(1)
-    options = NatsOptions(url=_url(accounts_server, VOLUNTEER_USER, VOLUNTEER_PASSWORD))
+    options = NatsOptions(
+        url=_url(accounts_server, VOLUNTEER_USER, VOLUNTEER_PASSWORD), consumer_owner="v1"
+    )
     transport = await JetStreamTransport.connect(options, SWARM, settings=StreamSettings())
     try:
         sub = await transport.subscribe()
@@ -165,7 +177,9 @@ async def test_collector_survives_its_consumer_being_deleted_repeatedly(
 ) -> None:
     await _operator_creates_stream(accounts_server)
     producer = make_account(1)
-    volunteer = NatsOptions(url=_url(accounts_server, VOLUNTEER_USER, VOLUNTEER_PASSWORD))
+    volunteer = NatsOptions(
+        url=_url(accounts_server, VOLUNTEER_USER, VOLUNTEER_PASSWORD), consumer_owner="v1"
+    )
     operator = await nats.connect(_url(accounts_server, DEV_USER, DEV_PASSWORD))
     ojs = operator.jetstream(timeout=2)
     pub_transport = await JetStreamTransport.connect(volunteer, SWARM)
@@ -213,3 +227,96 @@ async def test_collector_survives_its_consumer_being_deleted_repeatedly(
         await pub_transport.aclose()
         await sub_transport.aclose()
         await operator.close()
+
+
+def test_committed_volunteer_blocks_are_what_the_generator_prints() -> None:
+    spec = importlib.util.spec_from_file_location("gen_permissions", GENERATOR)
+    assert spec is not None
+    assert spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    conf = (INFRA / "accounts.conf").read_text()
+    for owner in ("leaf", "node", "v1", "v2"):
+        assert gen.permissions_block(SWARM, owner) in conf
+
+
+@pytest.mark.timeout(120)
+async def test_a_volunteer_cannot_fetch_from_ack_inspect_or_take_over_anothers_consumer(
+    accounts_server: NatsServer,
+) -> None:
+    await _operator_creates_stream(accounts_server)
+    producer = make_account(1)
+    mine = NatsOptions(
+        url=_url(accounts_server, VOLUNTEER_USER, VOLUNTEER_PASSWORD), consumer_owner="v1"
+    )
+    violations: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        violations.append(str(exc).lower())
+
+    async def refused(api_name: str, attempt: Awaitable[object]) -> None:
+        # The server drops a refused request (no answer) and reports the violation.
+        with pytest.raises(nats.errors.TimeoutError):
+            await attempt
+        with anyio.fail_after(5):
+            while not any(api_name.lower() in v for v in violations):
+                await anyio.sleep(0.05)
+
+    transport = await JetStreamTransport.connect(mine, SWARM)
+    other = await nats.connect(_url(accounts_server, OTHER_USER, OTHER_PASSWORD), error_cb=on_error)
+    try:
+        sub = await transport.subscribe()
+        assert sub.name == "v1-0"
+        receipt = await Publisher(transport, producer).publish(make_group(producer, swarm=SWARM))
+        ojs = other.jetstream(timeout=REFUSED_WITHIN_S)
+        await refused(
+            f"$js.api.consumer.msg.next.{STREAM}.v1-0",
+            other.request(
+                f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.v1-0",
+                b'{"batch": 1}',
+                timeout=REFUSED_WITHIN_S,
+            ),
+        )
+        await refused(f"$js.api.consumer.info.{STREAM}.v1-0", ojs.consumer_info(STREAM, "v1-0"))
+        await refused(
+            f"$js.api.consumer.create.{STREAM}.v1-0",
+            ojs.add_consumer(STREAM, config=api.ConsumerConfig(name="v1-0")),
+        )
+        # An ack is a plain publish to the delivery's reply subject: refused and reported.
+        await other.publish(f"$JS.ACK.{STREAM}.v1-0.1.1.1.1.0", b"+ACK")
+        await other.flush()
+        with anyio.fail_after(5):
+            while not any(f"$js.ack.{STREAM.lower()}.v1-0" in v for v in violations):
+                await anyio.sleep(0.05)
+        # The owner still fetches and acks its group; the other volunteer's own consumer works.
+        with anyio.fail_after(10):
+            got = []
+            while not got:
+                got = await sub.fetch(8, 0.2)
+        assert got[0].msg_id == receipt.rollout_hash.hex()
+        await got[0].ack()
+        theirs = NatsOptions(
+            url=_url(accounts_server, OTHER_USER, OTHER_PASSWORD), consumer_owner="v2"
+        )
+        other_transport = await JetStreamTransport.connect(theirs, SWARM)
+        try:
+            assert (await other_transport.subscribe(start=StartAt.new())).name == "v2-0"
+        finally:
+            await other_transport.aclose()
+        await sub.aclose()
+    finally:
+        await other.close()
+        await transport.aclose()
+
+
+async def test_a_node_without_its_consumer_owner_cannot_create_a_consumer(
+    accounts_server: NatsServer,
+) -> None:
+    await _operator_creates_stream(accounts_server)
+    anonymous = NatsOptions(url=_url(accounts_server, VOLUNTEER_USER, VOLUNTEER_PASSWORD))
+    transport = await JetStreamTransport.connect(anonymous, SWARM)
+    try:
+        with pytest.raises(TransportError):  # a random name is not one of its owned names
+            await transport.subscribe()
+    finally:
+        await transport.aclose()

@@ -89,10 +89,14 @@ CASES: dict[tuple[str, str], tuple[Any, Check, Any]] = {
     ("nats", "stream_replicas"): (3, lambda b: b.spec.fabric.stream_replicas, 3),
     ("nats", "connect_timeout_s"): (7.0, lambda b: b.spec.fabric.connect_timeout_s, 7.0),
     ("nats", "include_tokens"): (False, lambda b: b.spec.fabric.include_tokens, False),
+    ("nats", "consumer_owner"): ("v1", lambda b: b.spec.fabric.options().consumer_owner, "v1"),
     ("nats", "shards"): (16, lambda b: b.spec.fabric.shards, 16),
     ("nats", "shard_rotate_s"): (120.0, lambda b: b.spec.fabric.shard_rotate_s, 120.0),
     ("ledger", "enabled"): (False, lambda b: b.spec.ledger.enabled, False),
     ("ledger", "chain_id"): (5, lambda b: b.cfg.ledger.chain_id, 5),
+    # Read by the start-up checks from the loaded config; by the round loop from the spec.
+    ("ledger", "connect_timeout_s"): (7.0, lambda b: b.cfg.ledger.connect_timeout_s, 7.0),
+    ("ledger", "max_pending"): (3, lambda b: b.spec.ledger.max_pending, 3),
     ("ledger", "relayer_key_file"): (
         "file:relayer",
         lambda b: b.spec.ledger.relayer_private_key(),

@@ -177,6 +177,8 @@ class NatsOptions:
         connect_timeout: seconds to connect.
         reconnect: keep reconnecting for ever (a node); ``False`` gives up after two quick
             tries of a first connection and never reconnects (a one-shot probe: doctor).
+        consumer_owner: the owner token this credential's permissions bind its consumers
+            to: its consumers are named ``<owner>-<k>`` (None: random names).
     """
 
     url: str | None = None
@@ -189,6 +191,7 @@ class NatsOptions:
     name: str = "sapo-async"
     connect_timeout: float = CONNECT_TIMEOUT_S
     reconnect: bool = True
+    consumer_owner: str | None = None
 
 
 def _tls_context(options: NatsOptions) -> ssl.SSLContext | None:

@@ -13,15 +13,22 @@ Deliberately does not decode or verify payloads.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Self
+from typing import Any, Self
 
 import anyio
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NatsClient
 
-from sapo_async.errors import PublishError, PublishRefused, TransportError, TransportUnavailable
+from sapo_async.errors import (
+    PublishError,
+    PublishRefused,
+    StreamMissing,
+    TransportError,
+    TransportUnavailable,
+)
 from sapo_async.fabric.transport.base import (
     PublishAck,
     StartAt,
@@ -36,12 +43,14 @@ from sapo_async.fabric.transport.jetstream_admin import (
     consumer_config,
     consumer_subjects,
     ensure_stream,
+    free_consumer_name,
+    stream_config,
     stream_name,
     widen_consumer,
 )
 from sapo_async.fabric.transport.jetstream_pull import JetStreamDelivery, JetStreamSubscription
 from sapo_async.fabric.transport.shards import ShardSet, publish_subject, subject_matches
-from sapo_async.limits import PUBLISH_ACK_TIMEOUT_S
+from sapo_async.limits import PUBLISH_ACK_TIMEOUT_S, STREAM_CREATE_TIMEOUT_S, STREAM_RECHECK_S
 from sapo_async.logs import get_logger
 from sapo_async.wire.rollout import SignedGroup
 from sapo_async.wire.signing import encode_signed
@@ -68,6 +77,8 @@ class JetStreamTransport:
         swarm: the swarm id.
         settings: the stream's limits.
         owns_connection: close ``nc`` in :meth:`aclose`.
+        consumer_owner: name non-durable consumers ``<owner>-<k>`` (the names a credential
+            bound to that owner may use); None: random names.
     """
 
     def __init__(
@@ -77,8 +88,10 @@ class JetStreamTransport:
         *,
         settings: StreamSettings | None = None,
         owns_connection: bool = False,
+        consumer_owner: str | None = None,
     ) -> None:
         self._nc = nc
+        self._owner = consumer_owner
         self._swarm = validate_token(swarm, field="swarm")
         self.stream = stream_name(swarm)
         self.settings = settings or StreamSettings()
@@ -87,6 +100,9 @@ class JetStreamTransport:
         self._subs: list[JetStreamSubscription] = []
         self._leaves = True  # publish on producer leaves (see _learn_subjects)
         self._closed = False
+        self._missing_since: float | None = None  # the stream was found deleted (monotonic)
+        self._next_recheck = 0.0
+        self._may_create: bool | None = None  # learnt when recreating the stream is tried
 
     @classmethod
     async def connect(
@@ -99,7 +115,13 @@ class JetStreamTransport:
             TransportError: the stream could not be created.
         """
         nc = await connect_nats(options)
-        transport = cls(nc, swarm, settings=settings, owns_connection=True)
+        transport = cls(
+            nc,
+            swarm,
+            settings=settings,
+            owns_connection=True,
+            consumer_owner=options.consumer_owner,
+        )
         try:
             await transport.ensure_stream()
         except BaseException:
@@ -116,6 +138,10 @@ class JetStreamTransport:
     def leaves(self) -> bool:
         """See ``base.Transport.leaves``: learned from the stream's subjects on connect."""
         return self._leaves
+
+    def stream_missing(self) -> bool:
+        """Whether the swarm's stream is known deleted (publishes fail at once meanwhile)."""
+        return self._missing_since is not None
 
     @property
     def nc(self) -> NatsClient:
@@ -177,14 +203,21 @@ class JetStreamTransport:
                 f"message of {len(data)} bytes exceeds max_msg_size {self.settings.max_msg_size}",
                 rollout_hash=msg_id,
             )
+        if self._missing_since is not None and not await self._stream_back():
+            raise StreamMissing(f"stream {self.stream} is missing", rollout_hash=msg_id)
         try:
-            ack = await self.js.publish(
-                subject,
-                data,
-                timeout=PUBLISH_ACK_TIMEOUT_S,
-                stream=self.stream,
-                headers={"Nats-Msg-Id": msg_id},
-            )
+            try:
+                ack = await self._publish_once(subject, data, msg_id)
+            except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
+                # Nothing stores this subject: the stream may have been deleted under us.
+                if not await self._stream_deleted():
+                    raise
+                if not await self._recreate_stream():
+                    raise StreamMissing(
+                        f"stream {self.stream} was deleted and this credential may not recreate it",
+                        rollout_hash=msg_id,
+                    ) from None
+                ack = await self._publish_once(subject, data, msg_id)
         except nats.js.errors.ServiceUnavailableError as exc:
             raise PublishError(f"JetStream unavailable: {exc}", rollout_hash=msg_id) from exc
         except nats.js.errors.APIError as exc:
@@ -194,6 +227,70 @@ class JetStreamTransport:
         except TRANSIENT as exc:
             raise PublishError(f"publish not acknowledged: {exc!r}", rollout_hash=msg_id) from exc
         return PublishAck(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate))
+
+    async def _publish_once(self, subject: str, data: bytes, msg_id: str) -> Any:
+        return await self.js.publish(
+            subject,
+            data,
+            timeout=PUBLISH_ACK_TIMEOUT_S,
+            stream=self.stream,
+            headers={"Nats-Msg-Id": msg_id},
+        )
+
+    async def _stream_deleted(self) -> bool:
+        """Whether the server says the stream does not exist (not merely unreachable)."""
+        try:
+            with anyio.fail_after(STREAM_CREATE_TIMEOUT_S):
+                await self.js.stream_info(self.stream)
+        except nats.js.errors.NotFoundError:
+            return True
+        except (nats.js.errors.APIError, TimeoutError, *TRANSIENT):
+            return False
+        return False
+
+    async def _recreate_stream(self) -> bool:
+        """Recreate the deleted stream where this credential may (the embedded server);
+        else note it missing. Returns whether it exists again."""
+        if self._may_create is not False:
+            try:
+                with anyio.fail_after(STREAM_CREATE_TIMEOUT_S):
+                    await self.js.add_stream(stream_config(self._swarm, self.settings))
+            except nats.js.errors.BadRequestError:  # another node recreated it meanwhile
+                self._missing_since = None
+                return True
+            except (nats.js.errors.APIError, TimeoutError, *TRANSIENT) as exc:
+                # A refused request gets no answer (a permission violation): a timeout.
+                self._may_create = False
+                _log.debug("stream_recreate_refused", stream=self.stream, error=repr(exc))
+            else:
+                self._may_create = True
+                _log.warning("stream_recreated", stream=self.stream)
+                self._missing_since = None
+                return True
+        if self._missing_since is None:
+            self._missing_since = time.monotonic()
+            _log.warning(
+                "stream_missing",
+                stream=self.stream,
+                fix="the swarm's operator recreates it; the node trains on its own groups",
+            )
+        self._next_recheck = time.monotonic() + STREAM_RECHECK_S
+        return False
+
+    async def _stream_back(self) -> bool:
+        """While the stream is missing: look again at most every ``STREAM_RECHECK_S``."""
+        if time.monotonic() < self._next_recheck:
+            return False
+        if await self._stream_deleted():
+            return await self._recreate_stream()
+        assert self._missing_since is not None
+        _log.info(
+            "stream_restored",
+            stream=self.stream,
+            missing_s=round(time.monotonic() - self._missing_since, 1),
+        )
+        self._missing_since = None
+        return True
 
     async def subscribe(
         self,
@@ -213,17 +310,23 @@ class JetStreamTransport:
         """
         if self._closed:
             raise TransportUnavailable("transport is closed")
-        config = consumer_config(
-            self._swarm,
-            families=families,
-            start=start or StartAt.new(),
-            durable=durable,
-            replicas=self.settings.replicas,
-            shards=shards,
-        )
-        name = config.name
-        sub = JetStreamSubscription(self.js, self.stream, config)
+        name = durable or (f"of owner {self._owner}" if self._owner else "(new)")
         try:
+            owned = None
+            if self._owner is not None and durable is None:
+                owned = await self._free_name()
+            config = consumer_config(
+                self._swarm,
+                families=families,
+                start=start or StartAt.new(),
+                durable=durable,
+                replicas=self.settings.replicas,
+                shards=shards,
+                name=owned,
+            )
+            name = config.name or name
+            rename = self._free_name if owned is not None else None
+            sub = JetStreamSubscription(self.js, self.stream, config, rename=rename)
             exists = False
             if durable is not None:
                 try:
@@ -249,6 +352,12 @@ class JetStreamTransport:
             raise TransportUnavailable(f"cannot reach JetStream: {exc!r}") from exc
         self._subs.append(sub)
         return sub
+
+    async def _free_name(self) -> str:
+        """An owned consumer name no consumer holds now, nor one of this connection's."""
+        assert self._owner is not None
+        taken = {s.name for s in self._subs if not s.closed}
+        return await free_consumer_name(self.js, self.stream, self._owner, taken=taken)
 
     async def aclose(self) -> None:
         """Close subscriptions and, if owned, the connection (idempotent)."""

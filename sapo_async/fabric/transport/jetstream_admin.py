@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import nats.errors
@@ -35,6 +35,7 @@ from sapo_async.fabric.transport.base import StartAt, rollouts_subject, validate
 from sapo_async.fabric.transport.shards import ShardSet, shard_filters
 from sapo_async.limits import (
     CONSUMER_INACTIVE_THRESHOLD_S,
+    CONSUMER_SLOTS,
     DUPLICATE_WINDOW_S,
     MAX_GROUP_BYTES,
     STREAM_MAX_AGE_S,
@@ -49,6 +50,9 @@ __all__ = [
     "account_status",
     "consumer_config",
     "ensure_stream",
+    "free_consumer_name",
+    "owned_consumer_names",
+    "stream_config",
     "stream_name",
     "widen_consumer",
 ]
@@ -94,7 +98,7 @@ class StreamSettings:
     replicas: int = 1
 
 
-def _stream_config(swarm: str, settings: StreamSettings) -> api.StreamConfig:
+def stream_config(swarm: str, settings: StreamSettings) -> api.StreamConfig:
     return api.StreamConfig(
         name=stream_name(swarm),
         subjects=[f"sapo.{swarm}.rollouts.>"],
@@ -119,6 +123,41 @@ _COMPARED = (
 )
 
 
+def owned_consumer_names(owner: str) -> list[str]:
+    """The consumer names a credential bound to ``owner`` may use (its broker permissions
+    name exactly these: ``infra/nats/gen_permissions.py``).
+
+    Raises:
+        ConfigError: ``owner`` is not a valid subject token.
+    """
+    owner = validate_token(owner, field="nats.consumer_owner")
+    return [f"{owner}-{k}" for k in range(CONSUMER_SLOTS)]
+
+
+async def free_consumer_name(
+    js: JetStreamContext, stream: str, owner: str, *, taken: Collection[str] = ()
+) -> str:
+    """An owned consumer name no consumer on ``stream`` holds now (nor one in ``taken``).
+
+    Raises:
+        TransportUnavailable: every owned name is held (an old consumer frees its name
+            within ``CONSUMER_INACTIVE_THRESHOLD_S``), or JetStream cannot be reached.
+    """
+    for name in owned_consumer_names(owner):
+        if name in taken:
+            continue
+        try:
+            await js.consumer_info(stream, name)
+        except nats.js.errors.NotFoundError:
+            return name
+        except TRANSIENT as exc:
+            raise TransportUnavailable(f"cannot reach JetStream: {exc!r}") from exc
+    raise TransportUnavailable(
+        f"all {CONSUMER_SLOTS} consumer names of owner {owner!r} are in use on {stream}; "
+        f"an unused one is freed within {CONSUMER_INACTIVE_THRESHOLD_S:.0f} s"
+    )
+
+
 async def ensure_stream(js: JetStreamContext, swarm: str, settings: StreamSettings) -> None:
     """Create ``swarm``'s stream if it is missing; safe to call from every node.
 
@@ -132,7 +171,7 @@ async def ensure_stream(js: JetStreamContext, swarm: str, settings: StreamSettin
             credential may not create it (the server does not answer a refused request).
     """
     stream = stream_name(swarm)
-    config = _stream_config(swarm, settings)
+    config = stream_config(swarm, settings)
     try:
         try:
             info = await js.stream_info(stream)
@@ -165,12 +204,14 @@ def consumer_config(
     durable: str | None,
     replicas: int,
     shards: ShardSet | None = None,
+    name: str | None = None,
 ) -> api.ConsumerConfig:
     """The pull consumer for ``families`` (all when ``None``) in ``shards`` (all when
     ``None``) from ``start``.
 
     A durable consumer is named ``durable`` and kept by the server; otherwise the name is
-    random and the server removes it after ``CONSUMER_INACTIVE_THRESHOLD_S`` unused.
+    ``name`` (an owned name, see :func:`owned_consumer_names`) or random, and the server
+    removes it after ``CONSUMER_INACTIVE_THRESHOLD_S`` unused.
 
     Raises:
         ConfigError: a family or ``durable`` is not a valid subject token.
@@ -180,7 +221,7 @@ def consumer_config(
     subjects = shard_filters(swarm, families, shards or ShardSet.everything())
     if durable is not None:
         name = validate_token(durable, field="durable")
-    else:
+    elif name is None:
         name = f"sapo-{uuid.uuid4().hex[:16]}"
     config = api.ConsumerConfig(
         name=name,

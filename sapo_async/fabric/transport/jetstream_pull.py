@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
@@ -90,10 +91,20 @@ class JetStreamSubscription:
         js: the JetStream context of the transport's connection.
         stream: the swarm's stream.
         config: the consumer (see ``jetstream_admin.consumer_config``); named by its name.
+        rename: where a replacement consumer's name comes from (an owned name that is free
+            now); None: a fresh random name.
     """
 
-    def __init__(self, js: JetStreamContext, stream: str, config: api.ConsumerConfig) -> None:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        stream: str,
+        config: api.ConsumerConfig,
+        *,
+        rename: Callable[[], Awaitable[str]] | None = None,
+    ) -> None:
         self._js = js
+        self._rename = rename
         self._stream = stream
         self._name = config.name or ""
         self._config = config
@@ -109,6 +120,11 @@ class JetStreamSubscription:
         """How many times the subscription was re-created (tests and statistics read it)."""
         self.repair_failures = 0
         """Re-creations the server refused or did not answer (each retried with backoff)."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called."""
+        return self._closed
 
     @property
     def name(self) -> str:
@@ -230,7 +246,14 @@ class JetStreamSubscription:
             _log.debug("consumer_delete_failed", consumer=self._name, error=repr(exc))
         if self._config.durable_name is None:
             # A fresh name: the old one may linger in the metadata until its server returns.
-            self._name = f"sapo-{uuid.uuid4().hex[:16]}"
+            if self._rename is None:
+                self._name = f"sapo-{uuid.uuid4().hex[:16]}"
+            else:
+                try:
+                    self._name = await self._rename()
+                except TransportUnavailable as exc:
+                    _log.warning("consumer_rename_failed", consumer=self._name, error=str(exc))
+                    return  # the next failed check tries again
             self._config.name = self._name
         self._check_failures = 0
         await self._recreate()

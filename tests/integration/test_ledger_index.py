@@ -1,0 +1,93 @@
+"""The incremental event index on anvil: same numbers as the views, a few RPC calls per
+refresh whatever the swarm's size, resumes after a restart, and rescans after a reorg."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+
+from sapo_async.ledger import EvmLedger, RoundCommitment, deploy_ledger, rpc_chain
+from sapo_async.ledger.audit import audit_swarm
+from sapo_async.ledger.index import LedgerIndex
+from tests.fixtures.ledger import ANVIL_KEY_0, Anvil
+
+pytestmark = [pytest.mark.anyio, pytest.mark.evm, pytest.mark.anvil]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def h(n: int) -> list[bytes]:
+    return [os.urandom(32) for _ in range(n)]
+
+
+async def _ledger(anvil: Anvil) -> EvmLedger:
+    dev = Account.from_key(ANVIL_KEY_0)
+    return await deploy_ledger(rpc_chain(anvil.url), dev, "index", relayer=dev)
+
+
+async def _commit(ledger: EvmLedger, node: LocalAccount, round_: int, own: list[bytes], **kw):
+    await ledger.register(node)
+    return await ledger.submit(
+        node, RoundCommitment(node.address, round_, round_, own, **kw).payload()
+    )
+
+
+def _numbers(audits) -> dict:
+    return {a.node: (a.metadata, a.last_round, a.participation) for a in audits}
+
+
+async def test_index_matches_the_views_and_a_refresh_costs_a_few_calls(
+    anvil: Anvil, tmp_path: Path
+):
+    ledger = await _ledger(anvil)
+    a, b, c = Account.create(), Account.create(), Account.create()
+    shared = h(3)
+    await _commit(ledger, a, 1, shared)
+    await _commit(ledger, b, 1, h(2), external_hashes={a.address: {1: shared[:2]}})
+    # c credits a round of b not on chain yet (a claim), settled once it lands.
+    await _commit(ledger, c, 1, [], external_hashes={b.address: {2: h(1)}})
+    await _commit(ledger, b, 2, h(1))
+    await ledger.settle_credit(c, c.address, 1, b.address, 2)
+    index = LedgerIndex(ledger, tmp_path / "index.sqlite")
+    assert await index.refresh() > 0
+    assert _numbers(index.audits()) == _numbers(await audit_swarm(ledger, breakdown=False))
+    assert [(u.producer, u.consumer, u.count) for u in index.credits()] == [
+        (u.producer, u.consumer, u.count) for u in await ledger.usage_credits()
+    ]
+    calls = index.rpc_calls
+    assert await index.refresh() == 0
+    assert index.rpc_calls - calls <= 3  # block number, last block's hash, head's hash
+    index.close()
+    # A restart resumes from the file: no rescan, the same numbers.
+    again = LedgerIndex(ledger, tmp_path / "index.sqlite")
+    assert await again.refresh() == 0
+    assert again.rpc_calls <= 3
+    assert _numbers(again.audits()) == _numbers(await audit_swarm(ledger, breakdown=False))
+    assert len(again.audits()) == 3
+    again.close()
+
+
+async def test_index_rescans_after_a_reorg_of_the_dev_chain(anvil: Anvil, tmp_path: Path):
+    ledger = await _ledger(anvil)
+    node = Account.create()
+    await ledger.register(node)
+    w3 = ledger.chain.w3
+    snapshot = w3.provider.make_request("evm_snapshot", [])["result"]
+    await _commit(ledger, node, 1, h(3))
+    index = LedgerIndex(ledger, tmp_path / "index.sqlite")
+    await index.refresh()
+    assert index.audits()[0].participation.rollouts_committed == 3
+    # The chain forgets that block and mines another at the same height.
+    assert w3.provider.make_request("evm_revert", [snapshot])["result"] is True
+    await _commit(ledger, node, 1, h(5))
+    await index.refresh()
+    assert [a.participation.rollouts_committed for a in index.audits()] == [5]
+    assert _numbers(index.audits()) == _numbers(await audit_swarm(ledger, breakdown=False))
+    index.close()
