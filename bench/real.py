@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="default: results_path()")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    prompts_n, n, new = (1, 2, 8) if args.quick else (4, 4, 128)
+    prompts_n, n, new = (1, 2, 8) if args.quick else (2, 4, 64)
     repeats = 1 if args.quick else args.repeats
     spec = NodeSpec.build(
         model=MODEL,
