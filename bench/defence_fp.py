@@ -42,13 +42,12 @@ import json
 import math
 import os
 import platform
+import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Any
-
-import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import torch
@@ -61,12 +60,13 @@ from sapo_async.errors import RejectedInput
 from sapo_async.fabric.admission import Arrival
 from sapo_async.fabric.buffered import BufferedGroup
 from sapo_async.node.admission import NodeDefences, PresetCheck, SizeBounds
-from sapo_async.node.defence import Calibration, Thresholds
+from sapo_async.node.defence import Thresholds
 from sapo_async.node.groups import SharedRound, to_rollout_group
 from sapo_async.node.learner import Learner, build_learner
 from sapo_async.node.selection import calibrate, select_groups
 from sapo_async.node.spec import NodeSpec
 from sapo_async.node.view import CandidateView
+from sapo_async.policy.grpo.trainer import ScoredGroup
 from sapo_async.policy.models import LoadedModel, load_model, load_tiny_model, tiny_spec
 from sapo_async.wire.signing import sign_group, verify
 
@@ -161,11 +161,13 @@ async def produce(learner: Learner, spec: NodeSpec, sizes: Sizes) -> list[Buffer
 
 async def calibrated(
     learner: Learner, spec: NodeSpec, sizes: Sizes
-) -> tuple[Calibration, Thresholds, dict[str, Any]]:
-    """Receiver R's thresholds after its own honest calibration rounds (as ``_choose``)."""
+) -> tuple[Thresholds, list[ScoredGroup], dict[str, Any]]:
+    """Receiver R's thresholds after its own honest calibration rounds (as ``_choose``),
+    with its last round's own scored groups (the round's local groups)."""
     calibration = NodeDefences.build(spec, learner.tasks.families).calibration
     rewards: Counter[str] = Counter()
     counts: Counter[str] = Counter()
+    local: list[ScoredGroup] = []
     for r in range(rounds_for(sizes.calibration_groups, sizes.questions_per_round)):
         generated = await learner.generate(r)
         local = learner.score_local(generated)
@@ -186,7 +188,7 @@ async def calibrated(
             for f, t in sorted(limits.families.items())
         },
     }
-    return calibration, limits, info
+    return limits, local, info
 
 
 def admitted(spec: NodeSpec, learner: Learner, group: BufferedGroup) -> str | None:
@@ -267,40 +269,65 @@ def read(learner: Learner, group: BufferedGroup, limits: Thresholds) -> dict[str
     }
 
 
-def per_completion(reads: list[dict[str, Any]], limits: Thresholds) -> dict[str, Any]:
-    """Counts over every completion: how often each check's condition holds (pushed or not)."""
-    rows = [(r["family"], c) for r in reads for c in r["completions"]]
-    over = sum(c["receiver_tokens"] > limits.max_tokens for _, c in rows)
-    same = [c for _, c in rows if c["peer_ids_match"] is not None]
-    below = 0
-    measured = 0
-    long_rewarded = 0
-    for family, c in rows:
-        fam = limits.families.get(family)
-        floor = None if fam is None else fam.min_mean_logprob
-        if c["mean_logprob"] is not None and floor is not None:
-            measured += 1
-            below += c["mean_logprob"] < floor
-        cap = None if fam is None else fam.max_rewarded_tokens
-        if cap is not None and c["reward"] > 0 and c["receiver_tokens"] > cap:
-            long_rewarded += 1
-    lps = [c["mean_logprob"] for _, c in rows if c["mean_logprob"] is not None]
+def failed_check(family: str, c: dict[str, Any], limits: Thresholds) -> str | None:
+    """The first check (in the round's order) one completion fails as if it were pushed."""
+    fam = limits.families.get(family)
+    if c["receiver_tokens"] > limits.max_tokens:
+        return "completion_too_many_tokens"
+    if c["peer_ids_match"] is False:
+        return "token_mismatch"
+    cap = None if fam is None else fam.max_rewarded_tokens
+    if limits.length_guard and cap is not None and c["reward"] > 0 and c["receiver_tokens"] > cap:
+        return "too_long"
+    floor = None if fam is None else fam.min_mean_logprob
+    lp = c["mean_logprob"]
+    if limits.plausibility and floor is not None and lp is not None and lp < floor:
+        return "implausible"
+    return None
+
+
+def as_if_pushed(reads: list[dict[str, Any]], limits: Thresholds) -> dict[str, Any]:
+    """Every check applied to *every* completion, as if all were pushed up.
+
+    The round screens only completions above their group's lowest reward; with small models
+    that rarely answer right, few are, and the round's verdicts then say little about the
+    checks. This reads each completion the way the checks would, and counts per completion
+    and per group (a group counted once, under the first check that fails it, in the
+    round's order: the size bound on every completion, then the token check, then
+    :func:`~sapo_async.node.defence.screen`'s length guard and plausibility).
+    """
+    completions: Counter[str] = Counter()
+    groups: Counter[str] = Counter()
+    examples: dict[str, list[dict[str, Any]]] = {}
+    for r in reads:
+        reasons = [failed_check(r["family"], c, limits) for c in r["completions"]]
+        for c, reason in zip(r["completions"], reasons, strict=True):
+            if reason is not None:
+                completions[reason] += 1
+                if len(examples.setdefault(reason, [])) < 3:
+                    examples[reason].append(c)
+        order = ("completion_too_many_tokens", "token_mismatch", "too_long", "implausible")
+        first = next((x for x in order if x in reasons), None)
+        if first is not None:
+            groups[first] += 1
+    rows = [c for r in reads for c in r["completions"]]
+    lps = sorted(c["mean_logprob"] for c in rows if c["mean_logprob"] is not None)
     return {
         "completions": len(rows),
-        "pushed": sum(c["pushed"] for _, c in rows),
-        "rewarded": sum(c["reward"] > 0 for _, c in rows),
-        "over_max_tokens": over,
-        "same_tokenizer_with_ids": len(same),
-        "non_canonical_ids": sum(not c["peer_ids_match"] for c in same),
-        "plausibility_measured": measured,
-        "below_plausibility_floor": below,
-        "rewarded_over_length_guard": long_rewarded,
-        "mean_logprob_min": min(lps) if lps else None,
-        "mean_logprob_median": sorted(lps)[len(lps) // 2] if lps else None,
+        "pushed": sum(c["pushed"] for c in rows),
+        "rewarded": sum(c["reward"] > 0 for c in rows),
+        "same_tokenizer_with_ids": sum(c["peer_ids_match"] is not None for c in rows),
+        "plausibility_measured": len(lps),
+        "failed_completions": dict(completions),
+        "failed_groups": dict(groups),
+        "groups_over_max_tokens": groups["completion_too_many_tokens"],
+        "mean_logprob_min": lps[0] if lps else None,
+        "mean_logprob_median": lps[len(lps) // 2] if lps else None,
         "receiver_over_producer_tokens": (
-            sum(c["receiver_tokens"] for _, c in rows)
-            / max(1, sum(c["producer_tokens"] or 0 for _, c in rows))
+            sum(c["receiver_tokens"] for c in rows)
+            / max(1, sum(c["producer_tokens"] or 0 for c in rows))
         ),
+        "examples": examples,
     }
 
 
@@ -342,7 +369,7 @@ def judge(
         "fp_rate": k / n if n else 0.0,
         "fp_rate_upper_95": upper_95(k, n),
         "fp_rate_informative": (k / informative) if informative else None,
-        "per_completion": per_completion(list(reads.values()), limits),
+        "as_if_pushed": as_if_pushed(list(reads.values()), limits),
         "select_s": round(seconds, 2),
         "drops": [{"reason": v.reason, **reads[v.rollout_hash]} for v in choice.drops],
     }
@@ -381,19 +408,18 @@ async def run(sizes: Sizes) -> dict[str, Any]:
     for rname in sizes.models:
         learner, spec = receivers[rname]
         t0 = time.perf_counter()
-        _, limits, info = await calibrated(learner, spec, sizes)
+        limits, local, info = await calibrated(learner, spec, sizes)
         info["calibrate_s"] = round(time.perf_counter() - t0, 1)
         thresholds[rname] = info
-        cal_rounds = rounds_for(sizes.calibration_groups, sizes.questions_per_round)
-        last = learner.score_local(await learner.generate(cal_rounds))
+        round_ = rounds_for(sizes.calibration_groups, sizes.questions_per_round)
         for pname in sizes.models:
-            verdict = judge(learner, spec, limits, shared[pname], cal_rounds, last)
+            verdict = judge(learner, spec, limits, shared[pname], round_, local)
             pairs.append({"producer": pname, "receiver": rname, **verdict})
             print(
                 f"{pname:>13} -> {rname:<13} groups {verdict['groups']:3d} "
                 f"informative {verdict['informative']:3d} dropped {verdict['dropped']} "
                 f"refused {verdict['admission_refused']} fp {verdict['fp_rate']:.3f} "
-                f"{verdict['per_completion']}"
+                f"as if pushed {verdict['as_if_pushed']['failed_groups']}"
             )
     return {"sizes": asdict(sizes), "models": models, "thresholds": thresholds, "pairs": pairs}
 
