@@ -26,8 +26,11 @@ The false-positive rate of a pair is drops / groups; ``informative`` groups (rew
 all equal) are the only ones the token check, plausibility and the length guard look at
 (only completions above the group's lowest reward are screened), so the rate over
 informative groups is reported too, with a one-sided 95 % Clopper-Pearson upper bound
-(0 of 32 groups bounds the rate at 8.9 %, not at 1 %). Each dropped group is recorded with
-what its check read (token counts in both tokenizers, mean log-probs, the thresholds).
+(0 of 16 groups bounds the rate at 17 %, not at 1 %). Because small models at temperature 1
+rarely answer right, few completions are pushed and the round's verdicts alone say little;
+``as_if_pushed`` applies every check to every completion, as if all were pushed up (an
+upper bound on what the round would drop). Each dropped group is recorded with what its
+checks read (token counts in both tokenizers, mean log-probs, texts).
 
     just bench defence_fp [--quick]
 

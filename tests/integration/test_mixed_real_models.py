@@ -28,7 +28,7 @@ SIZES = Sizes(
     calibration_groups=2,
     questions_per_round=2,
     completions=4,
-    max_new_tokens=16,
+    max_new_tokens=12,
     families=("basic_arithmetic",),
     seed=7,
     models=("tiny", "smollm2-135m"),
@@ -64,5 +64,5 @@ async def test_honest_smollm2_groups_pass_smollm2_defences_and_overflow_only_tin
     # The cross-tokenizer size bound: dropped iff a completion overflows in tiny tokens.
     cross = _pair(result, "smollm2-135m", "tiny")
     overflowing = cross["as_if_pushed"]["groups_over_max_tokens"]
-    assert overflowing >= 1  # SmolLM2's sentences are longer in characters than 17
+    assert overflowing >= 1  # SmolLM2's words are letters: one <unk> each in tiny tokens
     assert cross["dropped"] == {"completion_too_many_tokens": overflowing}
