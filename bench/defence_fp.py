@@ -66,7 +66,7 @@ from sapo_async.node.admission import NodeDefences, PresetCheck, SizeBounds
 from sapo_async.node.defence import Thresholds
 from sapo_async.node.groups import SharedRound, to_rollout_group
 from sapo_async.node.learner import Learner, build_learner
-from sapo_async.node.selection import calibrate, select_groups
+from sapo_async.node.selection import calibrate, select_groups, size_bound
 from sapo_async.node.spec import NodeSpec
 from sapo_async.node.view import CandidateView
 from sapo_async.policy.grpo.trainer import ScoredGroup
@@ -244,7 +244,8 @@ def read(learner: Learner, group: BufferedGroup, limits: Thresholds) -> dict[str
         add_special_tokens=not learner.settings.chat_template,
     )
     floor = min(scored.rewards)
-    fits = [i for i, ids in enumerate(view.token_ids) if len(ids) <= limits.max_tokens]
+    bound = size_bound(limits, same_tokenizer=view.same_tokenizer)
+    fits = [i for i, ids in enumerate(view.token_ids) if len(ids) <= bound]
     lps = dict(zip(fits, view.logprobs(fits), strict=True)) if fits else {}
     rows = []
     for i, c in enumerate(scored.completions):
@@ -256,6 +257,7 @@ def read(learner: Learner, group: BufferedGroup, limits: Thresholds) -> dict[str
                 "finish_reason": c.finish_reason,
                 "producer_tokens": None if c.token_ids is None else len(c.token_ids),
                 "receiver_tokens": len(view.token_ids[i]),
+                "size_bound": bound,
                 "peer_ids_match": (
                     view.peer_ids_match(i)
                     if view.same_tokenizer and c.token_ids is not None
@@ -275,7 +277,7 @@ def read(learner: Learner, group: BufferedGroup, limits: Thresholds) -> dict[str
 def failed_check(family: str, c: dict[str, Any], limits: Thresholds) -> str | None:
     """The first check (in the round's order) one completion fails as if it were pushed."""
     fam = limits.families.get(family)
-    if c["receiver_tokens"] > limits.max_tokens:
+    if c["receiver_tokens"] > c["size_bound"]:
         return "completion_too_many_tokens"
     if c["peer_ids_match"] is False:
         return "token_mismatch"

@@ -318,6 +318,14 @@ REAL_MODEL_SIZES = {"questions_per_round": 4, "completions_per_question": 4, "ma
 """A real model's round sizes in ``sapo-async swarm --model`` and the explorer's demo: SmolLM2-135M
 took about 17 s per node-round at these sizes on 2 cores (docs/learning.md)."""
 
+FOREIGN_TOKEN_SLACK = 2.0
+"""How many times the node's own completion cap a peer with another tokenizer may take in
+this node's tokens (the size bound, ``completion_too_many_tokens``). Honest text that used its
+producer's whole budget re-tokenised up to 1.58x longer between SmolLM2 and Gemma 3
+(bench/results/defence_fp.json), so an exact bound dropped every Gemma group at a SmolLM2
+receiver. The trainer still cuts every completion at the cap; the bound guards against
+padding, and the length guard (counted in this node's tokens) still judges rewarded ones."""
+
 CHECKPOINT_SMALL_BYTES = 256 << 20
 """Below this much model + optimizer state a node checkpoints every round ("auto"): the
 tiny model's is about 10 MB and takes milliseconds."""

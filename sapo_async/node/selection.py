@@ -27,11 +27,13 @@ Deliberately does not know about NATS, the chain, or how verdicts are counted.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
 from sapo_async.errors import RejectedInput
 from sapo_async.fabric.collector import BufferedGroup
+from sapo_async.limits import FOREIGN_TOKEN_SLACK
 from sapo_async.node.defence import Calibration, CompletionView, Thresholds, screen
 from sapo_async.node.groups import SharedRound, round_seed
 from sapo_async.node.learner import Learner
@@ -132,6 +134,15 @@ def candidate_view(learner: Learner, scored: ScoredGroup) -> CandidateView:
     )
 
 
+def size_bound(limits: Thresholds, *, same_tokenizer: bool) -> int:
+    """The most tokens (this node's) a peer's completion may take: the node's own cap for a
+    peer with this tokenizer, :data:`~sapo_async.limits.FOREIGN_TOKEN_SLACK` times it for
+    one with another (the same text is longer in a less fitting tokenizer)."""
+    if same_tokenizer:
+        return limits.max_tokens
+    return math.ceil(limits.max_tokens * FOREIGN_TOKEN_SLACK)
+
+
 class _Screened(RejectedInput):
     """A candidate the content defences refused (counted by the sampler as a failure)."""
 
@@ -174,7 +185,8 @@ def select_groups(
         if limits is not None:
             # Every completion is trained on (the low ones pushed down), so the size bound
             # holds for all of them, in this node's tokens, before any forward pass.
-            if any(len(ids) > limits.max_tokens for ids in view.token_ids):
+            bound = size_bound(limits, same_tokenizer=view.same_tokenizer)
+            if any(len(ids) > bound for ids in view.token_ids):
                 raise _Screened(RejectReason.COMPLETION_TOO_MANY_TOKENS)
             # A same-tokenizer peer's ids must spell its text: what the trainer uses
             # (the view's ids) is then what the peer sent and what every check read.

@@ -77,3 +77,17 @@ def test_switched_off_checks_do_not_drop() -> None:
     limits = _calibrated(plausibility=False, length_guard=False).thresholds()
     assert not limits.needs_logprobs
     assert screen("chain_sum", [CompletionView([-9.0] * 30, 1.0)], limits) is None
+
+
+def test_the_size_bound_allows_a_foreign_tokenizer_its_slack() -> None:
+    """Honest Gemma text at its 24-token budget was 26 to 38 SmolLM2 tokens
+    (bench/results/defence_fp.json): the exact bound dropped every such group; a peer with
+    another tokenizer gets FOREIGN_TOKEN_SLACK times the cap, a same-tokenizer peer none."""
+    from sapo_async.limits import FOREIGN_TOKEN_SLACK
+    from sapo_async.node.defence import Thresholds
+    from sapo_async.node.selection import size_bound
+
+    limits = Thresholds({}, max_tokens=25, plausibility=True, length_guard=True)
+    assert size_bound(limits, same_tokenizer=True) == 25
+    assert size_bound(limits, same_tokenizer=False) == 50 == 25 * FOREIGN_TOKEN_SLACK
+    assert size_bound(limits, same_tokenizer=False) >= 38
