@@ -311,6 +311,7 @@ def build_learner(
     Raises:
         ConfigError: an invalid setting (named).
     """
+    import torch
     import transformers
 
     from sapo_async.policy.models import LoadedModel, load_model, load_tiny_model, tiny_spec
@@ -342,12 +343,17 @@ def build_learner(
         chat_template=style == "instruct"
         and getattr(loaded.tokenizer, "chat_template", None) is not None,
     )
+    gen_dtype = generation_dtype(policy.generation_dtype, tiny=is_tiny, device=policy.device)
+    own_copy = training.overlap or gen_dtype == torch.bfloat16
+    sampler_model = copy.deepcopy(loaded.model) if own_copy else loaded.model
+    if gen_dtype == torch.bfloat16:
+        sampler_model = sampler_model.to(torch.bfloat16)
     generator = TransformersGenerator(
-        copy.deepcopy(loaded.model) if training.overlap else loaded.model,
+        sampler_model,
         loaded.tokenizer,
         model_id=loaded.model_id,
         add_special_tokens=not settings.chat_template,
-        shares_trainer_module=not training.overlap,
+        shares_trainer_module=not own_copy,
         offload_to_thread=offload,
     )
     return Learner(
@@ -358,3 +364,27 @@ def build_learner(
         model_id=loaded.model_id,
         generator=generator,
     )
+
+
+def generation_dtype(asked: str, *, tiny: bool, device: str) -> Any:
+    """The dtype the CPU sampler's weights take (``PolicySpec.generation_dtype``).
+
+    ``"auto"``: bfloat16 for a real model on a CPU with bf16 instructions (SmolLM2 sampled
+    3.3x faster in bf16 than in float32 here), float32 for the tiny model (its recorded
+    results were float32) and on a CPU without them, where bf16 is emulated and slower. On
+    CUDA the sampler shares the trainer's module (loaded in bf16 there): float32 means
+    "as loaded".
+    """
+    import torch
+
+    if device != "cpu" or asked == "float32" or (asked == "auto" and (tiny or not _cpu_bf16())):
+        return torch.float32
+    return torch.bfloat16
+
+
+def _cpu_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags

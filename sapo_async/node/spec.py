@@ -116,6 +116,14 @@ class PolicySpec(Settings):
     device: Literal["cpu", "cuda"] = Field(
         default="cpu", description="Device to train and generate on."
     )
+    generation_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description="Weights the CPU sampler runs: 'bfloat16' keeps a bf16 copy for "
+        "generation (synced after every step; training stays float32), 6.7x plain generate "
+        "and 3.3x float32 for SmolLM2 on these cores (bench/results/real.json); 'auto' is "
+        "bfloat16 for a real model on a CPU with bf16 instructions (avx512_bf16 or amx), "
+        "float32 for the tiny model and elsewhere.",
+    )
     backend: Literal["transformers", "vllm"] = Field(
         default="transformers",
         description="'transformers' (CPU or CUDA, shares the trainer's module) or 'vllm' (a "
@@ -159,7 +167,7 @@ class PolicySpec(Settings):
 
 
 POLICY_FILE_FIELDS = {
-    "model": ("gpu_memory_utilization", "sleep_mode"),
+    "model": ("gpu_memory_utilization", "sleep_mode", "generation_dtype"),
     "tasks": ("regime", "prompt_style"),
 }
 """The policy settings node.toml's ``[model]`` and ``[tasks]`` carry under the spec's names."""

@@ -244,6 +244,9 @@ async def _prepare_learner(spec: NodeSpec, learner: Learner, address: str) -> No
     directory = spec.checkpoint.dir
     if directory is not None and await anyio.to_thread.run_sync(has_checkpoint, Path(directory)):
         state = await anyio.to_thread.run_sync(learner.restore, Path(directory))
+        # A generator with its own copy of the weights (overlap, bf16 generation, vLLM)
+        # was built before the restore: give it the restored ones (a no-op when shared).
+        await learner.generator.sync_weights(learner.model.named_parameters())
         for damaged in state.damaged:
             _log.warning(
                 "checkpoint_damaged",

@@ -125,3 +125,50 @@ async def test_two_smollm2_nodes_share_commit_on_chain_and_resume(tmp_path: Path
     finally:
         for node in reversed(nodes):
             await node.leave()
+
+
+def test_a_real_model_samples_from_a_bf16_copy_synced_after_each_step() -> None:
+    """generation_dtype = "auto" on this CPU (avx512_bf16): SmolLM2 samples from a bf16
+    copy (3.3x faster than float32 here, bench/results/real.json), trains in float32, and
+    the copy takes the trained weights after the step."""
+    import dataclasses
+
+    from sapo_async.node.learner import _cpu_bf16, build_learner
+    from sapo_async.node.spec import NodeSpec
+
+    spec = NodeSpec.build(
+        model=SMOL,
+        tasks=["basic_arithmetic"],
+        questions_per_round=1,
+        completions_per_question=2,
+        max_new_tokens=8,
+        local=1,
+        generation_dtype="bfloat16",
+    )
+    learner = build_learner(spec)
+    sampler = learner.generator.model
+    assert sampler is not learner.model
+    assert {p.dtype for p in sampler.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in learner.model.parameters()} == {torch.float32}
+    groups = anyio.run(learner.generate)
+    scored = learner.score_local(groups)
+    pushed = [
+        dataclasses.replace(
+            g,
+            completions=tuple(
+                dataclasses.replace(c, reward=float(i % 2)) for i, c in enumerate(g.completions)
+            ),
+        )
+        for g in scored
+    ]
+    before = next(sampler.parameters()).detach().clone()
+    learner.train(pushed)
+    assert learner.policy_version == 1
+    anyio.run(lambda: learner.generator.sync_weights(learner.model.named_parameters()))
+    trained = next(learner.model.parameters()).detach().to(torch.bfloat16)
+    assert torch.equal(next(sampler.parameters()), trained)
+    assert not torch.equal(before, trained)
+    # "auto" picks bf16 exactly where the CPU has bf16 instructions.
+    auto = build_learner(spec.replace(generation_dtype="auto"))
+    dtype = torch.bfloat16 if _cpu_bf16() else torch.float32
+    assert next(auto.generator.model.parameters()).dtype == dtype
