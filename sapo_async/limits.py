@@ -318,6 +318,12 @@ REAL_MODEL_SIZES = {"questions_per_round": 4, "completions_per_question": 4, "ma
 """A real model's round sizes in ``sapo-async swarm --model`` and the explorer's demo: SmolLM2-135M
 took about 17 s per node-round at these sizes on 2 cores (docs/learning.md)."""
 
+LEDGER_BLIND_REVERT_RESENDS = 3
+"""Resends of a commitment whose transaction was mined and reverted without a reason (the
+chain's state moved between the gas estimate and the block), before it is marked failed. A
+short chaos run under load lost one commitment this way (round 5 of a node whose usage raced
+a producer's landing)."""
+
 FOREIGN_TOKEN_SLACK = 2.0
 """How many times the node's own completion cap a peer with another tokenizer may take in
 this node's tokens (the size bound, ``completion_too_many_tokens``). Honest text that used its

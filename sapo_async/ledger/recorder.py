@@ -121,6 +121,7 @@ class Recorder(Actor[None]):
         self._registered = False
         self._settle_passes = 0  # complete, error-free passes over the open claims
         self._chain_known = False  # True right after this recorder landed an entry itself
+        self._blind_reverts: dict[int, int] = {}  # resends after reverts without a reason
         self._send_failures = 0
         self._last_error: str | None = None
         self._log = get_logger("recorder", node=account.address)
@@ -466,8 +467,17 @@ class Recorder(Actor[None]):
     async def _reject(self, entry: JournalEntry, exc: CommitmentRejected) -> None:
         if exc.reason == "InvalidAccountNonce":
             raise exc  # another relay used the node's nonce first: retry with a fresh one
-        if exc.reason in _REFUSED_CREDIT and await self._withdraw_refused_credit(entry):
+        # A revert mined without a reason (the state moved between the gas estimate and the
+        # block: a producer's round landed or was credited meanwhile) may be any rule: find
+        # refused usage from the chain itself, and resend a bounded number of times.
+        unknown = exc.reason is None
+        if (exc.reason in _REFUSED_CREDIT or unknown) and await self._withdraw_refused_credit(
+            entry
+        ):
             raise exc  # send the reduced commitment on the next pass
+        if unknown and self._blind_reverts.get(entry.round, 0) < limits.LEDGER_BLIND_REVERT_RESENDS:
+            self._blind_reverts[entry.round] = self._blind_reverts.get(entry.round, 0) + 1
+            raise exc
         if exc.reason == "SapoLedgerRoundNotIncreasing":
             reason = "superseded: a later round of this node is already on chain"
         else:

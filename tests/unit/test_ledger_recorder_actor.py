@@ -15,7 +15,7 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
 from sapo_async.actors import ActorState
-from sapo_async.errors import ActorFailed, ActorStopped
+from sapo_async.errors import ActorFailed, ActorStopped, CommitmentRejected
 from sapo_async.ledger import MemoryLedger, OnChainCommitment, RoundCommitment
 from sapo_async.ledger.journal import EntryState, Journal
 from sapo_async.ledger.recorder import Recorder
@@ -114,3 +114,27 @@ async def test_stopping_twice_or_before_starting_is_harmless(tmp_path: Path):
             await rec.aclose()
             await rec.aclose()
         assert rec.state is ActorState.STOPPED
+
+
+class BlindRevertLedger(MemoryLedger):
+    """Reverts the first submit of every round as a mined transaction does on anvil when the
+    state moved after the gas estimate: no reason attached."""
+
+    def __init__(self) -> None:
+        super().__init__("recorder", relayer=Account.create())
+        self.blind: set[int] = set()
+
+    async def submit(self, node, payload):  # type: ignore[no-untyped-def]
+        if payload.round not in self.blind:
+            self.blind.add(payload.round)
+            raise CommitmentRejected("transaction 0xab reverted", tx_hash="0xab")
+        return await super().submit(node, payload)
+
+
+async def test_a_revert_without_a_reason_is_resent_not_lost(tmp_path: Path):
+    ledger, node = BlindRevertLedger(), Account.create()
+    with Journal(tmp_path / "j.sqlite") as journal:
+        async with Recorder(ledger, journal, node, retry_base_s=0.01, retry_max_s=0.02) as rec:
+            assert await rec.record(round_of(node, 1))
+            assert (await rec.wait_settled(1, 10)).state is EntryState.LANDED
+    assert await ledger.rounds_of(node.address) == [1]
