@@ -324,6 +324,12 @@ chain's state moved between the gas estimate and the block), before it is marked
 short chaos run under load lost one commitment this way (round 5 of a node whose usage raced
 a producer's landing)."""
 
+BF16_SAMPLER_MIN_PARAMS = 20_000_000
+"""From this many parameters a CPU node with bf16 instructions samples from a bf16 copy
+("auto"): SmolLM2-135M went from 8.9 to 28.9 tokens/s (bench/results/real.json); the
+0.86 M-parameter tiny model and the tests' models stay float32, sampling from the trainer's
+own module."""
+
 FOREIGN_TOKEN_SLACK = 2.0
 """How many times the node's own completion cap a peer with another tokenizer may take in
 this node's tokens (the size bound, ``completion_too_many_tokens``). Honest text that used its

@@ -343,7 +343,8 @@ def build_learner(
         chat_template=style == "instruct"
         and getattr(loaded.tokenizer, "chat_template", None) is not None,
     )
-    gen_dtype = generation_dtype(policy.generation_dtype, tiny=is_tiny, device=policy.device)
+    params = sum(p.numel() for p in loaded.model.parameters())
+    gen_dtype = generation_dtype(policy.generation_dtype, params=params, device=policy.device)
     own_copy = training.overlap or gen_dtype == torch.bfloat16
     sampler_model = copy.deepcopy(loaded.model) if own_copy else loaded.model
     if gen_dtype == torch.bfloat16:
@@ -366,18 +367,22 @@ def build_learner(
     )
 
 
-def generation_dtype(asked: str, *, tiny: bool, device: str) -> Any:
+def generation_dtype(asked: str, *, params: int, device: str) -> Any:
     """The dtype the CPU sampler's weights take (``PolicySpec.generation_dtype``).
 
-    ``"auto"``: bfloat16 for a real model on a CPU with bf16 instructions (SmolLM2 sampled
-    3.3x faster in bf16 than in float32 here), float32 for the tiny model (its recorded
-    results were float32) and on a CPU without them, where bf16 is emulated and slower. On
-    CUDA the sampler shares the trainer's module (loaded in bf16 there): float32 means
-    "as loaded".
+    ``"auto"``: bfloat16 for a model of at least
+    :data:`~sapo_async.limits.BF16_SAMPLER_MIN_PARAMS` parameters on a CPU with bf16
+    instructions (SmolLM2 sampled 3.3x faster in bf16 than in float32 here), float32 for
+    smaller ones (the tiny model: no gain, and its recorded results were float32) and on a
+    CPU without them, where bf16 is emulated and slower. On CUDA the sampler shares the
+    trainer's module (loaded in bf16 there): float32 means "as loaded".
     """
     import torch
 
-    if device != "cpu" or asked == "float32" or (asked == "auto" and (tiny or not _cpu_bf16())):
+    from sapo_async.limits import BF16_SAMPLER_MIN_PARAMS
+
+    small = params < BF16_SAMPLER_MIN_PARAMS
+    if device != "cpu" or asked == "float32" or (asked == "auto" and (small or not _cpu_bf16())):
         return torch.float32
     return torch.bfloat16
 

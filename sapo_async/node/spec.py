@@ -121,8 +121,8 @@ class PolicySpec(Settings):
         description="Weights the CPU sampler runs: 'bfloat16' keeps a bf16 copy for "
         "generation (synced after every step; training stays float32), 6.7x plain generate "
         "and 3.3x float32 for SmolLM2 on these cores (bench/results/real.json); 'auto' is "
-        "bfloat16 for a real model on a CPU with bf16 instructions (avx512_bf16 or amx), "
-        "float32 for the tiny model and elsewhere.",
+        "bfloat16 for a model of 20 M parameters or more on a CPU with bf16 instructions "
+        "(avx512_bf16 or amx), float32 for smaller models (the tiny one) and elsewhere.",
     )
     backend: Literal["transformers", "vllm"] = Field(
         default="transformers",
