@@ -173,6 +173,7 @@ class NodeConfig(BaseSettings):
                 gpu_memory_utilization=hardware.gpu_memory_utilization
                 or self.model.gpu_memory_utilization,
                 sleep_mode=self.model.sleep_mode and hardware.backend == "vllm",
+                generation_dtype=self.model.generation_dtype,
             ),
             training=self.training.to_part(),
             fabric=self.nats.to_part(),

@@ -61,6 +61,11 @@ CASES: dict[tuple[str, str], tuple[Any, Check, Any]] = {
     ("node", "name"): ("n1", lambda b: b.spec.name, "n1"),
     ("node", "data_dir"): ("dir", lambda b: b.spec.checkpoint.dir.parent, "dir"),
     ("checkpoint", "every"): (2, lambda b: b.spec.checkpoint.every, 2),
+    ("model", "generation_dtype"): (
+        "bfloat16",
+        lambda b: b.spec.policy.generation_dtype,
+        "bfloat16",
+    ),
     ("node", "drain_timeout_s"): (4.0, lambda b: b.spec.drain_timeout_s, 4.0),
     ("identity", "keystore"): ("file:key.json", lambda b: b.cfg.keystore_path, "file:key.json"),
     ("identity", "password_env"): ("MY_PW", lambda b: b.cfg.identity.password_env, "MY_PW"),

@@ -139,6 +139,7 @@ class JetStreamTransport:
         """See ``base.Transport.leaves``: learned from the stream's subjects on connect."""
         return self._leaves
 
+    @property
     def stream_missing(self) -> bool:
         """Whether the swarm's stream is known deleted (publishes fail at once meanwhile)."""
         return self._missing_since is not None
