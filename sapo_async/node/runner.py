@@ -109,7 +109,10 @@ class SwarmRun:
         with anyio.fail_after(None if math.isinf(timeout) else timeout):
             for event in list(self._settled):
                 await event.wait()
-        await self._settle_credit()
+        if not self._leave_when_settled:
+            # Nodes that leave once settled are closing their journals now: each settled
+            # what it could before it left (_run_node); the rest stays open on chain.
+            await self._settle_credit()
 
     async def _settle_credit(self) -> None:
         """Let every joined node settle its credit claims on peers' rounds that landed after
@@ -156,6 +159,10 @@ class SwarmRun:
                         pending=node.recorder.statistics().pending,
                         waited_s=self._land_timeout_s,
                     )
+            if self._leave_when_settled and node.recorder is not None:
+                # Best effort: an open claim stays on chain for anyone to settle.
+                with contextlib.suppress(TimeoutError, ActorStopped):
+                    await node.recorder.wait_credit_settled(self._land_timeout_s)
             if self._on_settled is not None:
                 self._on_settled(node)
             settled.set()
