@@ -271,9 +271,13 @@ class Recorder(Actor[None]):
             ActorStopped: the recorder stopped first.
         """
         target = self._settle_passes + 2  # the pass under way may have begun before this call
-        self._wake.set()
         with anyio.fail_after(timeout_s):
-            await self._wait_until(lambda: self._settle_passes >= target)
+            while self._settle_passes < target:
+                # Wake the sender for each pass: an idle sender waits for a wake (or its
+                # idle interval, up to retry_max_s) between passes.
+                seen = self._settle_passes
+                self._wake.set()
+                await self._wait_until(lambda: self._settle_passes > seen)  # noqa: B023
 
     async def _wait_until(self, done: Callable[[], bool]) -> None:
         while not done():

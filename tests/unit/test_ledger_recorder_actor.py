@@ -138,3 +138,17 @@ async def test_a_revert_without_a_reason_is_resent_not_lost(tmp_path: Path):
             assert await rec.record(round_of(node, 1))
             assert (await rec.wait_settled(1, 10)).state is EntryState.LANDED
     assert await ledger.rounds_of(node.address) == [1]
+
+
+async def test_waiting_for_credit_on_an_idle_recorder_does_not_wait_out_its_idle_interval(
+    tmp_path: Path,
+):
+    """Two settle passes are awaited; an idle sender ran the second only after its idle
+    interval (retry_max_s), so every node leaving a quick async table waited ~30 s."""
+    ledger, node = relayed(), Account.create()
+    with Journal(tmp_path / "j.sqlite") as journal:
+        async with Recorder(ledger, journal, node, retry_max_s=60.0) as rec:
+            assert await rec.record(round_of(node, 1))
+            await rec.wait_idle(10)
+            with anyio.fail_after(5):
+                await rec.wait_credit_settled(60)
