@@ -314,7 +314,13 @@ def build_learner(
     import torch
     import transformers
 
-    from sapo_async.policy.models import LoadedModel, load_model, load_tiny_model, tiny_spec
+    from sapo_async.policy.models import (
+        LoadedModel,
+        load_model,
+        load_tiny_model,
+        tiny_spec,
+        train_last_layers,
+    )
 
     transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call] # one bar per node clutters the display
 
@@ -328,6 +334,8 @@ def build_learner(
     else:
         loaded = load_model(str(model), device=policy.device)
     check_fits_context(loaded.model, training.max_new_tokens, model_id=loaded.model_id)
+    if policy.train_layers is not None:
+        train_last_layers(loaded.model, policy.train_layers)
     families = preset(policy.tasks) if isinstance(policy.tasks, str) else tuple(policy.tasks)
     is_tiny = loaded.model_id.startswith("sapo-tiny")
     style: PromptStyle = (

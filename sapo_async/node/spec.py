@@ -124,6 +124,14 @@ class PolicySpec(Settings):
         "bfloat16 for a model of 20 M parameters or more on a CPU with bf16 instructions "
         "(avx512_bf16 or amx), float32 for smaller models (the tiny one) and elsewhere.",
     )
+    train_layers: int | None = Field(
+        default=None,
+        ge=1,
+        description="Train only the last N transformer blocks and the final norm; the "
+        "embeddings, the (tied) output head and the earlier blocks stay frozen. A CPU node's "
+        "backward and AdamW step then cost a fraction of a full one (SmolLM2: see "
+        "docs/learning.md); unset trains every parameter.",
+    )
     backend: Literal["transformers", "vllm"] = Field(
         default="transformers",
         description="'transformers' (CPU or CUDA, shares the trainer's module) or 'vllm' (a "
@@ -167,7 +175,7 @@ class PolicySpec(Settings):
 
 
 POLICY_FILE_FIELDS = {
-    "model": ("gpu_memory_utilization", "sleep_mode", "generation_dtype"),
+    "model": ("gpu_memory_utilization", "sleep_mode", "generation_dtype", "train_layers"),
     "tasks": ("regime", "prompt_style"),
 }
 """The policy settings node.toml's ``[model]`` and ``[tasks]`` carry under the spec's names."""

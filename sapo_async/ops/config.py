@@ -174,6 +174,7 @@ class NodeConfig(BaseSettings):
                 or self.model.gpu_memory_utilization,
                 sleep_mode=self.model.sleep_mode and hardware.backend == "vllm",
                 generation_dtype=self.model.generation_dtype,
+                train_layers=self.model.train_layers,
             ),
             training=self.training.to_part(),
             fabric=self.nats.to_part(),

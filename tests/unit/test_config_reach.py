@@ -66,6 +66,7 @@ CASES: dict[tuple[str, str], tuple[Any, Check, Any]] = {
         lambda b: b.spec.policy.generation_dtype,
         "bfloat16",
     ),
+    ("model", "train_layers"): (2, lambda b: b.spec.policy.train_layers, 2),
     ("node", "drain_timeout_s"): (4.0, lambda b: b.spec.drain_timeout_s, 4.0),
     ("identity", "keystore"): ("file:key.json", lambda b: b.cfg.keystore_path, "file:key.json"),
     ("identity", "password_env"): ("MY_PW", lambda b: b.cfg.identity.password_env, "MY_PW"),

@@ -11,7 +11,7 @@ from sapo_async._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sapo_async.policy.digest import tokenizer_id
-    from sapo_async.policy.models.loading import LoadedModel, load_model
+    from sapo_async.policy.models.loading import LoadedModel, load_model, train_last_layers
     from sapo_async.policy.models.packaged import cache_root
     from sapo_async.policy.models.tiny import (
         REGIMES,
@@ -45,6 +45,7 @@ _LAZY = {
     "tiny_spec": "sapo_async.policy.models.tiny",
     "tokenizer_id": "sapo_async.policy.digest",
     "train_char_tokenizer": "sapo_async.policy.models.tokenizer",
+    "train_last_layers": "sapo_async.policy.models.loading",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
@@ -65,4 +66,5 @@ __all__ = [
     "tiny_spec",
     "tokenizer_id",
     "train_char_tokenizer",
+    "train_last_layers",
 ]

@@ -21,7 +21,7 @@ from sapo_async.errors import ConfigError
 from sapo_async.policy.digest import tokenizer_id
 from sapo_async.policy.models.packaged import PACKAGED_MODELS, ensure_packaged_model
 
-__all__ = ["LoadedModel", "load_model"]
+__all__ = ["LoadedModel", "load_model", "train_last_layers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,3 +111,36 @@ def load_model(
         tokenizer_id=tokenizer_id(tokenizer),
         path=path if local else None,
     )
+
+
+def train_last_layers(model: Any, layers: int) -> int:
+    """Freeze every parameter of ``model`` but its last ``layers`` transformer blocks and
+    the final norm (the embeddings and a tied output head stay frozen); returns how many
+    parameters still train.
+
+    The blocks are the model's largest ``ModuleList`` (``model.layers`` in Llama, Gemma
+    and SmolLM2); the final norm is the ``norm`` module beside it, if any.
+
+    Raises:
+        ConfigError: the model has no block list, or fewer than ``layers`` blocks.
+    """
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    if not lists:
+        raise ConfigError(
+            "model.train_layers: the model has no list of transformer blocks to choose from",
+            field="model.train_layers",
+        )
+    blocks = max(lists, key=len)
+    if layers > len(blocks):
+        raise ConfigError(
+            f"model.train_layers = {layers}: the model has {len(blocks)} blocks; allowed "
+            f"1 to {len(blocks)}",
+            field="model.train_layers",
+        )
+    model.requires_grad_(False)
+    blocks[len(blocks) - layers :].requires_grad_(True)
+    for module in model.modules():  # the final norm: a ``norm`` beside the block list
+        norm = getattr(module, "norm", None)
+        if isinstance(norm, torch.nn.Module) and any(c is blocks for c in module.children()):
+            norm.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
