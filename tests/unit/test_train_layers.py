@@ -52,5 +52,6 @@ def test_all_blocks_leave_only_the_embeddings_frozen() -> None:
 
 
 def test_more_layers_than_the_model_has_is_refused_with_the_allowed_range() -> None:
-    with pytest.raises(ConfigError, match=r"train_layers = 5: the model has 3 blocks; allowed 1 to 3"):
+    message = r"train_layers = 5: the model has 3 blocks; allowed 1 to 3"
+    with pytest.raises(ConfigError, match=message):
         train_last_layers(_model(3), 5)
