@@ -308,7 +308,9 @@ def paper_table(
         "docs/results/paper-table-async; with --quick runs/paper-table-quick or "
         "runs/paper-table-async-quick, so a smoke run never writes over recorded results).",
     ),
-    seeds: int = typer.Option(3, min=1, help="Seeds per configuration."),
+    seeds: int | None = typer.Option(
+        None, min=1, help="Seeds per configuration (default 3; 2 for a real model)."
+    ),
     seed_offset: int = typer.Option(
         0, min=0, help="First seed (seeds run offset .. offset + seeds - 1)."
     ),
@@ -331,17 +333,39 @@ def paper_table(
     resume: bool = typer.Option(
         False, "--resume", help="async: keep the runs already in the output's JSON (same settings)."
     ),
+    model: str = typer.Option(
+        "tiny",
+        help="async: tiny, or a packaged real model (smollm2-135m) with its own preset "
+        "(4 nodes, 4/0 vs 2/2, B=4 x L=4, 32 tokens, last 4 blocks train; "
+        "docs/results/paper-table-real).",
+    ),
+    start_rounds: int = typer.Option(
+        0,
+        min=0,
+        help="async with a real model: first measure its start per family and a lone "
+        "node's curve of this many rounds (start.json), then the table.",
+    ),
 ) -> None:
     """Run the I/J configurations with common random numbers; write table, figures, JSON."""
     from sapo_async.logs import configure_logging
 
     configure_logging(level="WARNING")
-    seed_list = tuple(range(seed_offset, seed_offset + seeds))
+    default_seeds = 2 if model != "tiny" else 3
+    seed_list = tuple(range(seed_offset, seed_offset + (seeds or default_seeds)))
     if path == "async":
         _paper_table_async(
-            regime, out, seed_list, rounds, (arms, side_arms), workers, (quick, resume)
+            regime,
+            out,
+            seed_list,
+            rounds,
+            (arms, side_arms),
+            workers,
+            (quick, resume),
+            (model, start_rounds),
         )
         return
+    if model != "tiny":
+        raise typer.BadParameter(f"--model {model!r} needs --path async (lockstep runs tiny)")
     if path != "lockstep":
         raise typer.BadParameter(f"path must be lockstep or async, got {path!r}")
     from dataclasses import replace
@@ -399,19 +423,27 @@ def _paper_table_async(
     arms: tuple[str | None, str | None],
     workers: int,
     modes: tuple[bool, bool],
+    real: tuple[str, int] = ("tiny", 0),
 ) -> None:
     """``paper-table --path async`` (see :mod:`sapo_async.experiment.paper_table_async`)."""
     from dataclasses import replace
 
     from sapo_async.errors import ConfigError
     from sapo_async.experiment import paper_table_async as pta
+    from sapo_async.policy.models.packaged import packaged_model_names
 
     quick, resume = modes
+    model, start_rounds = real
 
     name = "sparse" if regime == "both" else regime
-    if name not in pta.ASYNC_PRESETS:
+    if name not in pta.ASYNC_PRESETS or name == "smollm2":
         raise typer.BadParameter(f"regime of the async path must be sparse, got {regime!r}")
-    spec = pta.ASYNC_PRESETS[name]
+    if model != "tiny" and model not in packaged_model_names():
+        allowed = ", ".join(("tiny", *packaged_model_names()))
+        raise typer.BadParameter(f"--model {model!r} is not one of {allowed}")
+    spec = pta.ASYNC_PRESETS["smollm2"] if model != "tiny" else pta.ASYNC_PRESETS[name]
+    if model != "tiny":
+        spec = replace(spec, model=model, name=model.split("-")[0])
     try:
         spec = replace(spec, seeds=seed_list)
         if rounds is not None:
@@ -426,7 +458,10 @@ def _paper_table_async(
     except ConfigError as exc:
         raise typer.BadParameter(str(exc)) from None
     if out is None:
-        out = Path("runs/paper-table-async-quick" if quick else "docs/results/paper-table-async")
+        kind = "real" if spec.real else "async"
+        out = Path(
+            f"runs/paper-table-{kind}-quick" if quick else f"docs/results/paper-table-{kind}"
+        )
 
     def progress(res: pta.AsyncRun) -> None:
         cum = sum(sum(n) for n in res.rewards)
@@ -438,7 +473,7 @@ def _paper_table_async(
         )
 
     typer.echo(
-        f"async {name}: {len(spec.jobs())} swarms of {spec.nodes} nodes x "
+        f"async {spec.stem}: {len(spec.jobs())} swarms of {spec.nodes} nodes x "
         f"{spec.rounds} rounds, {workers if not quick else 1} at a time",
         err=True,
     )
@@ -446,6 +481,11 @@ def _paper_table_async(
     def failure(arm: str, seed: int, exc: BaseException) -> None:
         typer.echo(f"  {arm} seed {seed}: FAILED ({exc!r}); the other runs go on", err=True)
 
+    if spec.real and start_rounds:
+        from sapo_async.experiment.paper_table_real import run_start
+
+        typer.echo(f"{spec.model}: start per family, then {start_rounds} rounds alone", err=True)
+        run_start(spec, out, single_rounds=start_rounds)
     pta.run_async_experiment(
         spec,
         out,
@@ -454,7 +494,11 @@ def _paper_table_async(
         on_failure=failure,
         resume=resume,
     )
-    typer.echo((out / f"{name}.md").read_text())
+    if spec.real:
+        from sapo_async.experiment.paper_table_real import write_real_summary
+
+        write_real_summary(spec, out)
+    typer.echo((out / f"{spec.stem}.md").read_text())
 
 
 def register(app: typer.Typer) -> None:

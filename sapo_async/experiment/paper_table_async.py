@@ -90,19 +90,24 @@ async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> As
     from sapo_async.node.runner import run_swarm
     from sapo_async.node.spec import NodeSpec
     from sapo_async.policy.grpo.trainer import TrainerConfig
-    from sapo_async.policy.models import load_tiny_model, tiny_spec
+    from sapo_async.policy.models import load_model, load_tiny_model, tiny_spec
     from sapo_async.wire import keccak256
 
     local, external, filt = parse_arm(arm)
     # Loaded once here and copied per node: transformers' loading is not thread-safe, and
     # nodes that join at once load in worker threads.
-    loaded = load_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))
+    loaded = (
+        load_model(spec.model)
+        if spec.real
+        else load_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))
+    )
     ratio_filter = RatioFilter(spec.ratio_cap) if filt == "ftis" else None
     swarm = f"paper-async-{seed}-{arm.replace('/', '-').replace('+', '-')}"
     common = NodeSpec.build(
         swarm=swarm,
-        prompt_style="compact",
+        prompt_style="auto" if spec.real else "compact",
         tasks=spec.tasks,
+        train_layers=spec.train_layers,
         seed=seed,
         questions_per_round=spec.questions_per_round,
         completions_per_question=spec.completions_per_question,
@@ -232,6 +237,9 @@ _SAME_RUN_KEYS = (
     "tis_cap",
     "ratio_cap",
     "threads",
+    "model",
+    "train_layers",
+    "name",
 )
 
 
@@ -280,9 +288,14 @@ def run_async_experiment(
     (so an interrupted run leaves what it measured)."""
     from sapo_async.experiment.paper_table_report import write_async_outputs
     from sapo_async.policy.models import ensure_tiny_model, tiny_spec
+    from sapo_async.policy.models.packaged import ensure_packaged_model
 
-    ensure_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))  # once, before workers race
-    results: list[AsyncRun] = recorded_runs(spec, out_dir / f"{spec.regime}.json") if resume else []
+    # Once, before workers race to build or dequantise it.
+    if spec.real:
+        ensure_packaged_model(spec.model)
+    else:
+        ensure_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))
+    results: list[AsyncRun] = recorded_runs(spec, out_dir / f"{spec.stem}.json") if resume else []
     have = {(r.config, r.seed) for r in results}
     jobs = [(spec, arm, seed) for arm, seed in spec.jobs() if (arm, seed) not in have]
     t0 = time.perf_counter()  # this invocation only (resumed runs keep their own seconds)

@@ -11,7 +11,15 @@ from dataclasses import dataclass, field, replace
 
 from sapo_async.errors import ConfigError
 
-__all__ = ["ASYNC_PRESETS", "FILTERS", "AsyncRun", "AsyncSpec", "parse_arm", "quick_async"]
+__all__ = [
+    "ASYNC_PRESETS",
+    "FILTERS",
+    "REAL_TASKS",
+    "AsyncRun",
+    "AsyncSpec",
+    "parse_arm",
+    "quick_async",
+]
 
 FILTERS = ("", "tis", "ftis", "fresh")
 
@@ -59,6 +67,12 @@ class AsyncSpec:
         tis_cap: truncation of the ``+tis`` arms' importance weights.
         ratio_cap: the ``+ftis`` filter's bound on a completion's importance ratio.
         threads: worker threads computing at once per swarm (one torch thread each).
+        model: ``"tiny"`` (the project's character model of ``regime``) or a packaged
+            real model (``"smollm2-135m"``), loaded once per swarm and copied per node;
+            a real model sees the instruct prompt through its chat template.
+        train_layers: train only the last N transformer blocks and the final norm
+            (``PolicySpec.train_layers``); None trains every parameter.
+        name: the output files' stem (default: ``regime``).
     """
 
     regime: str = "sparse"
@@ -77,12 +91,25 @@ class AsyncSpec:
     tis_cap: float = 2.0
     ratio_cap: float = 1.5
     threads: int = 1
+    model: str = "tiny"
+    train_layers: int | None = None
+    name: str = ""
 
     def __post_init__(self) -> None:
         for arm in (*self.arms, *self.side_arms):
             parse_arm(arm)
         if not self.arms or not self.seeds:
             raise ConfigError("the async paper table needs at least one arm and one seed")
+
+    @property
+    def stem(self) -> str:
+        """The output files' name: ``<stem>.json``, ``<stem>.md``, ``<stem>.png``."""
+        return self.name or self.regime
+
+    @property
+    def real(self) -> bool:
+        """Whether the swarm trains a real (packaged) model rather than the tiny one."""
+        return self.model != "tiny"
 
     @property
     def all_arms(self) -> tuple[str, ...]:
@@ -97,11 +124,50 @@ class AsyncSpec:
         return main + side
 
 
-ASYNC_PRESETS: dict[str, AsyncSpec] = {"sparse": AsyncSpec()}
+REAL_TASKS = "real_mix"
+"""The real model's families (:data:`sapo_async.tasks.spec.REAL_MIX_PRESET`): those where
+SmolLM2-135M-Instruct starts between about 0.02 and 0.5 (docs/results/paper-table-real)."""
+
+ASYNC_PRESETS: dict[str, AsyncSpec] = {
+    "sparse": AsyncSpec(),
+    # Sized from measured per-round cost so the table fits about 90 minutes on 2 cores
+    # (docs/results/paper-table-real/README.md says how).
+    "smollm2": AsyncSpec(
+        name="smollm2",
+        model="smollm2-135m",
+        tasks=REAL_TASKS,
+        rounds=30,
+        seeds=(0, 1),
+        arms=("4/0", "2/2"),
+        side_arms=(),
+        nodes=4,
+        questions_per_round=4,
+        completions_per_question=4,
+        lr=1e-5,
+        threshold=0.05,
+        max_new_tokens=32,
+        train_layers=4,
+        threads=2,
+    ),
+}
 
 
 def quick_async(spec: AsyncSpec) -> AsyncSpec:
-    """A seconds-long version for tests: 3 nodes, 3 rounds, B = L = 4, two arms."""
+    """A seconds-long version for tests: 3 nodes, 3 rounds, B = L = 4, two arms (a real
+    model: 2 nodes, 2 rounds, B = L = 2, 8 tokens, the last block trains)."""
+    if spec.real:
+        return replace(
+            spec,
+            rounds=2,
+            seeds=spec.seeds[:1],
+            arms=("2/0", "1/1"),
+            side_arms=(),
+            nodes=2,
+            questions_per_round=2,
+            completions_per_question=2,
+            max_new_tokens=8,
+            train_layers=1,
+        )
     return replace(
         spec,
         rounds=3,

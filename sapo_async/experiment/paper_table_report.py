@@ -154,17 +154,17 @@ def write_async_outputs(
     if first:
         plot_traces(
             first,
-            out_dir / f"{spec.regime}.png",
-            title=f"async path, {spec.regime}, seed {seed0}: per-node training reward",
+            out_dir / f"{spec.stem}.png",
+            title=f"async path, {spec.stem}, seed {seed0}: per-node training reward",
         )
     family_figures = _plot_families(spec, results, out_dir)
 
     by_config.setdefault(baseline, {})
 
-    def ratio(c: str, s: int) -> float:
-        return cumulative_reward(by_config[c][s]) / max(
-            cumulative_reward(by_config[baseline][s]), 1e-12
-        )
+    def ratio(c: str, s: int) -> float | None:
+        """None where the baseline earned nothing (no ratio to take)."""
+        base = cumulative_reward(by_config[baseline][s])
+        return cumulative_reward(by_config[c][s]) / base if base > 0 else None
 
     families = {
         c: {str(s): family_means(runs[(c, s)]) for s in sorted(by_config[c])} for c in order
@@ -229,8 +229,8 @@ def write_async_outputs(
         },
         "commitments": {c: {str(s): runs[(c, s)].commitments for s in by_config[c]} for c in order},
     }
-    (out_dir / f"{spec.regime}.json").write_text(json.dumps(summary, indent=1))
-    (out_dir / f"{spec.regime}.md").write_text(_markdown(spec, summary, by_config, seconds))
+    (out_dir / f"{spec.stem}.json").write_text(json.dumps(summary, indent=1))
+    (out_dir / f"{spec.stem}.md").write_text(_markdown(spec, summary, by_config, seconds))
     return summary
 
 
@@ -241,10 +241,14 @@ def _markdown(
     seconds: float,
 ) -> str:
     order = [c for c in spec.all_arms if by_config.get(c)]
+    layers = f"last {spec.train_layers} blocks train" if spec.train_layers else "all weights train"
     head = (
-        f"### async path, {spec.regime} regime ({spec.nodes} nodes over NATS JetStream, "
+        f"### async path, {spec.model if spec.real else spec.regime + ' regime'} "
+        f"({spec.nodes} nodes over NATS JetStream, "
         f"ledger on, {spec.rounds} rounds per node, B={spec.questions_per_round} x "
-        f"L={spec.completions_per_question}, lr {spec.lr:g}, tasks {spec.tasks}, "
+        f"L={spec.completions_per_question}, {spec.max_new_tokens} tokens, lr {spec.lr:g}, "
+        f"{layers}, "
+        f"tasks {spec.tasks}, "
         f"seeds {list(spec.seeds)}, {seconds / 60:.1f} min)\n\n"
     )
     table = markdown_table(

@@ -87,7 +87,9 @@ def markdown_table(
         ratios = []
         for seed, trace in sorted(by_seed.items()):
             cum = cumulative_reward(trace)
-            ratio = cum / cumulative_reward(base[seed]) if seed in base else float("nan")
+            # nan where the baseline earned nothing (a real model at a tiny size can).
+            base_cum = cumulative_reward(base[seed]) if seed in base else 0.0
+            ratio = cum / base_cum if base_cum > 0 else float("nan")
             ratios.append(ratio)
             rtt = rounds_to_threshold(trace, threshold)
             lines.append(

@@ -89,3 +89,52 @@ def test_paper_table_rejects_an_unknown_path(tmp_path):
     )
     assert result.exit_code != 0
     assert "path must be lockstep or async" in result.output
+
+
+@pytest.mark.real_model
+@pytest.mark.timeout(900)
+def test_real_model_quick_table_runs_smollm2_over_nats_and_writes_the_summary(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        build_app(),
+        ["experiment", "paper-table", "--path", "async", "--model", "smollm2-135m", "--quick"],
+    )
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "docs").exists()
+    out = tmp_path / "runs" / "paper-table-real-quick"
+    table = json.loads((out / "smollm2.json").read_text())
+    assert table["spec"]["model"] == "smollm2-135m"
+    assert table["spec"]["train_layers"] == 1
+    for run in table["runs"]:
+        assert [len(node) for node in run["rewards"]] == [2, 2]
+        assert run["commitments"] == {"confirmed": 4, "pending": 0}
+        # The real model's families, each scored by its own verifier.
+        assert set(run["family_rewards"]) <= {"chain_sum", "basic_arithmetic"}
+        counts = sum(n for f in run["family_rewards"].values() for node in f for _, n in node)
+        assert counts == 2 * 2 * 2 * 2
+    assert table["runs"][1]["received"] > 0  # SmolLM2's groups crossed the nats-server
+    summary = json.loads((out / "summary.json").read_text())
+    from sapo_async.policy.models.packaged import PACKAGED_MODELS
+
+    assert summary["model_sha256"] == PACKAGED_MODELS["smollm2-135m"].sha256
+    assert set(summary["ratio_to_baseline"]) == {"2/0", "1/1"}
+    assert set(summary["ratio_to_baseline"]["1/1"]) == {"0"}
+    assert summary["sizes"]["max_new_tokens"] == 8
+    assert summary["goal_met_every_seed"] in (True, False)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--path", "async", "--model", "gpt-9"], "--model 'gpt-9' is not one of tiny, "),
+        (["--model", "smollm2-135m"], "needs --path async"),
+    ],
+)
+def test_paper_table_names_a_bad_model(tmp_path, args, message):
+    result = CliRunner().invoke(
+        build_app(), ["experiment", "paper-table", "--quick", "--out", str(tmp_path), *args]
+    )
+    assert result.exit_code != 0
+    assert message in result.output

@@ -102,3 +102,13 @@ def test_resume_keeps_recorded_runs_only_under_the_same_settings(tmp_path):
     assert recorded_runs(replace(spec, arms=("2/0",)), path) == [again[0]]
     assert recorded_runs(replace(spec, rounds=4), path) == []
     assert recorded_runs(spec, tmp_path / "absent.json") == []
+
+
+def test_a_baseline_that_earned_nothing_gives_no_ratio_not_a_crash(tmp_path):
+    # A real model at smoke sizes can end a run with zero reward on every node; the table
+    # then has no ratio to take (it used to divide by zero writing the markdown).
+    spec = AsyncSpec(rounds=3, seeds=(0,), arms=("2/0", "1/1"), side_arms=())
+    runs = [_run("2/0", 0, 0.0), _run("1/1", 0, 1.0)]
+    summary = write_async_outputs(spec, runs, tmp_path, seconds=1.0)
+    assert summary["ratio_to_baseline"] == {"2/0": {"0": None}, "1/1": {"0": None}}
+    assert re.search(r"\| 1/1 \| 0 \| [0-9.]+ \| nanx \|", (tmp_path / "sparse.md").read_text())
