@@ -10,7 +10,6 @@ import pytest
 from typer.testing import CliRunner
 
 from sapo_async.cli.main import build_app
-
 from sapo_async.experiment.attack.inject import MARKER, Inject
 from sapo_async.experiment.attack.length import Length
 from sapo_async.experiment.attack.runner import AttackSpec, run_one
