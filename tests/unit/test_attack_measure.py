@@ -39,6 +39,7 @@ def test_round_clock_counts_cpu_spent_during_the_attackers_steps():
     assert times.cpu_s == pytest.approx(2.5)
     assert times.cpu_without_attackers_s == pytest.approx(0.5)
     assert times.wall_without_attackers_s == pytest.approx(0.0)
+    assert times.wall_s == pytest.approx(1.0)
     assert times.server_cpu_s == pytest.approx(0.25)
 
 

@@ -43,12 +43,14 @@ class RoundTimes:
 
     Attributes:
         cpu_s: the process's CPU seconds over the whole round.
+        wall_s: wall seconds over the whole round (what sizes a matrix).
         cpu_without_attackers_s: the same less the attackers' own share and train.
         wall_without_attackers_s: wall seconds less the attackers' own share and train.
         server_cpu_s: the nats-server's CPU seconds over the round (None: none measured).
     """
 
     cpu_s: float
+    wall_s: float
     cpu_without_attackers_s: float
     wall_without_attackers_s: float
     server_cpu_s: float | None
@@ -95,6 +97,7 @@ class RoundClock:
         cpu, wall, server = self._cpu() - self._c0, self._wall() - self._w0, self._server()
         return RoundTimes(
             cpu_s=cpu,
+            wall_s=wall,
             cpu_without_attackers_s=cpu - self._attacker_cpu,
             wall_without_attackers_s=wall - self._attacker_wall,
             server_cpu_s=None if server is None or self._s0 is None else server - self._s0,

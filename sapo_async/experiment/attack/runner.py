@@ -181,6 +181,7 @@ async def _run_rounds(
         m.round_cpu_s.append(times.cpu_s)
         m.round_s.append(times.cpu_without_attackers_s)
         m.round_wall_s.append(times.wall_without_attackers_s)
+        m.round_total_wall_s.append(times.wall_s)
         if times.server_cpu_s is not None:
             m.server_cpu_s.append(times.server_cpu_s)
         hits = sum(attack.carries_payload(t, a) for t, a in texts) if attack else 0

@@ -176,6 +176,7 @@ class RunMeasure:
             nothing subtracted (what the flood and absurd measures use).
         server_cpu_s: per round, CPU seconds of the nats-server process (empty in memory).
         round_wall_s: wall-clock seconds of the round without the attackers' share and train.
+        round_total_wall_s: wall-clock seconds of the whole round (what sizes a matrix).
         trained_external: external groups honest nodes trained on, by origin
             (``honest`` / ``attacker``).
         dropped: honest nodes' refusals by reason (admission and after).
@@ -201,6 +202,7 @@ class RunMeasure:
     round_cpu_s: list[float] = field(default_factory=list)
     server_cpu_s: list[float] = field(default_factory=list)
     round_wall_s: list[float] = field(default_factory=list)
+    round_total_wall_s: list[float] = field(default_factory=list)
     trained_external: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     received: int = 0
