@@ -8,6 +8,7 @@ Imports the harness only when the command runs, so ``--help`` stays light.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -16,40 +17,107 @@ __all__ = ["attack"]
 _ATTACKS = "inject, tokens, length, flood, absurd, wrong"
 
 
+_OPTIONS = {
+    "attacks": "--attacks",
+    "model": "--model",
+    "train_layers": "--train-layers",
+    "tasks": "--tasks",
+    "transport": "--transport",
+    "nodes": "--nodes",
+    "attackers": "--attackers",
+    "rounds": "--rounds",
+    "lr": "--lr",
+    "max_new_tokens": "--max-new-tokens",
+    "questions_per_round": "--questions",
+    "completions_per_question": "--completions",
+}
+"""The spec's fields by the option that sets them (an error names the option)."""
+
+
 def attack(
     attacks: str = typer.Option("all", help=f"Comma-separated attacks ({_ATTACKS}) or all."),
     out: Path | None = typer.Option(
         None,
-        help="Output directory (default docs/results/attack; with --quick "
-        "runs/attack-quick, so a smoke run never writes over recorded results).",
+        help="Output directory (default docs/results/attack for the tiny model, "
+        "docs/results/attack-real for a packaged one; with --quick under runs/, so a smoke "
+        "run never writes over recorded results).",
+    ),
+    model: str = typer.Option(
+        "tiny", help="'tiny' (the 0.86 M character model) or a packaged model (smollm2-135m)."
+    ),
+    train_layers: int | None = typer.Option(
+        None, help="Train only the last N transformer blocks (default: every parameter)."
+    ),
+    tasks: str | None = typer.Option(
+        None,
+        help="A task preset (cpu, cpu_easy, cpu_mix, paper) or comma-separated reasoning-gym "
+        "families (default: cpu for tiny, cpu_easy for a packaged model).",
+    ),
+    transport: str = typer.Option(
+        "nats", help="'nats' (a private nats-server with JetStream per run) or 'memory'."
     ),
     seeds: int = typer.Option(2, min=1, help="Seeds per cell."),
-    rounds: int | None = typer.Option(None, min=1, help="Rounds per run (default 12)."),
-    attackers: int = typer.Option(2, min=1, help="Attacking nodes of the 8."),
+    rounds: int | None = typer.Option(None, help="Rounds per run (default 12)."),
+    nodes: int | None = typer.Option(None, help="Swarm size (default 8)."),
+    attackers: int | None = typer.Option(None, help="Attacking nodes (default 2)."),
+    questions: int | None = typer.Option(None, help="Questions per round, B (default 4)."),
+    completions: int | None = typer.Option(None, help="Completions per question, L (default 8)."),
+    local: int | None = typer.Option(None, help="Own groups trained per round, I (default 2)."),
+    external: int | None = typer.Option(
+        None, help="External groups trained per round, J (default 2)."
+    ),
+    lr: float | None = typer.Option(None, help="AdamW learning rate (default 3e-4)."),
+    max_new_tokens: int | None = typer.Option(None, help="Completion cap (default 16)."),
     workers: int = typer.Option(4, min=1, help="Runs in parallel (one process each)."),
-    quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke version (tests)."),
+    quick: bool = typer.Option(
+        False, "--quick", help="Seconds-long smoke version (tests); options given still apply."
+    ),
 ) -> None:
     """Run every attack with defences off and on, the no-attack runs and 8/0; write
     summary.json, runs.json and attack.png."""
     from dataclasses import replace
 
+    from sapo_async.errors import ConfigError
     from sapo_async.experiment.attack import runner
     from sapo_async.logs import configure_logging
+    from sapo_async.tasks.spec import PRESETS, FamilySpec
 
     configure_logging(level="WARNING")
     names = runner.ATTACKS if attacks == "all" else tuple(a.strip() for a in attacks.split(","))
-    unknown = [a for a in names if a not in runner.ATTACKS]
-    if unknown:
-        raise typer.BadParameter(f"unknown attack {unknown[0]!r}; allowed: {_ATTACKS}")
-    spec = replace(
-        runner.AttackSpec(), attacks=names, seeds=tuple(range(seeds)), attackers=attackers
-    )
-    if rounds is not None:
-        spec = replace(spec, rounds=rounds)
-    if quick:
-        spec = runner.quick(spec)
+    task_setting: str | tuple[FamilySpec, ...] | None = tasks
+    if tasks is not None and tasks not in PRESETS:
+        task_setting = tuple(FamilySpec(f.strip()) for f in tasks.split(",") if f.strip())
+    given: dict[str, Any] = {
+        "rounds": rounds,
+        "nodes": nodes,
+        "attackers": attackers,
+        "questions_per_round": questions,
+        "completions_per_question": completions,
+        "local": local,
+        "external": external,
+        "lr": lr,
+        "max_new_tokens": max_new_tokens,
+    }
+    try:
+        spec = replace(
+            runner.AttackSpec(),
+            attacks=names,
+            seeds=tuple(range(seeds)),
+            model=model,
+            train_layers=train_layers,
+            tasks=task_setting,
+            transport=transport,
+        )
+        if quick:
+            spec = runner.quick(spec)
+        spec = replace(spec, **{k: v for k, v in given.items() if v is not None})
+    except ConfigError as exc:
+        option = _OPTIONS.get(exc.field or "", exc.field or "")
+        message = str(exc).splitlines()[0]
+        raise typer.BadParameter(message, param_hint=f"'{option}'") from None
     if out is None:
-        out = Path("runs/attack-quick" if quick else "docs/results/attack")
+        name = "attack-real" if spec.real else "attack"
+        out = Path(f"runs/{name}-quick" if quick else f"docs/results/{name}")
 
     def progress(m: runner.RunMeasure) -> None:
         state = "on" if m.defences else "off"

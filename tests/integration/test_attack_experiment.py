@@ -1,5 +1,6 @@
-"""The attack experiment's quick mode runs real nodes under attack and writes its outputs
-beside, never over, the recorded results."""
+"""The attack experiment's quick mode runs real nodes under attack over a private
+nats-server and writes its outputs beside, never over, the recorded results; a packaged
+real model runs the same harness."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ import pytest
 from typer.testing import CliRunner
 
 from sapo_async.cli.main import build_app
+from sapo_async.experiment.attack.inject import MARKER, Inject
+from sapo_async.experiment.attack.length import Length
+from sapo_async.experiment.attack.runner import AttackSpec, run_one
 
 pytestmark = [pytest.mark.slow]
 
 
+@pytest.mark.nats
 @pytest.mark.timeout(900)
 def test_attack_quick_measures_each_attack_with_defences_off_and_on(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the default output directories are relative
@@ -42,6 +47,17 @@ def test_attack_quick_measures_each_attack_with_defences_off_and_on(tmp_path, mo
         "attacker", 0
     )
     assert (out / "attack.png").read_bytes()[:4] == b"\x89PNG"
+    # Issue 23: over NATS by default, the flood-type measure is the whole round's CPU, the
+    # payload's trend per round, and what ran.
+    assert summary["transport"] == "nats"
+    assert summary["model"] == "tiny"
+    assert summary["sizes"]["nodes"] == 4
+    assert all(len(r["round_cpu_s"]) == 3 and len(r["server_cpu_s"]) == 3 for r in runs)
+    assert all(c >= o for r in runs for c, o in zip(r["round_cpu_s"], r["round_s"], strict=True))
+    for row in summary["attacks"].values():
+        assert len(row["payload_by_round_off"]) == 3
+        assert "payload_slope_off" in row
+    assert summary["attacks"]["absurd"]["asr_on"] == summary["attacks"]["absurd"]["cpu_ratio_on"]
 
 
 def test_attack_rejects_an_unknown_attack(tmp_path):
@@ -51,3 +67,66 @@ def test_attack_rejects_an_unknown_attack(tmp_path):
     )
     assert result.exit_code != 0
     assert "unknown attack 'bribe'" in result.output
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "allowed"),
+    [
+        ("--model", "gpt-5", "smollm2-135m"),
+        ("--transport", "pigeon", "memory, nats"),
+        ("--tasks", "no_such_family", "reasoning-gym family names"),
+        ("--nodes", "1", "at least 2"),
+    ],
+)
+def test_attack_refuses_a_bad_option_in_one_line_naming_it(tmp_path, option, value, allowed):
+    result = CliRunner().invoke(
+        build_app(), ["experiment", "attack", "--quick", option, value, "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    error = [line for line in result.output.splitlines() if option in line]
+    assert error, result.output
+    assert allowed in " ".join(result.output.replace("│", " ").split())  # rich wraps the box
+    assert not (tmp_path / "runs.jsonl").exists()
+
+
+@pytest.mark.real_model
+def test_inject_marker_survives_smollm2_tokens_and_is_detected():
+    from sapo_async.policy.models import load_model
+
+    tokenizer = load_model("smollm2-135m").tokenizer
+    text = f" <answer>12</answer>{MARKER}"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert tokenizer.decode(ids) == text
+    assert Inject().carries_payload(tokenizer.decode(ids), "12")
+    # The length attack's pad counts SmolLM2's tokens (a run of spaces is one token).
+    limit = 32
+    padded = Length(limit, tokenizer).padded("12")
+    assert len(tokenizer.encode(padded, add_special_tokens=False)) + 1 in (limit - 1, limit)
+
+
+@pytest.mark.real_model
+@pytest.mark.nats
+@pytest.mark.timeout(300)
+def test_smollm2_inject_round_runs_over_nats_with_tiny_sizes():
+    spec = AttackSpec(
+        attacks=("inject",),
+        rounds=1,
+        seeds=(0,),
+        nodes=2,
+        attackers=1,
+        questions_per_round=1,
+        completions_per_question=2,
+        local=1,
+        external=1,
+        max_new_tokens=8,
+        model="smollm2-135m",
+        train_layers=1,
+    )
+    m = run_one(spec, "inject", False, 0, (1, 1))
+    assert m.honest == [0]
+    assert len(m.round_cpu_s) == 1
+    assert len(m.server_cpu_s) == 1
+    # The honest node saw its own group and the attacker's, and its first round's own
+    # completions (before any training on the attacker's) carry no marker.
+    assert m.received == 2
+    assert m.payload == [0.0]

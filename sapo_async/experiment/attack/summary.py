@@ -3,14 +3,23 @@
 ``asr`` per attack (the Must-show metric of docs/security.md): for ``inject``, ``tokens``
 and ``wrong`` the fraction of honest nodes' own completions in the last 20 % of rounds that
 carry the payload; for ``length`` the honest mean completion length over the last 20 % of
-rounds relative to the no-attack run; for ``flood`` and ``absurd`` the honest mean round time
-relative to the no-attack run (each against the no-attack run with the same defence setting
-and seed, then averaged over seeds).
+rounds relative to the no-attack run; for ``flood`` and ``absurd`` the process's mean CPU
+per round, nothing subtracted (:mod:`.measure`), relative to the no-attack run (each
+against the no-attack run with the same defence setting and seed, then averaged over
+seeds). Runs recorded before the whole-round measure existed fall back to the old one
+(the round without the attackers' own share and train).
+
+Beside ``asr``, per attack: the per-round payload rate with the defences off, averaged
+over seeds (``payload_by_round_off``), its least-squares slope per round and its first-
+and last-half means, so a rising payload shows; for ``flood`` and ``absurd`` the CPU
+ratios (``cpu_ratio_off`` / ``cpu_ratio_on``, the same as ``asr``), the old measure's
+(``round_s_ratio_*``) and the nats-server's (``server_cpu_ratio_*``, where measured).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -21,7 +30,7 @@ from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure
 from sapo_async.node.report import drop_rates
 from sapo_async.wire.reasons import AFTER_ADMISSION
 
-__all__ = ["markdown_table", "summarise", "write_outputs"]
+__all__ = ["markdown_table", "slope", "summarise", "write_outputs"]
 
 RATIO_ATTACKS = frozenset({"length", "flood", "absurd"})
 
@@ -39,12 +48,70 @@ def _honest_reward(run: RunMeasure, honest: Sequence[int]) -> float:
     return sum(sum(run.rewards[i]) for i in honest)
 
 
+def _cpu(run: RunMeasure) -> list[float]:
+    """The whole round's CPU per round (the old measure for runs recorded before it)."""
+    return run.round_cpu_s or run.round_s
+
+
+def _ratio(values: Sequence[float], base: Sequence[float]) -> float:
+    if not values or not base:
+        return float("nan")
+    return _mean(values) / max(_mean(base), 1e-12)
+
+
 def _asr(attack: str, run: RunMeasure, base: RunMeasure) -> float:
     if attack == "length":
         return _mean(_tail(run.length)) / max(_mean(_tail(base.length)), 1e-12)
     if attack in ("flood", "absurd"):
-        return _mean(run.round_s) / max(_mean(base.round_s), 1e-12)
+        return _ratio(_cpu(run), _cpu(base))
     return _mean(_tail(run.payload))
+
+
+def slope(values: Sequence[float]) -> float:
+    """The least-squares slope of ``values`` against their index (0 for fewer than 2)."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    x_mean, y_mean = (n - 1) / 2, _mean(values)
+    num = sum((x - x_mean) * (y - y_mean) for x, y in enumerate(values))
+    return num / sum((x - x_mean) ** 2 for x in range(n))
+
+
+def _trend(runs: Sequence[RunMeasure]) -> dict[str, Any]:
+    """The defences-off payload rate per round, averaged over ``runs`` (one per seed)."""
+    rounds = min((len(r.payload) for r in runs), default=0)
+    by_round = [_mean([r.payload[i] for r in runs]) for i in range(rounds)]
+    half = rounds // 2
+    return {
+        "payload_by_round_off": by_round,
+        "payload_slope_off": slope(by_round),
+        "payload_first_half_off": _mean(by_round[:half]),
+        "payload_last_half_off": _mean(by_round[rounds - half :]) if half else float("nan"),
+    }
+
+
+COST_METRICS = (
+    "cpu_ratio_off",
+    "cpu_ratio_on",
+    "round_s_ratio_off",
+    "round_s_ratio_on",
+    "server_cpu_ratio_off",
+    "server_cpu_ratio_on",
+)
+
+
+def _cost(
+    off: RunMeasure, on: RunMeasure, base_off: RunMeasure, base_on: RunMeasure
+) -> dict[str, float]:
+    """The flood and absurd measures per seed (see the module docstring)."""
+    return {
+        "cpu_ratio_off": _ratio(_cpu(off), _cpu(base_off)),
+        "cpu_ratio_on": _ratio(_cpu(on), _cpu(base_on)),
+        "round_s_ratio_off": _ratio(off.round_s, base_off.round_s),
+        "round_s_ratio_on": _ratio(on.round_s, base_on.round_s),
+        "server_cpu_ratio_off": _ratio(off.server_cpu_s, base_off.server_cpu_s),
+        "server_cpu_ratio_on": _ratio(on.server_cpu_s, base_on.server_cpu_s),
+    }
 
 
 def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -> dict[str, Any]:
@@ -80,18 +147,21 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
                 "peak_rss_mb": max(off.peak_rss_mb, on.peak_rss_mb),
                 "max_round_s_off": max(off.round_s),
                 "max_round_s_on": max(on.round_s),
+                "max_round_cpu_s_off": max(_cpu(off)),
+                "max_round_cpu_s_on": max(_cpu(on)),
             }
+            if attack in ("flood", "absurd"):
+                per_seed[str(seed)] |= _cost(off, on, base_off, base_on)
         if not per_seed:
             continue
-        attacks[attack] = {
-            metric: _mean([s[metric] for s in per_seed.values()])
-            for metric in (
-                "asr_off",
-                "asr_on",
-                "honest_reward_ratio_on",
-                "honest_reward_ratio_off",
-            )
-        } | {"asr_kind": _kind(attack), "seeds": per_seed}
+        metrics = ["asr_off", "asr_on", "honest_reward_ratio_on", "honest_reward_ratio_off"]
+        if attack in ("flood", "absurd"):
+            metrics += COST_METRICS
+        attacks[attack] = (
+            {metric: _mean([s[metric] for s in per_seed.values()]) for metric in metrics}
+            | _trend([key[(attack, False, int(seed), ij)] for seed in per_seed])
+            | {"asr_kind": _kind(attack), "seeds": per_seed}
+        )
     fp = [
         key[("none", True, s, ij)].honest_groups_dropped
         / max(key[("none", True, s, ij)].honest_groups_judged, 1)
@@ -125,6 +195,22 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
 
     return {
         "spec": asdict(spec),
+        "model": spec.model,
+        "model_sha256": _model_sha256(spec.model),
+        "transport": spec.transport,
+        "sizes": {
+            "nodes": spec.nodes,
+            "attackers": spec.attackers,
+            "rounds": spec.rounds,
+            "seeds": len(spec.seeds),
+            "questions_per_round": spec.questions_per_round,
+            "completions_per_question": spec.completions_per_question,
+            "local": spec.local,
+            "external": spec.external,
+            "max_new_tokens": spec.max_new_tokens,
+            "train_layers": spec.train_layers,
+            "lr": spec.lr,
+        },
         "attacks": attacks,
         "false_positive_rate": _mean(fp),
         "false_positives_after_admission": {
@@ -136,12 +222,24 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
         "sharing_gain_off": gain(False),
         "seconds": seconds,
         "conditions": (
-            f"{platform.machine()} {platform.system()}, 2 shared cores (other jobs running), "
+            f"{platform.machine()} {platform.system()}, {os.cpu_count()} shared cores, "
             "runs in parallel worker processes (nice 10), one torch thread each, "
-            "in-memory transport, "
-            "lockstep rounds, tiny model, ledger off"
+            + (
+                "a private nats-server with JetStream per run, "
+                if spec.transport == "nats"
+                else "in-memory transport, "
+            )
+            + f"lockstep rounds, model {spec.model}, ledger off"
         ),
     }
+
+
+def _model_sha256(model: str) -> str | None:
+    """The packaged model's pinned digest (None for the tiny model, built locally)."""
+    from sapo_async.policy.models.packaged import PACKAGED_MODELS
+
+    packaged = PACKAGED_MODELS.get(model)
+    return packaged.sha256 if packaged is not None else None
 
 
 TARGETS = {"inject": 0.05, "tokens": 0.05, "length": 1.2, "flood": 1.2, "absurd": 1.2}
@@ -196,7 +294,7 @@ def _kind(attack: str) -> str:
     if attack == "length":
         return "honest mean completion length / no-attack run (last 20 % of rounds)"
     if attack in ("flood", "absurd"):
-        return "honest mean round time / no-attack run"
+        return "process CPU per round (whole round) / no-attack run"
     return "fraction of honest own completions carrying the payload (last 20 % of rounds)"
 
 
@@ -244,7 +342,7 @@ def _short_kind(attack: str) -> str:
     if attack == "length":
         return "length / no-attack"
     if attack in ("flood", "absurd"):
-        return "round time / no-attack"
+        return "round CPU / no-attack"
     return "payload rate"
 
 
@@ -264,5 +362,5 @@ def _trace(attack: str, run: RunMeasure, runs: Sequence[RunMeasure], ij: str) ->
     )
     if base is None:
         return []
-    values, ref = (run.length, base.length) if attack == "length" else (run.round_s, base.round_s)
+    values, ref = (run.length, base.length) if attack == "length" else (_cpu(run), _cpu(base))
     return [v / max(b, 1e-12) for v, b in zip(values, ref, strict=False)]

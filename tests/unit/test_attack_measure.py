@@ -1,0 +1,119 @@
+"""The attack experiment's round measure counts the whole round, and its summary uses it.
+
+A flood costs the honest collectors while the attackers publish (one event loop), so a
+measure that subtracts the attackers' publish time undercounts it (issue 23)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sapo_async.errors import ConfigError
+from sapo_async.experiment.attack.length import Length
+from sapo_async.experiment.attack.measure import RoundClock, process_cpu_s
+from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure
+from sapo_async.experiment.attack.summary import slope, summarise
+
+
+class _Clock:
+    """A clock the test advances by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_round_clock_counts_cpu_spent_during_the_attackers_steps():
+    cpu, wall, server = _Clock(), _Clock(), _Clock()
+    clock = RoundClock(cpu=cpu, wall=wall, server=server)
+    clock.start()
+    cpu.now += 0.5  # honest share
+    with clock.attacker():
+        cpu.now += 2.0  # the attacker publishes; honest collectors ingest meanwhile
+        wall.now += 1.0
+    server.now += 0.25
+    times = clock.stop()
+    assert times.cpu_s == pytest.approx(2.5)
+    assert times.cpu_without_attackers_s == pytest.approx(0.5)
+    assert times.wall_without_attackers_s == pytest.approx(0.0)
+    assert times.wall_s == pytest.approx(1.0)
+    assert times.server_cpu_s == pytest.approx(0.25)
+
+
+def test_round_clock_without_a_server_records_no_server_cpu():
+    clock = RoundClock()
+    clock.start()
+    assert clock.stop().server_cpu_s is None
+
+
+def test_process_cpu_reads_this_process_and_nothing_for_a_missing_one():
+    if not os.path.exists(f"/proc/{os.getpid()}/stat"):
+        pytest.skip("no /proc on this system")
+    mine = process_cpu_s(os.getpid())
+    assert mine is not None
+    assert mine > 0
+    assert process_cpu_s(2**22 + 1) is None  # above Linux's pid_max
+
+
+def _run(attack: str, defences: bool, cpu: list[float], old: list[float]) -> RunMeasure:
+    m = RunMeasure(attack, defences, 0, "1/1", [0, 1], rewards=[[1.0, 1.0]] * 3)
+    m.round_cpu_s, m.round_s = cpu, old
+    m.payload = [0.0, 0.5] if attack == "inject" else [0.0, 0.0]
+    return m
+
+
+def test_flood_measure_is_the_whole_round_cpu_against_the_no_attack_run():
+    spec = AttackSpec(
+        attacks=("flood", "inject"), seeds=(0,), nodes=3, attackers=1, rounds=2, local=1, external=1
+    )
+    runs = [
+        _run("none", False, [1.0, 1.0], [1.0, 1.0]),
+        _run("none", True, [1.0, 1.0], [1.0, 1.0]),
+        _run("flood", False, [3.0, 3.0], [0.8, 0.8]),  # old measure: cheaper than no attack
+        _run("flood", True, [1.5, 1.5], [0.9, 0.9]),
+        _run("inject", False, [1.0, 1.0], [1.0, 1.0]),
+        _run("inject", True, [1.0, 1.0], [1.0, 1.0]),
+    ]
+    summary = summarise(spec, runs, seconds=1.0)
+    flood = summary["attacks"]["flood"]
+    assert flood["asr_off"] == pytest.approx(3.0)
+    assert flood["asr_on"] == pytest.approx(1.5)
+    assert flood["cpu_ratio_off"] == pytest.approx(3.0)
+    assert flood["round_s_ratio_off"] == pytest.approx(0.8)
+    inject = summary["attacks"]["inject"]
+    assert inject["payload_by_round_off"] == [0.0, 0.5]
+    assert inject["payload_slope_off"] == pytest.approx(0.5)
+    assert inject["payload_last_half_off"] > inject["payload_first_half_off"]
+    assert summary["model"] == "tiny"
+    assert summary["model_sha256"] is None
+    assert summary["sizes"]["nodes"] == 3
+
+
+def test_slope_of_a_line_is_its_gradient():
+    assert slope([1.0, 3.0, 5.0]) == pytest.approx(2.0)
+    assert slope([4.0]) == 0.0
+
+
+def test_tiny_length_pad_is_unchanged_spaces():
+    assert Length(16).padded("17") == " " * 10 + "<answer>17</answer>"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"model": "gpt-5"}, "model"),
+        ({"transport": "carrier-pigeon"}, "transport"),
+        ({"attackers": 8}, "attackers"),
+        ({"tasks": "hard"}, "tasks"),
+        ({"attacks": ("bribe",)}, "attacks"),
+        ({"train_layers": 0}, "train_layers"),
+    ],
+)
+def test_attack_spec_refuses_a_bad_value_naming_the_field(change, field):
+    with pytest.raises(ConfigError) as info:
+        AttackSpec(**change)
+    assert info.value.field == field
+    assert "\n" not in str(info.value)
