@@ -111,7 +111,7 @@ def test_real_model_quick_table_runs_smollm2_over_nats_and_writes_the_summary(
         assert [len(node) for node in run["rewards"]] == [2, 2]
         assert run["commitments"] == {"confirmed": 4, "pending": 0}
         # The real model's families, each scored by its own verifier.
-        assert set(run["family_rewards"]) <= {"chain_sum", "basic_arithmetic"}
+        assert set(run["family_rewards"]) <= {"chain_sum", "products", "basic_arithmetic"}
         counts = sum(n for f in run["family_rewards"].values() for node in f for _, n in node)
         assert counts == 2 * 2 * 2 * 2
     assert table["runs"][1]["received"] > 0  # SmolLM2's groups crossed the nats-server

@@ -5,6 +5,7 @@ measure that subtracts the attackers' publish time undercounts it (issue 23)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -117,3 +118,22 @@ def test_attack_spec_refuses_a_bad_value_naming_the_field(change, field):
         AttackSpec(**change)
     assert info.value.field == field
     assert "\n" not in str(info.value)
+
+
+def test_recorded_runs_survive_a_matrix_that_asks_for_more_attacks_or_seeds(tmp_path):
+    # The real-model matrix accumulates across sittings: inject first, the rest later.
+    from dataclasses import asdict, replace
+
+    from sapo_async.experiment.attack.runner import _load_runs
+    from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure
+
+    path = tmp_path / "runs.jsonl"
+    first = AttackSpec(attacks=("inject",), seeds=(0,), rounds=5)
+    assert _load_runs(path, first) == []
+    run = RunMeasure("inject", False, 0, "1/1", [0, 1], payload=[0.0, 0.5])
+    with path.open("a") as f:
+        f.write(json.dumps(asdict(run)) + "\n")
+    grown = replace(first, attacks=("inject", "tokens"), seeds=(0, 1))
+    assert _load_runs(path, grown) == [run]
+    assert _load_runs(path, grown) == [run]  # rewriting the header kept the run
+    assert _load_runs(path, replace(grown, rounds=6)) == []  # other sizes: a fresh file

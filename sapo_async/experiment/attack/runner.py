@@ -246,8 +246,9 @@ def run_matrix(
     figure.
 
     Resumable: each finished run is appended to ``runs.jsonl`` in ``out_dir`` (after a
-    first line holding the spec), and a later call with the same spec skips the runs found
-    there. Runs go seed by seed, so an interrupted matrix has whole seeds first.
+    first line holding the spec), and a later call with the same sizes skips the runs found
+    there, also when it asks for more attacks or seeds (the matrix grows across sittings).
+    Runs go seed by seed, so an interrupted matrix has whole seeds first.
     """
     from sapo_async.experiment.attack.summary import summarise, write_outputs
     from sapo_async.policy.models import ensure_tiny_model, tiny_spec
@@ -286,12 +287,23 @@ def run_matrix(
     return summary
 
 
+_GROWS = ("attacks", "seeds")
+"""Spec fields a later call may extend without losing the runs recorded so far."""
+
+
 def _load_runs(path: Path, spec: AttackSpec) -> list[RunMeasure]:
-    """Runs recorded for ``spec`` at ``path`` (none, and a fresh file, for another spec)."""
-    header = json.dumps({"spec": asdict(spec)})
+    """Runs recorded at ``path`` with ``spec``'s sizes (more attacks or seeds may be asked
+    for than were recorded: the matrix grows across sittings); none, and a fresh file, for
+    other sizes."""
+    header = json.dumps({"spec": asdict(spec)}) + "\n"
+    mine = json.loads(header)["spec"]  # as JSON has it (tuples are lists)
+    runs: list[RunMeasure] = []
     if path.exists():
         lines = path.read_text().splitlines()
-        if lines and lines[0] == header:
-            return [RunMeasure(**json.loads(line)) for line in lines[1:] if line.strip()]
-    path.write_text(header + "\n")
-    return []
+        old = json.loads(lines[0]).get("spec", {}) if lines else {}
+        if {k: v for k, v in old.items() if k not in _GROWS} == {
+            k: v for k, v in mine.items() if k not in _GROWS
+        }:
+            runs = [RunMeasure(**json.loads(line)) for line in lines[1:] if line.strip()]
+    path.write_text(header + "".join(json.dumps(asdict(r)) + "\n" for r in runs))
+    return runs
