@@ -133,7 +133,8 @@ def run_start(
     on_line: Any = None,
 ) -> dict[str, Any]:
     """Measure the start per family and (``single_rounds`` > 0) one node's curve; write
-    ``start.json`` (and refresh ``summary.json``) in ``out_dir``."""
+    ``start.json`` (and refresh ``summary.json``) in ``out_dir``. A start already recorded
+    there for the same model at the same sizes is kept, not measured again."""
     import anyio
 
     from sapo_async.experiment.real_baseline import family_baselines
@@ -143,25 +144,30 @@ def run_start(
     start: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     if start.get("model") != spec.model:
         start = {"model": spec.model}
-    t0 = time.perf_counter()
-    baseline = anyio.run(
-        lambda: family_baselines(
-            spec.model,
-            BASELINE_FAMILIES,
-            questions=questions,
-            completions=completions,
-            max_new_tokens=spec.max_new_tokens,
-            on_family=on_line,
-        )
-    )
-    start["baseline"] = {
+    sizes = {
         "questions": questions,
         "completions": completions,
         "max_new_tokens": spec.max_new_tokens,
-        "seconds": time.perf_counter() - t0,
-        "families": [b.as_dict() for b in baseline],
     }
-    path.write_text(json.dumps(start, indent=1))
+    recorded = start.get("baseline", {})
+    if {k: recorded.get(k) for k in sizes} != sizes:  # else kept: measured at these sizes
+        t0 = time.perf_counter()
+        baseline = anyio.run(
+            lambda: family_baselines(
+                spec.model,
+                BASELINE_FAMILIES,
+                questions=questions,
+                completions=completions,
+                max_new_tokens=spec.max_new_tokens,
+                on_family=on_line,
+            )
+        )
+        start["baseline"] = {
+            **sizes,
+            "seconds": time.perf_counter() - t0,
+            "families": [b.as_dict() for b in baseline],
+        }
+        path.write_text(json.dumps(start, indent=1))
     if single_rounds > 0:
         start["single_node"] = single_node_curve(spec, single_rounds, on_round=on_line)
         start["single_node"]["spec"] = asdict(spec)
