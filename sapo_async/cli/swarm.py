@@ -327,8 +327,11 @@ def paper_table(
     ),
     workers: int = typer.Option(2, min=1, help="Runs in parallel (one process each)."),
     quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke version (tests)."),
-    tasks: str = typer.Option(
-        "cpu", help="lockstep: task preset (cpu: chain_sum; cpu_mix: the async path's three)."
+    tasks: str | None = typer.Option(
+        None,
+        help="Task preset (cpu: chain_sum; cpu_mix: three families; real_mix: the real "
+        "model's three). Default: cpu on the lockstep path, the preset's on the async path "
+        "(tiny: cpu_mix; a real model: real_mix).",
     ),
     resume: bool = typer.Option(
         False, "--resume", help="async: keep the runs already in the output's JSON (same settings)."
@@ -361,7 +364,7 @@ def paper_table(
             (arms, side_arms),
             workers,
             (quick, resume),
-            (model, start_rounds),
+            (model, start_rounds, tasks),
         )
         return
     if model != "tiny":
@@ -379,7 +382,7 @@ def paper_table(
         if name not in pt.PRESETS:
             raise typer.BadParameter(f"regime must be sparse, dense or both, got {name!r}")
         spec = pt.PRESETS[name]
-        spec = replace(spec, seeds=seed_list, tasks=tasks)
+        spec = replace(spec, seeds=seed_list, tasks=tasks or "cpu")
         if rounds is not None:
             spec = replace(spec, rounds=rounds)
         if arms is not None:  # plain I/J configurations on the lockstep path
@@ -423,7 +426,7 @@ def _paper_table_async(
     arms: tuple[str | None, str | None],
     workers: int,
     modes: tuple[bool, bool],
-    real: tuple[str, int] = ("tiny", 0),
+    real: tuple[str, int, str | None] = ("tiny", 0, None),
 ) -> None:
     """``paper-table --path async`` (see :mod:`sapo_async.experiment.paper_table_async`)."""
     from dataclasses import replace
@@ -433,7 +436,7 @@ def _paper_table_async(
     from sapo_async.policy.models.packaged import packaged_model_names
 
     quick, resume = modes
-    model, start_rounds = real
+    model, start_rounds, tasks = real
 
     name = "sparse" if regime == "both" else regime
     if name not in pta.ASYNC_PRESETS or name == "smollm2":
@@ -446,6 +449,11 @@ def _paper_table_async(
         spec = replace(spec, model=model, name=model.split("-")[0])
     try:
         spec = replace(spec, seeds=seed_list)
+        if tasks is not None:
+            from sapo_async.tasks.spec import preset
+
+            preset(tasks)  # a bad name is refused here, naming the allowed ones
+            spec = replace(spec, tasks=tasks)
         if rounds is not None:
             spec = replace(spec, rounds=rounds)
         main, side = arms

@@ -138,3 +138,25 @@ def test_paper_table_names_a_bad_model(tmp_path, args, message):
     )
     assert result.exit_code != 0
     assert message in result.output
+
+
+def test_async_path_takes_the_task_preset_it_is_given(tmp_path, monkeypatch):
+    # The 200-round table on chain_sum alone (the lockstep table's work) needs --tasks on
+    # the async path; it used to be read by the lockstep path only.
+    from sapo_async.experiment import paper_table_async as pta
+
+    seen = []
+
+    def capture(spec, out, **_):
+        seen.append(spec)
+        (out / "sparse.md").parent.mkdir(parents=True, exist_ok=True)
+        (out / "sparse.md").write_text("")
+
+    monkeypatch.setattr(pta, "run_async_experiment", capture)
+    args = ["experiment", "paper-table", "--path", "async", "--out", str(tmp_path)]
+    assert CliRunner().invoke(build_app(), [*args, "--tasks", "cpu"]).exit_code == 0
+    assert CliRunner().invoke(build_app(), args).exit_code == 0
+    assert [s.tasks for s in seen] == ["cpu", "cpu_mix"]
+    bad = CliRunner().invoke(build_app(), [*args, "--tasks", "nope"])
+    assert bad.exit_code != 0
+    assert "unknown task preset 'nope'" in bad.output
