@@ -63,6 +63,16 @@ paper-table *args:
 attack *args:
     {{py}} -m sapo_async experiment attack {{args}}
 
+# issue 23 on SmolLM2-135M over NATS: start per family, a lone node, then 4/0 vs 2/2
+# (docs/results/paper-table-real); --resume keeps finished swarms across sittings
+paper-table-real *args:
+    {{py}} -m sapo_async experiment paper-table --path async --model smollm2-135m --start-rounds 40 --workers 1 --resume {{args}}
+
+# the attack matrix on SmolLM2-135M over NATS (docs/results/attack-real; resumes, and
+# grows with more --attacks or --seeds, across sittings)
+attack-real *args:
+    {{py}} -m sapo_async experiment attack --model smollm2-135m --train-layers 4 --tasks cpu_easy --nodes 4 --attackers 2 --questions 2 --completions 4 --local 1 --external 1 --max-new-tokens 32 --lr 2e-4 --rounds 20 --workers 2 {{args}}
+
 # build (or rebuild) the cached tiny model
 warmstart *args:
     {{py}} -m sapo_async warmstart {{args}}
