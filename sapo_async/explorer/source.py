@@ -110,6 +110,7 @@ class Explorer:
         self._snapshot: dict[str, Any] | None = None
         self._snapshot_text = ""
         self._read_at = float("-inf")
+        self._index_at = float("-inf")
         self._logs_key: tuple[tuple[str, int, int], ...] | None = None
         self._logs_cache: dict[str, NodeLog] = {}
         self.revision = 0
@@ -151,7 +152,7 @@ class Explorer:
 
     async def _read_swarm(self) -> dict[str, Any]:
         if self._index is not None:
-            await self._index.refresh()
+            await self._refresh_index()
             seen: dict[str, int | None] = dict(self._index.last_seen())
             return await self._view(self._index.audits(), self._index.credits(), seen)
         # Totals from the views (one call each); the usage graph from one event scan for
@@ -167,6 +168,13 @@ class Explorer:
             )
             last_seen[a.node] = stored.timestamp if stored else None
         return await self._view(audits, credits, last_seen)
+
+    async def _refresh_index(self) -> None:
+        """Bring the index up to the chain's head, at most once per :attr:`refresh_s`
+        (the swarm snapshot and the node pages share it)."""
+        if self._index is not None and time.monotonic() - self._index_at >= self._refresh_s:
+            await self._index.refresh()
+            self._index_at = time.monotonic()
 
     async def _view(
         self, audits: list[NodeAudit], credits: list[UsageCredit], last_seen: dict[str, int | None]
@@ -194,13 +202,24 @@ class Explorer:
             LedgerError: the chain cannot be read.
         """
         node = checksum(address)
-        audit = await audit_node(self.ledger, node)
+        audit: NodeAudit | None = None
+        if self._index is not None:
+            async with self._lock:
+                await self._refresh_index()
+            audit = self._index.audit(node)
+        if audit is not None and self._index is not None:
+            commitments = self._index.commitments(node)
+        else:  # no index, or a node it never saw register: the contract's views
+            audit = await audit_node(self.ledger, node)
+            commitments = None
         log = (await self._logs()).get(node)
         if not audit.registered and audit.participation.rounds_committed == 0 and log is None:
             raise RejectedInput(
                 "unknown_node", f"{node} is not a node of the ledger at {self.ledger.address}"
             )
-        return node_view(audit, await self.ledger.commitments(node), log)
+        if commitments is None:
+            commitments = await self.ledger.commitments(node)
+        return node_view(audit, commitments, log)
 
     async def verify(
         self,
