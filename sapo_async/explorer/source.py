@@ -1,9 +1,10 @@
 """Where the explorer's numbers come from: the ledger, the round logs and the journals.
 
 Owns :class:`Explorer`, which answers the three questions the pages ask (the swarm, one
-node, one rollout hash) by reading the ledger through the audit views
-(:mod:`sapo_async.ledger.audit`), the nodes' JSONL logs and, for inclusion checks, the
-journals that index which (node, round) committed a hash. The swarm snapshot is cached
+node, one rollout hash) by reading the ledger (its event index when given, else the audit
+views of :mod:`sapo_async.ledger.audit`), the nodes' JSONL logs and the journals: they
+index which (node, round) committed a hash, for inclusion checks, and hold what each node
+has not landed yet (its backlog, which the chain cannot show). The swarm snapshot is cached
 for :data:`~sapo_async.limits.EXPLORER_REFRESH_S` so that any number of open pages cost
 the chain one read per interval.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,9 @@ from typing import Any
 import anyio
 
 from sapo_async import limits
-from sapo_async.errors import RejectedInput
+from sapo_async.errors import JournalError, RejectedInput
 from sapo_async.explorer.views import (
+    LiveBacklog,
     NodeLog,
     node_view,
     parse_proof,
@@ -63,6 +65,21 @@ def journal_paths(places: Sequence[Path]) -> list[Path]:
     return found
 
 
+def _pending_by_node(files: Sequence[Path]) -> dict[str, int]:
+    """Pending commitments of every node found in the journal files (summed across them);
+    a journal that cannot be opened is skipped: its nodes' backlog is then unknown."""
+    pending: dict[str, int] = {}
+    for path in files:
+        try:
+            with Journal(path) as journal:
+                found = journal.pending_by_node()
+        except JournalError:
+            continue
+        for node, n in found.items():
+            pending[node] = pending.get(node, 0) + n
+    return pending
+
+
 def _logs_signature(directory: Path) -> tuple[tuple[str, int, int], ...]:
     """(name, size, mtime) of every log: what changes when a node appends a round."""
     found = []
@@ -87,7 +104,10 @@ class Explorer:
         refresh_s: how long a swarm snapshot is reused.
         index: an incremental event index of the ledger (:class:`LedgerIndex`): the swarm
             page then costs a few RPC calls per refresh whatever the number of nodes,
-            instead of three view calls per node and an event scan from the deployment.
+            instead of three view calls per node and an event scan from the deployment;
+            the node page reads it too (no view call per visit).
+        live: asked for the backlogs of nodes running in this process (the demo swarm),
+            exact where the journals and logs give a count only.
     """
 
     def __init__(
@@ -99,8 +119,10 @@ class Explorer:
         journals: Sequence[Path] | Callable[[], Sequence[Path]] = (),
         refresh_s: float = limits.EXPLORER_REFRESH_S,
         index: LedgerIndex | None = None,
+        live: Callable[[], Mapping[str, LiveBacklog]] | None = None,
     ) -> None:
         self.ledger = ledger
+        self._live = live
         self._index = index
         self.chain = chain
         self.logs = logs
@@ -120,6 +142,16 @@ class Explorer:
         """The journal files the inclusion checks look in, now."""
         places = self._journals() if callable(self._journals) else self._journals
         return journal_paths(list(places))
+
+    async def _journal_pending(self) -> dict[str, int]:
+        """Each journaled node's pending commitments (read in a worker thread)."""
+        files = self.journal_files()
+        if not files:
+            return {}
+        return await anyio.to_thread.run_sync(_pending_by_node, files)
+
+    def _live_backlogs(self) -> Mapping[str, LiveBacklog]:
+        return self._live() if self._live is not None else {}
 
     async def _logs(self) -> dict[str, NodeLog]:
         """The round logs, re-read (in a worker thread) only when a file changed: a long
@@ -191,6 +223,8 @@ class Explorer:
             credits=credits,
             last_seen=last_seen,
             logs=await self._logs(),
+            journal_pending=await self._journal_pending(),
+            live=self._live_backlogs(),
         )
 
     async def node(self, address: str) -> dict[str, Any]:
@@ -219,7 +253,13 @@ class Explorer:
             )
         if commitments is None:
             commitments = await self.ledger.commitments(node)
-        return node_view(audit, commitments, log)
+        return node_view(
+            audit,
+            commitments,
+            log,
+            journal_pending=(await self._journal_pending()).get(node),
+            live=self._live_backlogs().get(node),
+        )
 
     async def verify(
         self,

@@ -33,7 +33,8 @@ class RoundPacing:
 
     def __init__(self, recorder: Recorder | None, max_pending: int, log: Any) -> None:
         self._recorder = recorder
-        self._bound = max_pending
+        self.max_pending = max_pending
+        """The bound: rounds pause while more commitments than this are pending."""
         self._log = log
         self._waited_s = 0.0
         self.backlog_paused = False
@@ -44,15 +45,17 @@ class RoundPacing:
     async def wait_backlog(self, stopping: Callable[[], bool]) -> None:
         """Return once at most ``max_pending`` commitments are pending, or ``stopping()``."""
         recorder = self._recorder
-        if recorder is None or recorder.statistics().pending <= self._bound:
+        if recorder is None or recorder.statistics().pending <= self.max_pending:
             return
         t0 = time.perf_counter()
         self.backlog_paused = True
         pending = recorder.statistics().pending
-        self._log.warning("rounds_paused_for_backlog", pending=pending, max_pending=self._bound)
+        self._log.warning(
+            "rounds_paused_for_backlog", pending=pending, max_pending=self.max_pending
+        )
         while not stopping():
             try:
-                await recorder.wait_backlog(self._bound, limits.LEDGER_BACKLOG_CHECK_S)
+                await recorder.wait_backlog(self.max_pending, limits.LEDGER_BACKLOG_CHECK_S)
             except TimeoutError:
                 continue  # still paused; looks for a stop request every few seconds
             break

@@ -478,6 +478,7 @@ class RoundLoop:
             commitments_confirmed=confirmed,
             backlog_wait_s=self.pacing.take_backlog_wait(),
             stream_missing=self.pacing.stream_missing,
+            max_pending=self.pacing.max_pending,
             generate_s=shared.generate_s,
             publish_s=shared.publish_s,
             score_s=shared.score_s + (t1 - t0),
