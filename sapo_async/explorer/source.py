@@ -46,6 +46,7 @@ from sapo_async.ledger.audit import (
 from sapo_async.ledger.base import Ledger
 from sapo_async.ledger.index import LedgerIndex
 from sapo_async.ledger.journal import Journal
+from sapo_async.ledger.journal_types import EntryState
 from sapo_async.ledger.score import contribution_scores
 from sapo_async.ledger.types import UsageCredit, checksum
 
@@ -65,18 +66,20 @@ def journal_paths(places: Sequence[Path]) -> list[Path]:
     return found
 
 
-def _pending_by_node(files: Sequence[Path]) -> dict[str, int]:
-    """Pending commitments of every node found in the journal files (summed across them);
-    a journal that cannot be opened is skipped: its nodes' backlog is then unknown."""
+def _pending_by_node(files: Sequence[Path], nodes: Sequence[str]) -> dict[str, int]:
+    """Pending commitments of each of ``nodes`` found in the journal files (summed across
+    them); a node no journal holds is left out, and a journal that cannot be opened is
+    skipped: those nodes' backlog is then unknown."""
     pending: dict[str, int] = {}
     for path in files:
         try:
             with Journal(path) as journal:
-                found = journal.pending_by_node()
+                for node in nodes:
+                    counts = journal.counts(node)
+                    if any(counts.values()):
+                        pending[node] = pending.get(node, 0) + counts[EntryState.PENDING]
         except JournalError:
             continue
-        for node, n in found.items():
-            pending[node] = pending.get(node, 0) + n
     return pending
 
 
@@ -143,12 +146,13 @@ class Explorer:
         places = self._journals() if callable(self._journals) else self._journals
         return journal_paths(list(places))
 
-    async def _journal_pending(self) -> dict[str, int]:
-        """Each journaled node's pending commitments (read in a worker thread)."""
+    async def _journal_pending(self, nodes: Sequence[str]) -> dict[str, int]:
+        """The pending commitments of each of ``nodes`` the journals hold (read in a worker
+        thread)."""
         files = self.journal_files()
         if not files:
             return {}
-        return await anyio.to_thread.run_sync(_pending_by_node, files)
+        return await anyio.to_thread.run_sync(_pending_by_node, files, nodes)
 
     def _live_backlogs(self) -> Mapping[str, LiveBacklog]:
         return self._live() if self._live is not None else {}
@@ -223,7 +227,7 @@ class Explorer:
             credits=credits,
             last_seen=last_seen,
             logs=await self._logs(),
-            journal_pending=await self._journal_pending(),
+            journal_pending=await self._journal_pending([a.node for a in audits]),
             live=self._live_backlogs(),
         )
 
@@ -257,7 +261,7 @@ class Explorer:
             audit,
             commitments,
             log,
-            journal_pending=(await self._journal_pending()).get(node),
+            journal_pending=(await self._journal_pending([node])).get(node),
             live=self._live_backlogs().get(node),
         )
 

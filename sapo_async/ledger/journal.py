@@ -486,15 +486,6 @@ class Journal:
             ).fetchall()
         return [RolloutLocation(bytes(rollout_hash), r[0], r[1], r[2], r[3]) for r in rows]
 
-    def pending_by_node(self) -> dict[str, int]:
-        """Pending entries of every node with an entry here (0: all of them settled)."""
-        with self._guard("read"), self._read_lock:
-            rows = self._reading.execute(
-                "SELECT node, SUM(state = ?) FROM commitments GROUP BY node",
-                (EntryState.PENDING.value,),
-            ).fetchall()
-        return {str(node): int(n) for node, n in rows}
-
     def counts(self, node: str | None = None) -> dict[EntryState, int]:
         """Number of entries per state (of ``node``, or all)."""
         where, args = ("node = ?", (checksum(node),)) if node else ("1 = 1", ())
