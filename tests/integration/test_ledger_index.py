@@ -161,3 +161,26 @@ async def test_node_page_makes_no_view_calls_when_the_index_is_present(anvil: An
     views = _Methods(fresh)  # counted before its first request (web3 keeps the method then)
     await Explorer(fresh, chain="anvil").node(a.address)
     assert "eth_call" in views.asked
+
+
+async def test_an_index_file_of_the_older_shape_is_rebuilt_from_the_chain(
+    anvil: Anvil, tmp_path: Path
+):
+    import sqlite3
+
+    ledger = await _ledger(anvil)
+    a, _, _ = await _credited_swarm(ledger)
+    path = tmp_path / "index.sqlite"
+    old = sqlite3.connect(path)  # version 1: commitments without policy version and roots
+    old.executescript(
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "CREATE TABLE commitments (node TEXT, round INTEGER, rollouts INTEGER,"
+        " external INTEGER, block INTEGER, timestamp INTEGER, PRIMARY KEY (node, round));"
+        "INSERT INTO meta VALUES ('last_block', '999999');"
+    )
+    old.close()
+    index = LedgerIndex(ledger, path)
+    assert index.last_block is None
+    await index.refresh()
+    assert index.commitments(a.address) == await ledger.commitments(a.address)
+    index.close()
