@@ -89,7 +89,8 @@ function backlogTitle(b) {
   const bound = b.max_pending === null || b.max_pending === undefined ? "bound unknown" : `bound ${b.max_pending}`;
   const asOf = b.source === "log" ? ` as of round ${b.as_of_round}` : "";
   const paused = b.paused === null ? "pause unknown" : b.paused ? "rounds paused until some land" : "not paused";
-  return `commitments pending, from ${BACKLOG_FROM[b.source]}${asOf}; ${bound}; ${paused}`;
+  const waited = b.last_wait_s ? `; its last logged round waited ${b.last_wait_s.toFixed(1)} s for it` : "";
+  return `commitments pending, from ${BACKLOG_FROM[b.source]}${asOf}; ${bound}; ${paused}${waited}`;
 }
 
 // ---------------------------------------------------------------- live stream
