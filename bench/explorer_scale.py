@@ -1,4 +1,4 @@
-"""Explorer at swarm scale: RPC calls per refresh and swarm-page latency, views vs index.
+"""Explorer at swarm scale: RPC calls and latency of the swarm and node pages, views vs index.
 
 Usage: ``python bench/explorer_scale.py [--nodes 1000] [--quick]``. On anvil, N simulated
 nodes register and commit one round each (node i crediting node i-1's round, so the usage
@@ -11,7 +11,14 @@ while pages are open) is taken three times each way:
 * ``index``: :class:`sapo_async.ledger.index.LedgerIndex`, the first refresh scanning
   from the deployment block, the later ones only the blocks mined since.
 
-RPC calls are counted at the web3 provider. Writes ``bench/results/explorer_scale.json``.
+Then the node page (``Explorer.node``: what ``/api/node/{address}`` serves) for three nodes
+(the first, the middle and the last registered) each way: with the views it reads the
+node's totals, two ``UsageCredited`` scans, the scores' rounds of every node and its
+commitments; with the index (``refresh_s=0``: every page refreshes it first, the worst
+case) only the blocks mined since.
+
+RPC calls are counted at the web3 provider. Writes ``bench/results/explorer_scale.json``
+(``--quick``: under ``bench/results/quick/``).
 """
 
 from __future__ import annotations
@@ -56,8 +63,9 @@ class Counting:
         provider.make_request = counted
 
 
-async def populate(ledger: EvmLedger, n: int) -> None:
+async def populate(ledger: EvmLedger, n: int) -> list[str]:
     previous: tuple[str, list[bytes]] | None = None
+    addresses = []
     for i in range(n):
         node = Account.create()
         await ledger.register(node, f"sim-{i}")
@@ -65,8 +73,10 @@ async def populate(ledger: EvmLedger, n: int) -> None:
         external = {previous[0]: {1: previous[1]}} if previous else {}
         await ledger.submit(node, RoundCommitment(node.address, 1, 1, own, external).payload())
         previous = (node.address, own)
+        addresses.append(node.address)
         if (i + 1) % 100 == 0:
             print(f"{i + 1} nodes committed", flush=True)
+    return addresses
 
 
 async def snapshots(explorer: Explorer, counter: Counting, times: int) -> list[dict[str, float]]:
@@ -84,24 +94,46 @@ async def snapshots(explorer: Explorer, counter: Counting, times: int) -> list[d
     return out
 
 
+async def node_pages(
+    explorer: Explorer, counter: Counting, nodes: list[str]
+) -> list[dict[str, float]]:
+    out = []
+    for node in nodes:
+        before, t0 = counter.calls, time.perf_counter()
+        page = await explorer.node(node)
+        out.append(
+            {
+                "latency_s": round(time.perf_counter() - t0, 3),
+                "rpc_calls": counter.calls - before,
+                "timeline": len(page["timeline"]),
+            }
+        )
+    return out
+
+
 async def measure(url: str, n: int) -> dict[str, Any]:
     dev = Account.from_key(ANVIL_DEV_KEY)
     ledger = await deploy_ledger(rpc_chain(url), dev, "explorer-scale", relayer=dev)
     t0 = time.perf_counter()
-    await populate(ledger, n)
+    addresses = await populate(ledger, n)
+    sample = [addresses[0], addresses[n // 2], addresses[-1]]
     populate_s = time.perf_counter() - t0
     views_ledger = EvmLedger(rpc_chain(url), ledger.address, from_block=ledger.from_block)
     views_counter = Counting(views_ledger)
-    views = await snapshots(Explorer(views_ledger, chain=url), views_counter, 3)
+    views_explorer = Explorer(views_ledger, chain=url)
+    views = await snapshots(views_explorer, views_counter, 3)
+    views_pages = await node_pages(views_explorer, views_counter, sample)
     index_ledger = EvmLedger(rpc_chain(url), ledger.address, from_block=ledger.from_block)
     index_counter = Counting(index_ledger)
-    explorer = Explorer(index_ledger, chain=url, index=LedgerIndex(index_ledger))
+    # refresh_s=0: each read below refreshes the index, as one read per refresh would.
+    explorer = Explorer(index_ledger, chain=url, index=LedgerIndex(index_ledger), refresh_s=0.0)
     first = await snapshots(explorer, index_counter, 1)
     # A round of the swarm lands between refreshes: one more commitment and its block.
     late = Account.create()
     await ledger.register(late, "late")
     await ledger.submit(late, RoundCommitment(late.address, 1, 1, [b"\x01" * 32]).payload())
     steady = await snapshots(explorer, index_counter, 3)
+    index_pages = await node_pages(explorer, index_counter, sample)
 
     def summary(rows: list[dict[str, float]]) -> dict[str, float]:
         return {
@@ -111,12 +143,22 @@ async def measure(url: str, n: int) -> dict[str, Any]:
             / limits.EXPLORER_REFRESH_S,
         }
 
+    def pages(rows: list[dict[str, float]]) -> dict[str, float]:
+        calls = statistics.median(r["rpc_calls"] for r in rows)
+        return {
+            "latency_s_median": statistics.median(r["latency_s"] for r in rows),
+            "rpc_calls_median": calls,
+            "rpc_calls_per_s_at_one_page_per_s": calls,
+        }
+
     return {
         "nodes": n,
         "populate_s": round(populate_s, 1),
         "views": {"refreshes": views, **summary(views)},
         "index_first_refresh": first[0],
         "index_steady": {"refreshes": steady, **summary(steady)},
+        "node_page_views": {"pages": views_pages, **pages(views_pages)},
+        "node_page_index": {"pages": index_pages, **pages(index_pages)},
     }
 
 
@@ -142,8 +184,8 @@ def main() -> None:
     out = results_path("explorer_scale", quick=args.quick)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
-    for key in ("views", "index_steady"):
-        print(key, {k: v for k, v in result[key].items() if k != "refreshes"})
+    for key in ("views", "index_steady", "node_page_views", "node_page_index"):
+        print(key, {k: v for k, v in result[key].items() if k not in {"refreshes", "pages"}})
     print("index_first_refresh", result["index_first_refresh"])
     print(f"wrote {out}")
 

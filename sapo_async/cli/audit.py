@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -42,11 +41,30 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _ledger(rpc: str, address: str) -> EvmLedger:
+def _ledger(rpc: str, address: str, from_block: int = 0) -> EvmLedger:
     from sapo_async.ledger.evm import EvmLedger
     from sapo_async.ledger.rpc import rpc_chain
 
-    return EvmLedger(rpc_chain(rpc), address)
+    return EvmLedger(rpc_chain(rpc), address, from_block=from_block)
+
+
+async def _audits(
+    ledger: EvmLedger, node: str | None, trusted: list[str] | None, index_path: Path | None
+) -> list[Any]:
+    """The audit from the ledger's event index (one scan of the new blocks, whatever the
+    number of nodes), the views only for a node the index never saw register."""
+    from sapo_async.ledger.audit import audit_node
+    from sapo_async.ledger.index import LedgerIndex
+
+    index = LedgerIndex(ledger, index_path or ":memory:")
+    try:
+        await index.refresh()
+        if node is None:
+            return index.audits(breakdown=True, trusted=trusted)
+        found = index.audit(node, trusted=trusted)
+    finally:
+        index.close()
+    return [found if found is not None else await audit_node(ledger, node, trusted=trusted)]
 
 
 def audit(  # noqa: PLR0917 - typer maps each parameter to an option
@@ -63,15 +81,26 @@ def audit(  # noqa: PLR0917 - typer maps each parameter to an option
         ),
     ] = None,
     as_json: _Json = False,
+    index: Annotated[
+        Path | None,
+        typer.Option(
+            "--index",
+            help="SQLite file keeping the ledger's event index between runs (default: in "
+            "memory, the events scanned afresh each run).",
+        ),
+    ] = None,
+    from_block: Annotated[
+        int, typer.Option("--from-block", help="Block the ledger was deployed at.")
+    ] = 0,
 ) -> None:
     """Show what a node (or every node) committed on the ledger, the credit it received and
-    its contribution score."""
+    its contribution score (read from the ledger's events, see docs/ledger.md)."""
     import anyio
     from rich.console import Console
     from rich.table import Table
 
     from sapo_async.errors import SapoError
-    from sapo_async.ledger.audit import NodeAudit, audit_node, audit_swarm, swarm_table
+    from sapo_async.ledger.audit import NodeAudit, swarm_table
     from sapo_async.ops.status import print_unclipped
 
     if (node is None) == (not swarm):
@@ -79,12 +108,8 @@ def audit(  # noqa: PLR0917 - typer maps each parameter to an option
     if not ledger:
         raise _fail("no ledger address: pass --ledger or set SAPO_LEDGER_ADDRESS")
     try:
-        client = _ledger(rpc, ledger)
-        audits: list[NodeAudit]
-        if node is None:
-            audits = anyio.run(partial(audit_swarm, client, trusted=trust))
-        else:
-            audits = [anyio.run(partial(audit_node, client, node, trusted=trust))]
+        client = _ledger(rpc, ledger, from_block)
+        audits: list[NodeAudit] = anyio.run(_audits, client, node, trust, index)
     except SapoError as exc:
         raise _fail(f"audit failed: {exc}") from exc
     if as_json:

@@ -22,6 +22,7 @@ import anyio
 
 from sapo_async.errors import SapoError
 from sapo_async.explorer.source import Explorer
+from sapo_async.explorer.views import LiveBacklog
 from sapo_async.limits import REAL_MODEL_SIZES
 from sapo_async.node.embedded import embedded_ledger
 from sapo_async.node.lifecycle import Node
@@ -82,11 +83,28 @@ class DemoSwarm:
             raise SapoError(f"the demo swarm {self.settings.name!r} has no ledger yet")
         return handle.journal_dir
 
+    def backlogs(self) -> dict[str, LiveBacklog]:
+        """Each node's commitment backlog now, as its own rounds see it."""
+        out = {}
+        for node in self.nodes:
+            pacing = node.round_loop.pacing
+            recorder = node.recorder
+            out[node.address] = LiveBacklog(
+                pending=0 if recorder is None else recorder.statistics().pending,
+                paused=pacing.backlog_paused,
+                max_pending=pacing.max_pending,
+            )
+        return out
+
     def explorer(self) -> Explorer:
-        """An :class:`Explorer` over this swarm's ledger, logs and journals."""
+        """An :class:`Explorer` over this swarm's ledger, logs, journals and nodes."""
         journal_dir = self.journal_dir
         return Explorer(
-            self.ledger, chain="embedded", logs=self.log_dir, journals=lambda: [journal_dir]
+            self.ledger,
+            chain="embedded",
+            logs=self.log_dir,
+            journals=lambda: [journal_dir],
+            live=self.backlogs,
         )
 
     async def add_node(self, rounds: int | None = None) -> Node:

@@ -1,9 +1,10 @@
 """Where the explorer's numbers come from: the ledger, the round logs and the journals.
 
 Owns :class:`Explorer`, which answers the three questions the pages ask (the swarm, one
-node, one rollout hash) by reading the ledger through the audit views
-(:mod:`sapo_async.ledger.audit`), the nodes' JSONL logs and, for inclusion checks, the
-journals that index which (node, round) committed a hash. The swarm snapshot is cached
+node, one rollout hash) by reading the ledger (its event index when given, else the audit
+views of :mod:`sapo_async.ledger.audit`), the nodes' JSONL logs and the journals: they
+index which (node, round) committed a hash, for inclusion checks, and hold what each node
+has not landed yet (its backlog, which the chain cannot show). The swarm snapshot is cached
 for :data:`~sapo_async.limits.EXPLORER_REFRESH_S` so that any number of open pages cost
 the chain one read per interval.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,9 @@ from typing import Any
 import anyio
 
 from sapo_async import limits
-from sapo_async.errors import RejectedInput
+from sapo_async.errors import JournalError, RejectedInput
 from sapo_async.explorer.views import (
+    LiveBacklog,
     NodeLog,
     node_view,
     parse_proof,
@@ -44,6 +46,7 @@ from sapo_async.ledger.audit import (
 from sapo_async.ledger.base import Ledger
 from sapo_async.ledger.index import LedgerIndex
 from sapo_async.ledger.journal import Journal
+from sapo_async.ledger.journal_types import EntryState
 from sapo_async.ledger.score import contribution_scores
 from sapo_async.ledger.types import UsageCredit, checksum
 
@@ -61,6 +64,23 @@ def journal_paths(places: Sequence[Path]) -> list[Path]:
         elif place.is_file():
             found.append(place)
     return found
+
+
+def _pending_by_node(files: Sequence[Path], nodes: Sequence[str]) -> dict[str, int]:
+    """Pending commitments of each of ``nodes`` found in the journal files (summed across
+    them); a node no journal holds is left out, and a journal that cannot be opened is
+    skipped: those nodes' backlog is then unknown."""
+    pending: dict[str, int] = {}
+    for path in files:
+        try:
+            with Journal(path) as journal:
+                for node in nodes:
+                    counts = journal.counts(node)
+                    if any(counts.values()):
+                        pending[node] = pending.get(node, 0) + counts[EntryState.PENDING]
+        except JournalError:
+            continue
+    return pending
 
 
 def _logs_signature(directory: Path) -> tuple[tuple[str, int, int], ...]:
@@ -87,7 +107,10 @@ class Explorer:
         refresh_s: how long a swarm snapshot is reused.
         index: an incremental event index of the ledger (:class:`LedgerIndex`): the swarm
             page then costs a few RPC calls per refresh whatever the number of nodes,
-            instead of three view calls per node and an event scan from the deployment.
+            instead of three view calls per node and an event scan from the deployment;
+            the node page reads it too (no view call per visit).
+        live: asked for the backlogs of nodes running in this process (the demo swarm),
+            exact where the journals and logs give a count only.
     """
 
     def __init__(
@@ -99,8 +122,10 @@ class Explorer:
         journals: Sequence[Path] | Callable[[], Sequence[Path]] = (),
         refresh_s: float = limits.EXPLORER_REFRESH_S,
         index: LedgerIndex | None = None,
+        live: Callable[[], Mapping[str, LiveBacklog]] | None = None,
     ) -> None:
         self.ledger = ledger
+        self._live = live
         self._index = index
         self.chain = chain
         self.logs = logs
@@ -110,6 +135,7 @@ class Explorer:
         self._snapshot: dict[str, Any] | None = None
         self._snapshot_text = ""
         self._read_at = float("-inf")
+        self._index_at = float("-inf")
         self._logs_key: tuple[tuple[str, int, int], ...] | None = None
         self._logs_cache: dict[str, NodeLog] = {}
         self.revision = 0
@@ -119,6 +145,17 @@ class Explorer:
         """The journal files the inclusion checks look in, now."""
         places = self._journals() if callable(self._journals) else self._journals
         return journal_paths(list(places))
+
+    async def _journal_pending(self, nodes: Sequence[str]) -> dict[str, int]:
+        """The pending commitments of each of ``nodes`` the journals hold (read in a worker
+        thread)."""
+        files = self.journal_files()
+        if not files:
+            return {}
+        return await anyio.to_thread.run_sync(_pending_by_node, files, nodes)
+
+    def _live_backlogs(self) -> Mapping[str, LiveBacklog]:
+        return self._live() if self._live is not None else {}
 
     async def _logs(self) -> dict[str, NodeLog]:
         """The round logs, re-read (in a worker thread) only when a file changed: a long
@@ -151,7 +188,7 @@ class Explorer:
 
     async def _read_swarm(self) -> dict[str, Any]:
         if self._index is not None:
-            await self._index.refresh()
+            await self._refresh_index()
             seen: dict[str, int | None] = dict(self._index.last_seen())
             return await self._view(self._index.audits(), self._index.credits(), seen)
         # Totals from the views (one call each); the usage graph from one event scan for
@@ -168,6 +205,13 @@ class Explorer:
             last_seen[a.node] = stored.timestamp if stored else None
         return await self._view(audits, credits, last_seen)
 
+    async def _refresh_index(self) -> None:
+        """Bring the index up to the chain's head, at most once per :attr:`refresh_s`
+        (the swarm snapshot and the node pages share it)."""
+        if self._index is not None and time.monotonic() - self._index_at >= self._refresh_s:
+            await self._index.refresh()
+            self._index_at = time.monotonic()
+
     async def _view(
         self, audits: list[NodeAudit], credits: list[UsageCredit], last_seen: dict[str, int | None]
     ) -> dict[str, Any]:
@@ -183,6 +227,8 @@ class Explorer:
             credits=credits,
             last_seen=last_seen,
             logs=await self._logs(),
+            journal_pending=await self._journal_pending([a.node for a in audits]),
+            live=self._live_backlogs(),
         )
 
     async def node(self, address: str) -> dict[str, Any]:
@@ -194,13 +240,30 @@ class Explorer:
             LedgerError: the chain cannot be read.
         """
         node = checksum(address)
-        audit = await audit_node(self.ledger, node)
+        audit: NodeAudit | None = None
+        if self._index is not None:
+            async with self._lock:
+                await self._refresh_index()
+            audit = self._index.audit(node)
+        if audit is not None and self._index is not None:
+            commitments = self._index.commitments(node)
+        else:  # no index, or a node it never saw register: the contract's views
+            audit = await audit_node(self.ledger, node)
+            commitments = None
         log = (await self._logs()).get(node)
         if not audit.registered and audit.participation.rounds_committed == 0 and log is None:
             raise RejectedInput(
                 "unknown_node", f"{node} is not a node of the ledger at {self.ledger.address}"
             )
-        return node_view(audit, await self.ledger.commitments(node), log)
+        if commitments is None:
+            commitments = await self.ledger.commitments(node)
+        return node_view(
+            audit,
+            commitments,
+            log,
+            journal_pending=(await self._journal_pending([node])).get(node),
+            live=self._live_backlogs().get(node),
+        )
 
     async def verify(
         self,

@@ -9,6 +9,9 @@ framework: :mod:`.source` gathers the inputs, :mod:`.app` serves the outputs.
 Invariants: every number that comes from the chain is copied unchanged from the audit
 (:class:`~sapo_async.ledger.audit.NodeAudit`) or the contract's events, so the page shows
 the contract's views; numbers from logs are marked as such (``log``) and never mixed in.
+A node's commitment backlog (journaled, not yet on chain) is not on the chain at all: it
+is shown with where it was read (the running node, its journal, or its log's last round)
+and as unknown (None) where none of them is at hand, never guessed from the chain.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from sapo_async.ledger.audit import NodeAudit, RolloutVerification
 from sapo_async.ledger.types import OnChainCommitment, UsageCredit
 
 __all__ = [
+    "LiveBacklog",
     "NodeLog",
+    "backlog_view",
     "node_view",
     "parse_proof",
     "parse_rollout_hash",
@@ -116,7 +121,11 @@ class NodeLog:
 
 def _round_entry(report: Mapping[str, Any]) -> dict[str, Any]:
     used = report.get("external_used") or {}
+    bound = report.get("max_pending")
     return {
+        "commitments_pending": int(report.get("commitments_pending", 0)),
+        "backlog_wait_s": float(report.get("backlog_wait_s", 0.0)),
+        "max_pending": None if bound is None else int(bound),
         "round": int(report["round"]),
         "reward_mean": float(report["reward_mean"]),
         "groups_shared": int(report.get("groups_shared", 0)),
@@ -160,7 +169,68 @@ def read_logs(directory: Path) -> dict[str, NodeLog]:
     return logs
 
 
-def _node_row(audit: NodeAudit, last_seen: int | None, log: NodeLog | None) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class LiveBacklog:
+    """A running node's backlog, read from the node itself (the demo swarm's nodes).
+
+    Attributes:
+        pending: commitments journaled and not yet on chain.
+        paused: whether its rounds are paused now until some land.
+        max_pending: its bound (``ledger.max_pending``).
+    """
+
+    pending: int
+    paused: bool
+    max_pending: int
+
+
+def backlog_view(
+    *, live: LiveBacklog | None, journal_pending: int | None, log: NodeLog | None
+) -> dict[str, Any]:
+    """A node's commitment backlog from the best source at hand.
+
+    The running node answers exactly. Otherwise the journal gives the pending count now
+    and the log's last round the bound, so ``paused`` is the node's own rule (rounds wait
+    while more than ``max_pending`` are pending); without a journal the log's last round
+    gives the count as of that round. Whatever no source gives is None (unknown).
+
+    Returns:
+        ``pending``, ``paused``, ``max_pending``, ``last_wait_s`` (seconds the last logged
+        round waited for the backlog), ``source`` (``node``, ``journal``, ``log`` or None)
+        and ``as_of_round`` (the logged round the figures are from, for ``log``).
+    """
+    last = log.rounds[-1] if log and log.rounds else None
+    out: dict[str, Any] = {
+        "pending": None,
+        "paused": None,
+        "max_pending": last.get("max_pending") if last else None,
+        "last_wait_s": last["backlog_wait_s"] if last else None,
+        "source": None,
+        "as_of_round": None,
+    }
+    if live is not None:
+        out |= {
+            "pending": live.pending,
+            "paused": live.paused,
+            "max_pending": live.max_pending,
+            "source": "node",
+        }
+    elif journal_pending is not None:
+        out |= {"pending": journal_pending, "source": "journal"}
+    elif last is not None:
+        out |= {
+            "pending": last["commitments_pending"],
+            "source": "log",
+            "as_of_round": last["round"],
+        }
+    if out["paused"] is None and None not in (out["pending"], out["max_pending"]):
+        out["paused"] = out["pending"] > out["max_pending"]
+    return out
+
+
+def _node_row(
+    audit: NodeAudit, last_seen: int | None, log: NodeLog | None, backlog: dict[str, Any]
+) -> dict[str, Any]:
     p = audit.participation
     return {
         "node": audit.node,
@@ -174,6 +244,7 @@ def _node_row(audit: NodeAudit, last_seen: int | None, log: NodeLog | None) -> d
         "credit_received": p.credit_received,
         "score": score_of(audit),
         "last_seen": last_seen,
+        "backlog": backlog,
     }
 
 
@@ -185,8 +256,10 @@ def swarm_view(
     credits: Iterable[UsageCredit],
     last_seen: Mapping[str, int | None],
     logs: Mapping[str, NodeLog],
+    journal_pending: Mapping[str, int] | None = None,
+    live: Mapping[str, LiveBacklog] | None = None,
 ) -> dict[str, Any]:
-    """``/api/swarm``: every node's on-chain totals and the usage graph.
+    """``/api/swarm``: every node's on-chain totals, its backlog and the usage graph.
 
     Args:
         ledger: the contract's address.
@@ -195,11 +268,27 @@ def swarm_view(
         credits: the ``UsageCredited`` events (edges: consumer trained on producer).
         last_seen: block timestamp of each node's last commitment.
         logs: round logs by address (names, when given).
+        journal_pending: pending commitments by node, from the journals read.
+        live: backlogs of nodes running in this process, by address.
     """
+    journal_pending = journal_pending or {}
+    live = live or {}
     edges: Counter[tuple[str, str]] = Counter()
     for c in credits:
         edges[(c.producer, c.consumer)] += c.count
-    nodes = [_node_row(a, last_seen.get(a.node), logs.get(a.node)) for a in audits]
+    nodes = [
+        _node_row(
+            a,
+            last_seen.get(a.node),
+            logs.get(a.node),
+            backlog_view(
+                live=live.get(a.node),
+                journal_pending=journal_pending.get(a.node),
+                log=logs.get(a.node),
+            ),
+        )
+        for a in audits
+    ]
     return {
         "ledger": ledger,
         "chain": chain,
@@ -209,6 +298,7 @@ def swarm_view(
             "rounds_committed": sum(n["rounds_committed"] for n in nodes),
             "rollouts_committed": sum(n["rollouts_committed"] for n in nodes),
             "external_used": sum(n["external_used"] for n in nodes),
+            "paused_for_backlog": sum(n["backlog"]["paused"] is True for n in nodes),
         },
         "usage": [
             {"producer": p, "consumer": c, "count": n} for (p, c), n in sorted(edges.items())
@@ -221,8 +311,12 @@ def node_view(
     audit: NodeAudit,
     commitments: Sequence[OnChainCommitment],
     log: NodeLog | None,
+    *,
+    journal_pending: int | None = None,
+    live: LiveBacklog | None = None,
 ) -> dict[str, Any]:
-    """``/api/node/{address}``: one node's totals, commitment timeline, usage and log.
+    """``/api/node/{address}``: one node's totals, backlog, commitment timeline, usage and
+    log (``journal_pending`` and ``live`` as in :func:`swarm_view`).
 
     The per-round counts join the chain's commitment (rollouts, external) with the log's
     round (reward, received, rejected) by round number; either side may be missing.
@@ -241,7 +335,12 @@ def node_view(
     for entry in log.rounds if log else []:
         by_round.setdefault(entry["round"], {"round": entry["round"]})["log"] = entry
     return {
-        **_node_row(audit, last_seen, log),
+        **_node_row(
+            audit,
+            last_seen,
+            log,
+            backlog_view(live=live, journal_pending=journal_pending, log=log),
+        ),
         "score_detail": score_detail(audit),
         "credit_by_consumer": dict(sorted(audit.credit_by_consumer.items())),
         "usage_by_producer": dict(sorted(audit.usage_by_producer.items())),

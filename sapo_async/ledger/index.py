@@ -25,6 +25,8 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections import Counter
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,8 @@ from web3 import Web3
 from sapo_async import limits
 from sapo_async.ledger.audit import NodeAudit, Participation
 from sapo_async.ledger.evm import EvmLedger
-from sapo_async.ledger.types import UsageCredit, checksum
+from sapo_async.ledger.score import ContributionScore, contribution_scores
+from sapo_async.ledger.types import OnChainCommitment, UsageCredit, checksum
 
 __all__ = ["LedgerIndex"]
 
@@ -45,6 +48,7 @@ CREATE TABLE IF NOT EXISTS nodes (
 CREATE TABLE IF NOT EXISTS commitments (
     node TEXT NOT NULL, round INTEGER NOT NULL, rollouts INTEGER NOT NULL,
     external INTEGER NOT NULL, block INTEGER NOT NULL, timestamp INTEGER NOT NULL,
+    policy_version INTEGER NOT NULL, rollout_root BLOB NOT NULL, external_root BLOB NOT NULL,
     PRIMARY KEY (node, round)
 );
 CREATE TABLE IF NOT EXISTS credits (
@@ -53,6 +57,10 @@ CREATE TABLE IF NOT EXISTS credits (
     log INTEGER NOT NULL, PRIMARY KEY (block, log)
 );
 """
+
+_SCHEMA_VERSION = 2
+"""Bumped when a table changes shape: an index file of another version is rebuilt (the
+chain holds everything it held; version 2 keeps each commitment whole, for the node page)."""
 
 _EVENTS = ("NodeRegistered", "CommitmentRecorded", "UsageCredited")
 
@@ -68,6 +76,10 @@ class LedgerIndex:
     def __init__(self, ledger: EvmLedger, path: str | Path = ":memory:") -> None:
         self._ledger = ledger
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        if self._db.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
+            for table in ("meta", "nodes", "commitments", "credits"):
+                self._db.execute(f"DROP TABLE IF EXISTS {table}")
+            self._db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
         contract = ledger._contract
@@ -133,7 +145,8 @@ class LedgerIndex:
                         self.rpc_calls += 1
                     rows[name].append(
                         (checksum(a["node"]), int(a["round"]), int(a["rolloutCount"]),
-                         int(a["externalCount"]), block, stamps[block])
+                         int(a["externalCount"]), block, stamps[block], int(a["policyVersion"]),
+                         bytes(a["rolloutRoot"]), bytes(a["externalRoot"]))
                     )  # fmt: skip
                 else:
                     rows[name].append(
@@ -148,7 +161,8 @@ class LedgerIndex:
             db.execute("BEGIN IMMEDIATE")
             db.executemany("INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?)", rows[_EVENTS[0]])
             db.executemany(
-                "INSERT OR REPLACE INTO commitments VALUES (?, ?, ?, ?, ?, ?)", rows[_EVENTS[1]]
+                "INSERT OR REPLACE INTO commitments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows[_EVENTS[1]],
             )
             db.executemany(
                 "INSERT OR REPLACE INTO credits VALUES (?, ?, ?, ?, ?, ?, ?)", rows[_EVENTS[2]]
@@ -178,8 +192,19 @@ class LedgerIndex:
         last = self._meta("last_block")
         return None if last is None else int(last)
 
-    def audits(self) -> list[NodeAudit]:
-        """Every registered node's numbers, in registration order (no per-node breakdown)."""
+    def audits(
+        self, *, breakdown: bool = False, trusted: Iterable[str] | None = None
+    ) -> list[NodeAudit]:
+        """Every registered node's numbers, in registration order.
+
+        Args:
+            breakdown: also each node's usage by consumer and by producer and its
+                contribution score (as :func:`~sapo_async.ledger.audit.audit_swarm`).
+            trusted: consumers whose credit weighs fully in the score (None: all).
+
+        Raises:
+            RejectedInput: a ``trusted`` entry is not an address.
+        """
         with self._lock:
             nodes = self._db.execute(
                 "SELECT node, metadata FROM nodes ORDER BY block, log"
@@ -211,7 +236,63 @@ class LedgerIndex:
                     ),
                 )
             )
-        return out
+        if not breakdown:
+            return out
+        by_consumer: dict[str, Counter[str]] = {}
+        by_producer: dict[str, Counter[str]] = {}
+        for u in self.credits():
+            by_consumer.setdefault(u.producer, Counter())[u.consumer] += u.count
+            by_producer.setdefault(u.consumer, Counter())[u.producer] += u.count
+        scores = self.scores(trusted)
+        return [
+            replace(
+                a,
+                credit_by_consumer=dict(by_consumer.get(a.node, {})),
+                usage_by_producer=dict(by_producer.get(a.node, {})),
+                score=scores.get(a.node),
+            )
+            for a in out
+        ]
+
+    def audit(self, node: str, *, trusted: Iterable[str] | None = None) -> NodeAudit | None:
+        """One node's numbers with its usage breakdown and contribution score, as
+        :func:`~sapo_async.ledger.audit.audit_node` reads them from the views and events;
+        None when the index never saw the node register (the caller asks the views).
+
+        Raises:
+            RejectedInput: ``node`` or a ``trusted`` entry is not an address.
+        """
+        address = checksum(node)
+        return next(
+            (a for a in self.audits(breakdown=True, trusted=trusted) if a.node == address), None
+        )
+
+    def scores(self, trusted: Iterable[str] | None = None) -> dict[str, ContributionScore]:
+        """Every node's contribution score, as :func:`~sapo_async.ledger.audit.ledger_scores`
+        computes it from the same events and rounds."""
+        with self._lock:
+            rounds = dict(self._db.execute("SELECT node, COUNT(*) FROM commitments GROUP BY node"))
+            registered = [r[0] for r in self._db.execute("SELECT node FROM nodes")]
+        credits = self.credits()
+        nodes = set(registered) | {u.consumer for u in credits}
+        return contribution_scores(
+            credits,
+            {n: rounds.get(n, 0) for n in sorted(nodes)},
+            None if trusted is None else list(trusted),
+        )
+
+    def commitments(self, node: str) -> list[OnChainCommitment]:
+        """``node``'s commitments indexed, oldest first (as ``Ledger.commitments``)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT node, round, policy_version, rollout_root, rollouts, external_root, "
+                "external, block, timestamp FROM commitments WHERE node = ? ORDER BY block, round",
+                (checksum(node),),
+            ).fetchall()
+        return [
+            OnChainCommitment(r[0], r[1], r[2], bytes(r[3]), r[4], bytes(r[5]), *r[6:])
+            for r in rows
+        ]
 
     def credits(self) -> list[UsageCredit]:
         """Every ``UsageCredited`` event indexed, oldest first."""

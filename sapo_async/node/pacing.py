@@ -6,7 +6,8 @@ Owns two pieces of round-loop state and their log lines: the pause while more th
 nodes', so only a chain that is down or slower than the rounds fills the backlog; nothing is
 dropped meanwhile), and whether the swarm's stream was found missing when the round
 published (the node then trains on its own groups). Both reach the next round report
-(``backlog_wait_s``, ``stream_missing``), hence status and metrics. Does not know how rounds
+(``backlog_wait_s``, ``stream_missing``, and the bound ``max_pending``), hence status,
+metrics and the explorer. Does not know how rounds
 run or how commitments land (:mod:`sapo_async.ledger.recorder`).
 """
 
@@ -33,7 +34,8 @@ class RoundPacing:
 
     def __init__(self, recorder: Recorder | None, max_pending: int, log: Any) -> None:
         self._recorder = recorder
-        self._bound = max_pending
+        self.max_pending = max_pending
+        """The bound: rounds pause while more commitments than this are pending."""
         self._log = log
         self._waited_s = 0.0
         self.backlog_paused = False
@@ -44,15 +46,17 @@ class RoundPacing:
     async def wait_backlog(self, stopping: Callable[[], bool]) -> None:
         """Return once at most ``max_pending`` commitments are pending, or ``stopping()``."""
         recorder = self._recorder
-        if recorder is None or recorder.statistics().pending <= self._bound:
+        if recorder is None or recorder.statistics().pending <= self.max_pending:
             return
         t0 = time.perf_counter()
         self.backlog_paused = True
         pending = recorder.statistics().pending
-        self._log.warning("rounds_paused_for_backlog", pending=pending, max_pending=self._bound)
+        self._log.warning(
+            "rounds_paused_for_backlog", pending=pending, max_pending=self.max_pending
+        )
         while not stopping():
             try:
-                await recorder.wait_backlog(self._bound, limits.LEDGER_BACKLOG_CHECK_S)
+                await recorder.wait_backlog(self.max_pending, limits.LEDGER_BACKLOG_CHECK_S)
             except TimeoutError:
                 continue  # still paused; looks for a stop request every few seconds
             break
@@ -60,10 +64,15 @@ class RoundPacing:
         self.backlog_paused = False
         self._log.info("rounds_resumed_after_backlog", waited_s=round(self._waited_s, 3))
 
-    def take_backlog_wait(self) -> float:
-        """Seconds paused since the last call (for the next round report)."""
+    def take_report_fields(self) -> dict[str, Any]:
+        """What the next round report says of the pacing: ``backlog_wait_s`` (seconds
+        paused since the last call), ``stream_missing`` and ``max_pending``."""
         waited, self._waited_s = self._waited_s, 0.0
-        return waited
+        return {
+            "backlog_wait_s": waited,
+            "stream_missing": self.stream_missing,
+            "max_pending": self.max_pending,
+        }
 
     def published(self, *, missing: bool, round_: int | None) -> None:
         """Note whether this round's publishes found the stream missing (logs changes)."""

@@ -69,6 +69,8 @@ class RoundReport:
             node may not recreate it): its groups were not shared, it trained on its own.
         backlog_wait_s: seconds this round waited, before it began, for the node's pending
             commitments to fall within ``ledger.max_pending`` (0: no pause).
+        max_pending: the node's ``ledger.max_pending`` (readers of the log, such as the
+            explorer, tell from it and the journal whether the node's rounds pause now).
         generate_s / publish_s / score_s / train_s: wall time of each phase.
         step: the trainer's metrics (flat dict).
         external_staleness: (producer's newest round - group's round) of each external
@@ -107,6 +109,7 @@ class RoundReport:
     generated_tokens: int = 0
     backlog_wait_s: float = 0.0
     stream_missing: bool = False
+    max_pending: int | None = None
 
     @property
     def external_total(self) -> int:

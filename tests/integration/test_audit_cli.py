@@ -59,6 +59,16 @@ def test_piped_swarm_audit_keeps_addresses_whole_when_a_node_registers_markup(
         app, ["audit", next(iter(nodes)).address, "--rpc", anvil.url, "--ledger", address]
     )
     assert out.exit_code == 0, out.output
+    # The command reads the event index; its figures are the contract's views'.
+    from sapo_async.cli.audit import _audit_json
+    from sapo_async.ledger.audit import audit_swarm
+
+    out = runner.invoke(
+        app, ["audit", "--swarm", "--json", "--rpc", anvil.url, "--ledger", address]
+    )
+    assert out.exit_code == 0, out.output
+    views = anyio.run(audit_swarm, ledger)
+    assert json.loads(out.stdout) == [json.loads(json.dumps(_audit_json(a))) for a in views]
 
 
 def test_verify_finds_the_journal_the_node_of_the_config_writes(

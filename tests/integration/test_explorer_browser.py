@@ -134,6 +134,13 @@ def test_swarm_page_shows_the_contracts_numbers_and_usage_graph(demo: Demo, page
         assert cell(page, a, "score") == f"{scores[a].score:.3f}"
     total = page.locator('[data-total="rounds_committed"]').inner_text()
     assert total == str(sum(s.rounds_committed for s in stats.values()))
+    # The backlog is the running nodes' own (settled: nothing pending, nobody paused).
+    for n in demo.swarm.nodes:
+        assert n.recorder is not None
+        backlog = page.locator(f'#nodes tr[data-node="{n.address}"] td[data-col="backlog"]')
+        assert backlog.inner_text() == str(n.recorder.statistics().pending) == "0"
+        assert backlog.get_attribute("data-source") == "node"
+        assert backlog.get_attribute("data-paused") == "false"
 
     # The usage graph draws one edge per (producer, consumer), weighted as the events say.
     events: Counter[tuple[str, str]] = Counter()

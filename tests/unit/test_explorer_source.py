@@ -117,3 +117,29 @@ async def test_verify_checks_journals_or_the_visitors_own_proof(tmp_path: Path):
         with pytest.raises(RejectedInput) as err:
             await explorer.verify(hashes[1].hex(), node=a.address, **kwargs)
         assert err.value.reason == reason
+
+
+async def test_both_pages_show_the_backlog_the_journals_hold(tmp_path: Path):
+    ledger = MemoryLedger("explore", relayer=Account.create())
+    a = Account.create()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    report = json.loads(log_line(a.address, 0)) | {"commitments_pending": 0, "max_pending": 1}
+    (logs / "a.jsonl").write_text(json.dumps(report) + "\n")
+    explorer = Explorer(ledger, chain="memory", logs=logs, journals=[tmp_path / "j"], refresh_s=0.0)
+    with Journal(tmp_path / "j" / "a.sqlite") as journal:
+        await commit(ledger, journal, a, RoundCommitment(a.address, 0, 0, [os.urandom(32)]))
+        backlog = (await explorer.swarm())["nodes"][0]["backlog"]
+        assert (backlog["pending"], backlog["paused"], backlog["source"]) == (0, False, "journal")
+        # Two rounds journaled, not landed (the chain is slow): past the node's bound of 1.
+        for rnd in (1, 2):
+            journal.append(RoundCommitment(a.address, rnd, rnd, [os.urandom(32)]))
+    swarm = await explorer.swarm()
+    assert swarm["nodes"][0]["backlog"]["pending"] == 2
+    assert swarm["nodes"][0]["backlog"]["paused"] is True
+    assert swarm["totals"]["paused_for_backlog"] == 1
+    assert (await explorer.node(a.address))["backlog"] == swarm["nodes"][0]["backlog"]
+    # Without journals the log's last round is all there is, said so.
+    blind = Explorer(ledger, chain="memory", logs=logs, refresh_s=0.0)
+    backlog = (await blind.node(a.address))["backlog"]
+    assert (backlog["pending"], backlog["source"], backlog["as_of_round"]) == (0, "log", 0)

@@ -10,6 +10,9 @@ import pytest
 
 from sapo_async.errors import RejectedInput
 from sapo_async.explorer.views import (
+    LiveBacklog,
+    NodeLog,
+    backlog_view,
     node_view,
     parse_proof,
     parse_rollout_hash,
@@ -94,6 +97,9 @@ def test_round_logs_are_read_by_node_and_a_partial_last_line_is_skipped(tmp_path
         "groups_received": 5,
         "external_used": 2,
         "rejected": 3,
+        "commitments_pending": 0,
+        "backlog_wait_s": 0.0,
+        "max_pending": None,  # a log written before the bound was reported
     }
     assert dict(log.rejections) == {"stale": 3, "bad": 1}
     assert read_logs(tmp_path / "missing") == {}
@@ -121,7 +127,9 @@ def test_the_swarm_view_copies_the_audit_and_sums_usage_edges():
         "rounds_committed": 5,
         "rollouts_committed": 40,
         "external_used": 4,
+        "paused_for_backlog": 0,
     }
+    assert view["nodes"][0]["backlog"]["source"] is None  # no journal, log or node
     assert view["usage"] == [
         {"producer": A, "consumer": B, "count": 5},
         {"producer": B, "consumer": A, "count": 1},
@@ -154,3 +162,60 @@ def test_the_verify_answer_is_included_only_when_every_proof_is_accepted():
     none = verification_view(H, [], searched=3)
     assert none["included"] is False
     assert "no commitment names this hash in 3 journal(s)" in none["message"]
+
+
+def _backlog_log(tmp_path: Path, pending: int, wait_s: float, bound: int | None) -> NodeLog:
+    report = json.loads(_report(A, 7, 0.5, {}))
+    report |= {"commitments_pending": pending, "backlog_wait_s": wait_s}
+    if bound is not None:
+        report["max_pending"] = bound
+    (tmp_path / "n0.jsonl").write_text(json.dumps(report) + "\n")
+    return read_logs(tmp_path)[A]
+
+
+def test_the_backlog_is_unknown_without_journal_log_or_node():
+    assert backlog_view(live=None, journal_pending=None, log=None) == {
+        "pending": None,
+        "paused": None,
+        "max_pending": None,
+        "last_wait_s": None,
+        "source": None,
+        "as_of_round": None,
+    }
+
+
+def test_the_journal_count_against_the_logged_bound_says_whether_rounds_pause(tmp_path: Path):
+    log = _backlog_log(tmp_path, pending=2, wait_s=3.5, bound=4)
+    over = backlog_view(live=None, journal_pending=5, log=log)
+    assert (over["pending"], over["paused"], over["source"]) == (5, True, "journal")
+    assert (over["max_pending"], over["last_wait_s"]) == (4, 3.5)
+    assert backlog_view(live=None, journal_pending=4, log=log)["paused"] is False
+    # No journal: the log's last round, said to be as of that round.
+    from_log = backlog_view(live=None, journal_pending=None, log=log)
+    assert (from_log["pending"], from_log["paused"]) == (2, False)
+    assert (from_log["source"], from_log["as_of_round"]) == ("log", 7)
+    # A journal but no bound known: pending shown, paused unknown.
+    assert backlog_view(live=None, journal_pending=9, log=None)["paused"] is None
+    old = _backlog_log(tmp_path, pending=2, wait_s=0.0, bound=None)
+    assert backlog_view(live=None, journal_pending=9, log=old)["paused"] is None
+
+
+def test_a_running_node_answers_its_backlog_exactly_on_both_pages(tmp_path: Path):
+    log = _backlog_log(tmp_path, pending=0, wait_s=0.0, bound=8)
+    live = {A: LiveBacklog(pending=3, paused=True, max_pending=2)}
+    view = swarm_view(
+        ledger=B,
+        chain="embedded",
+        audits=[audit(A), audit(B)],
+        credits=[],
+        last_seen={},
+        logs={A: log},
+        journal_pending={A: 1, B: 6},
+        live=live,
+    )
+    rows = {n["node"]: n["backlog"] for n in view["nodes"]}
+    assert (rows[A]["pending"], rows[A]["paused"], rows[A]["source"]) == (3, True, "node")
+    assert (rows[B]["pending"], rows[B]["paused"], rows[B]["source"]) == (6, None, "journal")
+    assert view["totals"]["paused_for_backlog"] == 1
+    page = node_view(audit(A), [], log, journal_pending=1, live=live[A])
+    assert page["backlog"] == rows[A]

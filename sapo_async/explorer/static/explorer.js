@@ -74,6 +74,25 @@ const fmtTime = (ts) => (ts ? new Date(ts * 1000).toISOString().replace("T", " "
 const fmtNum = (v) => (v === null || v === undefined ? "–" : String(v));
 const fmtScore = (v) => (v === null || v === undefined ? "–" : Number(v).toFixed(3));
 
+// A node's commitments journaled but not on chain yet: not a chain number, so it says
+// where it was read (the running node, its journal, its log's last round) or that it is
+// unknown; "paused" when the node's rounds wait for them (more than its max_pending).
+const BACKLOG_FROM = { node: "the running node", journal: "its journal", log: "its round log" };
+function fmtBacklog(b) {
+  if (!b || b.pending === null || b.pending === undefined) return "?";
+  return b.paused ? `${b.pending} paused` : String(b.pending);
+}
+function backlogTitle(b) {
+  if (!b || b.source === null || b.source === undefined) {
+    return "unknown: no journal, round log or running node of this node is at hand";
+  }
+  const bound = b.max_pending === null || b.max_pending === undefined ? "bound unknown" : `bound ${b.max_pending}`;
+  const asOf = b.source === "log" ? ` as of round ${b.as_of_round}` : "";
+  const paused = b.paused === null ? "pause unknown" : b.paused ? "rounds paused until some land" : "not paused";
+  const waited = b.last_wait_s ? `; its last logged round waited ${b.last_wait_s.toFixed(1)} s for it` : "";
+  return `commitments pending, from ${BACKLOG_FROM[b.source]}${asOf}; ${bound}; ${paused}${waited}`;
+}
+
 // ---------------------------------------------------------------- live stream
 
 let stream = null;
@@ -105,6 +124,7 @@ const COLUMNS = [
   ["external_used", "used"],
   ["credit_received", "credit"],
   ["score", "score"],
+  ["backlog", "pending"],
   ["last_seen", "last seen"],
 ];
 
@@ -113,8 +133,9 @@ const swarmState = { data: null, sortKey: "credit_received", sortDir: -1, revisi
 function sortedNodes(nodes) {
   const { sortKey, sortDir } = swarmState;
   return [...nodes].sort((a, b) => {
-    const x = a[sortKey];
-    const y = b[sortKey];
+    const value = (n) => (sortKey === "backlog" ? (n.backlog || {}).pending : n[sortKey]);
+    const x = value(a);
+    const y = value(b);
     if (x === y) return a.node < b.node ? -1 : 1;
     if (x === null || x === undefined) return 1;
     if (y === null || y === undefined) return -1;
@@ -147,6 +168,11 @@ function renderSwarmTable(data, previous) {
       if (key === "metadata") return el("td", { class: "text", "data-col": key, title: n.metadata }, n.metadata.slice(0, 24));
       if (key === "last_seen") return el("td", { "data-col": key, "data-value": fmtNum(n.last_seen) }, fmtTime(n.last_seen));
       if (key === "score") return el("td", { "data-col": key, "data-value": fmtNum(n.score) }, fmtScore(n.score));
+      if (key === "backlog") {
+        const b = n.backlog || {};
+        return el("td", { "data-col": key, "data-value": fmtNum(b.pending), "data-paused": fmtNum(b.paused),
+          "data-source": fmtNum(b.source), class: b.paused ? "paused" : null, title: backlogTitle(b) }, fmtBacklog(b));
+      }
       return el("td", { "data-col": key }, fmtNum(n[key]));
     }));
   });
@@ -208,7 +234,9 @@ function renderSwarm(data, previous) {
       el("b", { "data-total": "rounds_committed" }, t.rounds_committed), " commitments, ",
       el("b", { "data-total": "rollouts_committed" }, t.rollouts_committed), " rollouts shared, ",
       el("b", { "data-total": "external_used" }, t.external_used), " external rollouts trained on ",
-      el("span", { class: "tag" }, "chain")),
+      el("span", { class: "tag" }, "chain"),
+      t.paused_for_backlog ? el("span", { class: "paused" }, " · ", el("b", { "data-total": "paused_for_backlog" }, t.paused_for_backlog),
+        " paused for their commitment backlog") : null),
     el("div", { class: "card" }, renderSwarmTable(data, previous),
       el("p", { class: "muted" }, "shared: rollouts committed · used: external rollouts trained on · credit: own rollouts others trained on",
         data.has_score ? " · score: consumer rounds that used the node, weighted by each consumer's standing (docs/ledger.md)" : " · score: none yet (no usage credited)")),
@@ -317,7 +345,10 @@ function renderNode(n) {
       stat("external_used", "used (chain)", n.external_used),
       stat("credit_received", "credit (chain)", n.credit_received),
       el("div", { class: "stat", title: n.score_detail ? `from trusted consumers ${n.score_detail.from_trusted}, standing ${n.score_detail.standing}, ${n.score_detail.consumers} consumers` : "no score" },
-        el("b", { "data-stat": "score" }, fmtScore(n.score)), el("span", {}, "contribution score"))),
+        el("b", { "data-stat": "score" }, fmtScore(n.score)), el("span", {}, "contribution score")),
+      el("div", { class: "stat", title: backlogTitle(n.backlog) },
+        el("b", { "data-stat": "backlog", class: n.backlog && n.backlog.paused ? "paused" : null }, fmtBacklog(n.backlog)),
+        el("span", {}, n.backlog && n.backlog.source ? `pending commitments (${n.backlog.source})` : "pending commitments (unknown)"))),
     el("div", { class: "grid" },
       el("div", { class: "card" }, el("h3", {}, "Commitment timeline ", el("span", { class: "tag" }, "chain")),
         el("p", { class: "legend" }, el("span", {}, el("i", { style: "background:#2d6cdf" }), "rollouts shared"), el("span", {}, el("i", { style: "background:#e07b24" }), "external used")),
