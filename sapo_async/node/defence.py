@@ -6,9 +6,11 @@ completions carry the right answer *plus* a payload earns full reward, and GRPO 
 the payload. Each policy here answers one question, takes data and returns data:
 
 * :class:`Calibration` and :func:`screen`: measured on the node's *own* completions per
-  family, is an external completion plausible under the node's own model (mean token
-  log-prob) and not needlessly long (rewarded completions against the node's own rewarded
-  lengths)? [``implausible``, ``too_long``];
+  family, is an external completion plausible under the node's own model (its mean token
+  log-prob, and the mean of its few least likely tokens) and not needlessly long (rewarded
+  completions against the node's own rewarded lengths)? [``implausible``, ``too_long``].
+  A family the node has not calibrated yet is not judged at all: its peers' groups wait
+  in the buffer (:meth:`Thresholds.judges`);
 * :class:`Quarantine`: has a producer had too many of its groups dropped? Then refuse it
   for a while, before its signature is even checked [``quarantined``; the check is
   :class:`~sapo_async.node.admission.QuarantineCheck`, the verdicts come from the round].
@@ -35,6 +37,7 @@ __all__ = [
     "FamilyThresholds",
     "Quarantine",
     "Thresholds",
+    "low_mean",
     "screen",
 ]
 
@@ -44,6 +47,18 @@ follow the model as it learns, long enough for a stable 1 % quantile."""
 
 QUARANTINE_WINDOW = 64
 """Verdicts remembered per producer: eight rounds of an honest peer's B = 8 groups."""
+
+
+def low_mean(logprobs: Sequence[float], k: int) -> float:
+    """The mean of the ``k`` lowest of ``logprobs`` (all of them when fewer).
+
+    A payload appended to a right answer is a few tokens the model finds very unlikely
+    among many it finds certain: on SmolLM2 ``" <answer>11</answer> (*)(*)"`` has a mean
+    token log-prob of -4.3, inside the node's own range (its 1 % quantile is -4.0), but its
+    three least likely tokens average -14, below every one of 128 own completions (lowest
+    -11.8; docs/security.md).
+    """
+    return sum(sorted(logprobs)[:k]) / min(k, len(logprobs))
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -110,10 +125,13 @@ class FamilyThresholds:
         min_mean_logprob: a completion's mean token log-prob must be at least this (None:
             not calibrated yet, or the check is off).
         max_rewarded_tokens: a rewarded completion must be at most this long (None: same).
+        min_low_logprob: the mean of a completion's ``plausibility_low_tokens`` least
+            likely tokens must be at least this (None: same).
     """
 
     min_mean_logprob: float | None
     max_rewarded_tokens: float | None
+    min_low_logprob: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,11 +149,28 @@ class Thresholds:
     max_tokens: int
     plausibility: bool
     length_guard: bool
+    low_tokens: int = 0
 
     @property
     def needs_logprobs(self) -> bool:
         """Whether :func:`screen` will read log-probs (else the forward pass is skipped)."""
         return self.plausibility or self.length_guard
+
+    def judges(self, family: str) -> bool:
+        """Whether peers' groups of ``family`` may be screened now: always with
+        plausibility off, else once the node has calibrated it on its own completions.
+
+        An uncalibrated family is not judged, so its groups must not be trained on yet
+        (the caller holds them in the buffer): admitting them unscreened let SmolLM2's
+        first four rounds (B x L = 8, calibration_min 32) train on an attacker's payload,
+        after which the poisoned model found the payload plausible (docs/security.md).
+        The length guard does not hold groups: a node that rarely earns a reward may take
+        many rounds to measure its rewarded lengths; the size bound applies meanwhile.
+        """
+        if not self.plausibility:
+            return True
+        limits = self.families.get(family)
+        return limits is not None and limits.min_mean_logprob is not None
 
 
 class Calibration:
@@ -150,6 +185,7 @@ class Calibration:
         self.spec = spec
         self._max_tokens = max_new_tokens + 1
         self._logprob: dict[str, deque[float]] = {}
+        self._low: dict[str, deque[float]] = {}
         self._lengths: dict[str, deque[float]] = {}
 
     def observe(self, family: str, logprobs: Sequence[float], reward: float) -> None:
@@ -158,6 +194,9 @@ class Calibration:
             return
         lp = self._logprob.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
         lp.append(sum(logprobs) / len(logprobs))
+        if self.spec.plausibility_low_tokens:
+            low = self._low.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
+            low.append(low_mean(logprobs, self.spec.plausibility_low_tokens))
         if reward > 0:
             lengths = self._lengths.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
             lengths.append(float(len(logprobs)))
@@ -168,16 +207,26 @@ class Calibration:
         families: dict[str, FamilyThresholds] = {}
         for family in set(self._logprob) | set(self._lengths):
             lps = self._logprob.get(family, ())
+            lows = self._low.get(family, ())
             lengths = self._lengths.get(family, ())
             families[family] = FamilyThresholds(
-                _quantile(list(lps), spec.plausibility_quantile) - spec.plausibility_margin
-                if spec.plausibility and len(lps) >= need
-                else None,
+                self._floor(lps) if spec.plausibility and len(lps) >= need else None,
                 _quantile(list(lengths), spec.length_quantile) * spec.length_factor
                 if spec.length_guard and len(lengths) >= need
                 else None,
+                self._floor(lows) if spec.plausibility and lows and len(lps) >= need else None,
             )
-        return Thresholds(families, self._max_tokens, spec.plausibility, spec.length_guard)
+        return Thresholds(
+            families,
+            self._max_tokens,
+            spec.plausibility,
+            spec.length_guard,
+            spec.plausibility_low_tokens,
+        )
+
+    def _floor(self, values: Sequence[float]) -> float:
+        spec = self.spec
+        return _quantile(list(values), spec.plausibility_quantile) - spec.plausibility_margin
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,11 +268,14 @@ def screen(
             and tokens > family_limits.max_rewarded_tokens
         ):
             return RejectReason.TOO_LONG
-        if (
-            limits.plausibility
-            and family_limits.min_mean_logprob is not None
-            and tokens
-            and sum(c.logprobs) / tokens < family_limits.min_mean_logprob
-        ):
+        if limits.plausibility and tokens and _implausible(c.logprobs, family_limits, limits):
             return RejectReason.IMPLAUSIBLE
     return None
+
+
+def _implausible(logprobs: Sequence[float], family: FamilyThresholds, limits: Thresholds) -> bool:
+    floor = family.min_mean_logprob
+    if floor is not None and sum(logprobs) / len(logprobs) < floor:
+        return True
+    low = family.min_low_logprob
+    return low is not None and low_mean(logprobs, limits.low_tokens) < low

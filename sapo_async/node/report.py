@@ -59,6 +59,8 @@ class RoundReport:
         external_scored: external candidates scored to find them.
         external_uninformative: of those, dropped for all-equal rewards.
         external_failed: candidates dropped at scoring, by reason (e.g. task_mismatch).
+        external_held: candidates left in the buffer unjudged this round, their family not
+            yet calibrated on the node's own completions (docs/security.md).
         staleness_rounds: mean of (producer's newest round - group's round) over the
             external groups used (0 = all fresh).
         rejections: external groups the collector rejected this round, by reason
@@ -110,6 +112,7 @@ class RoundReport:
     backlog_wait_s: float = 0.0
     stream_missing: bool = False
     max_pending: int | None = None
+    external_held: int = 0
 
     @property
     def external_total(self) -> int:

@@ -472,6 +472,7 @@ class RoundLoop:
             external_scored=choice.selection.scored,
             external_uninformative=choice.selection.dropped_uninformative,
             external_failed=dict(choice.selection.failed),
+            external_held=choice.held,
             staleness_rounds=sum(staleness) / len(staleness) if staleness else 0.0,
             rejections=rejections,
             commitments_pending=pending,

@@ -105,6 +105,8 @@ class Choice:
         newest: newest round held per producer (for the staleness report).
         drops: candidates that failed scoring or screening (drop them once).
         passed: producers of candidates that were screened and kept (one entry each).
+        held: candidates left in the buffer unjudged, their family not calibrated yet
+            (:meth:`~sapo_async.node.defence.Thresholds.judges`).
     """
 
     local: list[ScoredGroup]
@@ -113,6 +115,7 @@ class Choice:
     newest: dict[str, int]
     drops: list[Verdict] = field(default_factory=list)
     passed: list[str] = field(default_factory=list)
+    held: int = 0
 
 
 def calibrate(calibration: Calibration, shared: SharedRound) -> None:
@@ -220,8 +223,13 @@ def select_groups(
         drops.append(Verdict(b.rollout_hash, b.producer, reason))
         return reason
 
+    judged = fresh
+    if limits is not None:
+        # Not dropped, not taken: a later round judges them once the family is calibrated
+        # (or the collector's staleness bound retires them).
+        judged = tuple(b for b in fresh if limits.judges(b.group.task.family))
     ranked = select_external(
-        fresh,
+        judged,
         training.external,
         score,
         rng=rng,
@@ -237,5 +245,11 @@ def select_groups(
         failed=ranked.failed,
     )
     return Choice(
-        select_local(local, training.local), selection.chosen, selection, newest, drops, passed
+        select_local(local, training.local),
+        selection.chosen,
+        selection,
+        newest,
+        drops,
+        passed,
+        held=len(fresh) - len(judged),
     )

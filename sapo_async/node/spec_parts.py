@@ -440,6 +440,12 @@ class DefenceSpec(Settings):
         default=0.01, gt=0, le=1, description="Quantile of own completions' mean log-prob..."
     )
     plausibility_margin: float = Field(default=1.0, ge=0, description="...minus this many nats.")
+    plausibility_low_tokens: int = Field(
+        default=3,
+        ge=0,
+        description="Screen the mean of a completion's this many least likely tokens "
+        "the same way (0: off).",
+    )
     length_guard: bool = Field(
         default=True, description="Drop needlessly long rewarded completions."
     )
@@ -448,7 +454,10 @@ class DefenceSpec(Settings):
     )
     length_quantile: float = Field(default=0.95, gt=0, le=1, description="...at this quantile.")
     calibration_min: int = Field(
-        default=32, ge=1, description="Own completions a family needs before its thresholds apply."
+        default=32,
+        ge=1,
+        description="Own completions a family needs before its thresholds apply "
+        "(peers' groups of the family wait until then).",
     )
     quarantine_rate: float = Field(
         default=0.5,

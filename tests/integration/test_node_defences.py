@@ -228,3 +228,25 @@ async def test_an_honest_peer_of_the_same_model_always_passes_the_token_check() 
                 assert view.peer_ids_match(i), (c.text, c.token_ids)
                 checked += 1
     assert checked == 8 * 2 * 4
+
+
+@pytest.mark.timeout(300)
+async def test_peers_groups_wait_until_the_node_has_calibrated_their_family() -> None:
+    """Issue 23: a node trained on peers' groups of a family it had not calibrated yet,
+    unscreened (SmolLM2's first four rounds took an attacker's payload that way). They now
+    stay in the buffer, neither dropped nor trained on, until the family is calibrated."""
+    broker = MemoryBroker()
+    # B x L = 8 own completions a round: the family is calibrated after the second round.
+    node, peer = await _node(0, broker, calibration_min=16), await _node(1, broker)
+    good = await _peer_groups(peer)
+    for g in good:
+        assert node.collector.ingest(_signed(peer, g)) is not None
+    first = await node.train_round(await node.share_round())
+    assert first.external_held == len(good)
+    assert first.external_total == 0
+    assert first.external_failed == {}
+    assert node.collector.statistics().buffered == len(good)
+    assert node.collector.statistics().dropped == {}
+    second = await node.train_round(await node.share_round())
+    assert second.external_held == 0
+    assert second.external_scored > 0

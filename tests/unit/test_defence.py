@@ -91,3 +91,57 @@ def test_the_size_bound_allows_a_foreign_tokenizer_its_slack() -> None:
     assert size_bound(limits, same_tokenizer=True) == 25
     assert size_bound(limits, same_tokenizer=False) == 50 == 25 * FOREIGN_TOKEN_SLACK
     assert size_bound(limits, same_tokenizer=False) >= 38
+
+
+def _own_like_spread() -> Calibration:
+    """Own completions as a sampled language model writes them: most tokens likely, a few
+    (temperature 1 over a real vocabulary) unlikely."""
+    cal = Calibration(DefenceSpec(calibration_min=8), max_new_tokens=32)
+    for i in range(100):
+        cal.observe("chain_sum", [-1.2 - 0.01 * (i % 10)] * 17 + [-6.0 - 0.1 * (i % 10)] * 3, 0.0)
+    return cal
+
+
+def test_screen_drops_a_payload_hidden_among_certain_tokens() -> None:
+    """The inject attack on SmolLM2: the right answer (tokens near 0) plus a marker (a few
+    tokens near -15) has a mean log-prob inside the node's own range; the mean of its least
+    likely tokens is far below any own completion's."""
+    limits = _own_like_spread().thresholds()
+    payload = CompletionView([-0.1] * 12 + [-15.0, -13.0, -4.0], 1.0)
+    mean_floor = limits.families["chain_sum"].min_mean_logprob
+    assert mean_floor is not None
+    assert sum(payload.logprobs) / 15 > mean_floor
+    assert screen("chain_sum", [payload], limits) == "implausible"
+    own_like = CompletionView([-1.25] * 17 + [-6.5] * 3, 1.0)
+    assert screen("chain_sum", [own_like], limits) is None
+
+
+def test_the_low_token_check_can_be_switched_off() -> None:
+    cal = Calibration(DefenceSpec(calibration_min=8, plausibility_low_tokens=0), max_new_tokens=32)
+    for _ in range(40):
+        cal.observe("chain_sum", [-1.2] * 17 + [-6.0] * 3, 0.0)
+    limits = cal.thresholds()
+    assert limits.families["chain_sum"].min_low_logprob is None
+    payload = CompletionView([-0.1] * 12 + [-15.0, -13.0, -4.0], 1.0)
+    assert screen("chain_sum", [payload], limits) is None
+
+
+def test_low_mean_averages_the_least_likely_tokens() -> None:
+    from sapo_async.node.defence import low_mean
+
+    assert low_mean([-1.0, -9.0, -0.5, -3.0], 2) == -6.0
+    assert low_mean([-2.0], 3) == -2.0
+
+
+def test_only_a_calibrated_family_is_judged() -> None:
+    """Peers' groups of a family the node has not calibrated wait (issue 23: SmolLM2's
+    first four rounds trained on an attacker's payload unscreened)."""
+    cal = Calibration(DefenceSpec(calibration_min=8), max_new_tokens=16)
+    for _ in range(7):
+        cal.observe("chain_sum", [-0.5] * 5, 0.0)
+    assert not cal.thresholds().judges("chain_sum")
+    assert not cal.thresholds().judges("arc_1d")
+    cal.observe("chain_sum", [-0.5] * 5, 0.0)
+    assert cal.thresholds().judges("chain_sum")
+    off = Calibration(DefenceSpec(calibration_min=8, plausibility=False), max_new_tokens=16)
+    assert off.thresholds().judges("chain_sum")
