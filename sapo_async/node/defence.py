@@ -37,6 +37,7 @@ __all__ = [
     "FamilyThresholds",
     "Quarantine",
     "Thresholds",
+    "length_buckets",
     "low_mean",
     "screen",
 ]
@@ -59,6 +60,23 @@ def low_mean(logprobs: Sequence[float], k: int) -> float:
     -11.8; docs/security.md).
     """
     return sum(sorted(logprobs)[:k]) / min(k, len(logprobs))
+
+
+def length_buckets(max_tokens: int) -> tuple[int, ...]:
+    """The completion lengths the low-token floor is calibrated at: 8, 16, 32... up to the
+    first at or above ``max_tokens``.
+
+    The few least likely of n sampled tokens are lower the larger n is (SmolLM2 on one-digit
+    sums, own completions resampled to n tokens: the 1 % quantile of the 3 lowest is -11.8
+    at 32 tokens, -14.4 at 128, -16.3 at 512), so a floor measured on long own completions
+    would let a short payload through. Each bucket's floor is measured on own completions'
+    first ``bucket`` tokens, and a candidate of n tokens meets the floor of the smallest
+    bucket of at least n (a little lenient, never stricter than its own length warrants).
+    """
+    out = [8]
+    while out[-1] < max_tokens:
+        out.append(out[-1] * 2)
+    return tuple(out)
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -125,13 +143,23 @@ class FamilyThresholds:
         min_mean_logprob: a completion's mean token log-prob must be at least this (None:
             not calibrated yet, or the check is off).
         max_rewarded_tokens: a rewarded completion must be at most this long (None: same).
-        min_low_logprob: the mean of a completion's ``plausibility_low_tokens`` least
-            likely tokens must be at least this (None: same).
+        low_floors: ``(bucket, floor)`` pairs, buckets ascending: the mean of a
+            completion's ``plausibility_low_tokens`` least likely tokens must be at least
+            the floor of the smallest bucket at or above its length (the largest when it is
+            longer; empty: not calibrated yet, or the check is off; see
+            :func:`length_buckets`).
     """
 
     min_mean_logprob: float | None
     max_rewarded_tokens: float | None
-    min_low_logprob: float | None = None
+    low_floors: tuple[tuple[int, float], ...] = ()
+
+    def low_floor(self, tokens: int) -> float | None:
+        """The low-token floor for a completion of ``tokens`` tokens (None: no check)."""
+        for bucket, floor in self.low_floors:
+            if bucket >= tokens:
+                return floor
+        return self.low_floors[-1][1] if self.low_floors else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +213,8 @@ class Calibration:
         self.spec = spec
         self._max_tokens = max_new_tokens + 1
         self._logprob: dict[str, deque[float]] = {}
-        self._low: dict[str, deque[float]] = {}
+        self._buckets = length_buckets(self._max_tokens)
+        self._low: dict[str, dict[int, deque[float]]] = {}
         self._lengths: dict[str, deque[float]] = {}
 
     def observe(self, family: str, logprobs: Sequence[float], reward: float) -> None:
@@ -194,9 +223,12 @@ class Calibration:
             return
         lp = self._logprob.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
         lp.append(sum(logprobs) / len(logprobs))
-        if self.spec.plausibility_low_tokens:
-            low = self._low.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
-            low.append(low_mean(logprobs, self.spec.plausibility_low_tokens))
+        k = self.spec.plausibility_low_tokens
+        if k:
+            lows = self._low.setdefault(family, {})
+            for bucket in self._buckets:
+                window = lows.setdefault(bucket, deque(maxlen=CALIBRATION_WINDOW))
+                window.append(low_mean(logprobs[:bucket], k))
         if reward > 0:
             lengths = self._lengths.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
             lengths.append(float(len(logprobs)))
@@ -207,14 +239,16 @@ class Calibration:
         families: dict[str, FamilyThresholds] = {}
         for family in set(self._logprob) | set(self._lengths):
             lps = self._logprob.get(family, ())
-            lows = self._low.get(family, ())
+            lows = self._low.get(family, {})
             lengths = self._lengths.get(family, ())
             families[family] = FamilyThresholds(
                 self._floor(lps) if spec.plausibility and len(lps) >= need else None,
                 _quantile(list(lengths), spec.length_quantile) * spec.length_factor
                 if spec.length_guard and len(lengths) >= need
                 else None,
-                self._floor(lows) if spec.plausibility and lows and len(lps) >= need else None,
+                tuple((b, self._floor(lows[b])) for b in sorted(lows))
+                if spec.plausibility and len(lps) >= need
+                else (),
             )
         return Thresholds(
             families,
@@ -277,5 +311,5 @@ def _implausible(logprobs: Sequence[float], family: FamilyThresholds, limits: Th
     floor = family.min_mean_logprob
     if floor is not None and sum(logprobs) / len(logprobs) < floor:
         return True
-    low = family.min_low_logprob
+    low = family.low_floor(len(logprobs))
     return low is not None and low_mean(logprobs, limits.low_tokens) < low

@@ -224,7 +224,7 @@ def select_groups(
         return reason
 
     judged = fresh
-    if limits is not None:
+    if limits is not None and limits.plausibility:
         # Not dropped, not taken: a later round judges them once the family is calibrated
         # (or the collector's staleness bound retires them).
         judged = tuple(b for b in fresh if limits.judges(b.group.task.family))

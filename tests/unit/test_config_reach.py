@@ -184,6 +184,7 @@ DEFENCE: dict[str, Any] = {
     "plausibility": False,
     "plausibility_quantile": 0.2,
     "plausibility_margin": 2.5,
+    "plausibility_low_tokens": 5,
     "length_guard": False,
     "length_factor": 2.0,
     "length_quantile": 0.5,

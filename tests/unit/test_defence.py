@@ -121,7 +121,7 @@ def test_the_low_token_check_can_be_switched_off() -> None:
     for _ in range(40):
         cal.observe("chain_sum", [-1.2] * 17 + [-6.0] * 3, 0.0)
     limits = cal.thresholds()
-    assert limits.families["chain_sum"].min_low_logprob is None
+    assert limits.families["chain_sum"].low_floors == ()
     payload = CompletionView([-0.1] * 12 + [-15.0, -13.0, -4.0], 1.0)
     assert screen("chain_sum", [payload], limits) is None
 
@@ -145,3 +145,34 @@ def test_only_a_calibrated_family_is_judged() -> None:
     assert cal.thresholds().judges("chain_sum")
     off = Calibration(DefenceSpec(calibration_min=8, plausibility=False), max_new_tokens=16)
     assert off.thresholds().judges("chain_sum")
+
+
+def test_a_short_payload_meets_the_floor_of_its_own_length_not_of_long_own_completions() -> None:
+    """At 512-token completions the 3 least likely of an honest sample's tokens are far
+    lower than those of a 13-token answer: one floor from whole own completions would admit
+    the short payload; the floor is measured at the candidate's length."""
+    import random
+
+    from sapo_async.node.defence import length_buckets, low_mean
+
+    rng = random.Random(3)
+    cal = Calibration(DefenceSpec(calibration_min=32), max_new_tokens=512)
+    for _ in range(200):  # temperature 1 over a real vocabulary: 1 token in 200 is a tail one
+        own = [-16.0 + rng.random() if rng.random() < 0.005 else -1.2 for _ in range(512)]
+        cal.observe("chain_sum", own, 0.0)
+    limits = cal.thresholds()
+    family = limits.families["chain_sum"]
+    assert [b for b, _ in family.low_floors] == list(length_buckets(513))
+    payload = [-0.1] * 10 + [-17.0, -13.0, -12.0]
+    whole = family.low_floor(512)
+    assert whole is not None
+    assert low_mean(payload, 3) > whole  # what a single floor would have admitted
+    assert screen("chain_sum", [CompletionView(payload, 1.0)], limits) == "implausible"
+    assert screen("chain_sum", [CompletionView([-1.2] * 12 + [-6.0], 1.0)], limits) is None
+
+
+def test_length_buckets_reach_the_cap() -> None:
+    from sapo_async.node.defence import length_buckets
+
+    assert length_buckets(33) == (8, 16, 32, 64)
+    assert length_buckets(8) == (8,)
