@@ -105,13 +105,7 @@ async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> As
     swarm = f"paper-async-{seed}-{arm.replace('/', '-').replace('+', '-')}"
     common = NodeSpec.build(
         swarm=swarm,
-        prompt_style="auto" if spec.real else "compact",
-        tasks=spec.tasks,
-        train_layers=spec.train_layers,
-        seed=seed,
-        questions_per_round=spec.questions_per_round,
-        completions_per_question=spec.completions_per_question,
-        max_new_tokens=spec.max_new_tokens,
+        **spec.node_settings(seed),
         trainer=TrainerConfig(lr=spec.lr, tis_cap=spec.tis_cap if filt == "tis" else None),
         local=local,
         external=external,

@@ -8,6 +8,7 @@ Its own module so that the runner (:mod:`.paper_table_async`) and the report
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from sapo_async.errors import ConfigError
 
@@ -115,6 +116,19 @@ class AsyncSpec:
     def all_arms(self) -> tuple[str, ...]:
         """Every arm, main ones first."""
         return (*self.arms, *(a for a in self.side_arms if a not in self.arms))
+
+    def node_settings(self, seed: int) -> dict[str, Any]:
+        """The node settings every swarm node and the lone node share (``NodeSpec.build``
+        keywords): prompt style, tasks, sizes, trained layers and the seed."""
+        return {
+            "prompt_style": "auto" if self.real else "compact",
+            "tasks": self.tasks,
+            "train_layers": self.train_layers,
+            "seed": seed,
+            "questions_per_round": self.questions_per_round,
+            "completions_per_question": self.completions_per_question,
+            "max_new_tokens": self.max_new_tokens,
+        }
 
     def jobs(self) -> list[tuple[str, int]]:
         """(arm, seed) pairs in running order: every seed of the main arms, seed by seed,
