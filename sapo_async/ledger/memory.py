@@ -188,6 +188,18 @@ class MemoryLedger:
         signature = sign_commitment(node, self._chain_id, self._address, payload, nonce)
         return self._relay(address, payload, nonce, signature)
 
+    async def submit_many(
+        self, node: LocalAccount, payloads: Sequence[CommitmentPayload]
+    ) -> list[SubmitReceipt | LedgerError]:
+        """:meth:`submit` each in order, stopping at the first refused (its error last)."""
+        outcomes: list[SubmitReceipt | LedgerError] = []
+        for payload in payloads:
+            try:
+                outcomes.append(await self.submit(node, payload))
+            except LedgerError as exc:
+                return [*outcomes, exc]
+        return outcomes
+
     async def submit_signed(
         self, node: str, payload: CommitmentPayload, nonce: int, signature: bytes
     ) -> SubmitReceipt:
