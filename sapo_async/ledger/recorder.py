@@ -3,16 +3,23 @@
 Owns delivery: :meth:`Recorder.record` journals a :class:`RoundCommitment` durably and returns
 without waiting for the chain; one sender task lands pending entries in round order with
 retries and jittered exponential backoff (:class:`sapo_async.backoff.Backoff`), and resumes
-whatever a previous process left pending. It does not know how rounds are made or how the
+whatever a previous process left pending. It sends up to ``limits.LEDGER_PIPELINE_DEPTH`` of
+them at once (:meth:`Ledger.submit_many`: consecutive nonces, receipts awaited together, so a
+slow chain lands a backlog in one block). It does not know how rounds are made or how the
 chain is reached.
 
 Exactly-once: rounds strictly increase per node on chain, so a resend of a round that
 already landed (say the process died after sending, before journaling the receipt) reverts.
-The sender therefore reads the chain first (unless it has just landed the previous entry
-itself, in this process, with no failure since) and after any revert: a stored commitment equal
-to the journaled one means "already landed" and is marked so, never re-sent; a different
-one is a conflict; none while a later round is stored means the round was superseded and
-can never land. Those last two are marked failed and logged, and the sender moves on.
+The sender therefore reads the chain first (unless it has just landed what it sent last
+itself, in this process, with no failure since) and after any revert: a stored commitment
+equal to the journaled one means "already landed" and is marked so, never re-sent; a
+different one is a conflict; none while a later round is stored means the round was
+superseded and can never land. Those last two are marked failed and logged, and the sender
+moves on. Nothing else fails a round but a rule the chain names: a revert without a reason
+(the state moved between the simulation and the block) is sent again until it lands, and a
+round refused as not increasing while no later round is on chain is its own earlier
+transaction still waiting in the mempool, awaited. Sending stops at the first round refused,
+so no later round sent with it can supersede it.
 
 No waiting on other nodes: the contract credits a producer only for a round that producer
 committed, and producers land their rounds on their own schedule. A usage entry whose
@@ -341,8 +348,8 @@ class Recorder(Actor[None]):
         together (consecutive nonces, receipts awaited once all are sent)."""
         first = entries[0]
         # The pre-read is skipped only right after this recorder landed every entry it sent
-        # last: nothing else sends for this node, so the round cannot be on chain yet (and
-        # if it were, the resend would revert and the read after the revert finds it).
+        # last: nothing else sends for this node, so the next round cannot be on chain yet
+        # (and if it were, the resend would be refused and the read after it finds it).
         known, self._chain_known = self._chain_known, False
         stored = None if known else await self._ledger.commitment_of(self.node, first.round)
         if stored is not None:
@@ -360,7 +367,7 @@ class Recorder(Actor[None]):
             else:  # a later round may land after an earlier one reverted in its block
                 await self._landed(entry, outcome)
         if failed is None:
-            self._chain_known = len(outcomes) == len(entries)
+            self._chain_known = True  # the next pending round was sent by no one yet
             return
         entry, exc = failed
         if not isinstance(exc, CommitmentRejected):
