@@ -8,8 +8,7 @@ revert (``SapoLedgerRoundNotIncreasing``, ``InvalidAccountNonce``, ...). It is f
 tests, examples and single-process swarms that want the ledger's behaviour without
 eth-tester's start-up and per-call cost. It does not know about journals or retries.
 
-One conformance suite (``tests/integration/test_ledger_conformance.py``) runs against this
-backend, the in-process EVM and anvil.
+One conformance suite (``tests/integration/test_ledger_conformance.py``) runs here and on EVMs.
 
 Invariants (those of the contract):
 - a node commits only once registered; its rounds strictly increase (no overwrite, no
@@ -196,7 +195,7 @@ class MemoryLedger:
         for payload in payloads:
             try:
                 outcomes.append(await self.submit(node, payload))
-            except LedgerError as exc:
+            except LedgerError as exc:  # a later round would supersede this one: stop
                 return [*outcomes, exc]
         return outcomes
 
