@@ -44,6 +44,7 @@ import time
 import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -486,6 +487,8 @@ class Chaos:
         repeated = 0
         killed_early = 0
         max_pending = 0
+        paused_s = rounds_span_s = 0.0
+        rounds_done = 0
         signals: Counter[str] = Counter()
         own_seen: dict[bytes, tuple[str, int]] = {}
         for node in self.nodes:
@@ -525,6 +528,19 @@ class Chaos:
                     elif e.get("event") in ("commitment_confirmed", "commitment_already_landed"):
                         backlog -= 1
                     max_pending = max(max_pending, backlog)
+            paused_s += sum(
+                float(e.get("waited_s", 0.0))
+                for e in all_events
+                if e.get("event") == "rounds_resumed_after_backlog"
+            )
+            for log in node.logs:  # the span of each incarnation's rounds
+                stamps = [
+                    datetime.fromisoformat(e["timestamp"]).timestamp()
+                    for e in events(log)
+                    if e.get("event") == "round_completed" and "timestamp" in e
+                ]
+                rounds_done += len(stamps)
+                rounds_span_s += max(stamps) - min(stamps) if stamps else 0.0
             for name in (
                 "rounds_paused_for_backlog",
                 "credit_settled",
@@ -559,6 +575,12 @@ class Chaos:
             "acked_groups": len(stream),
             "rounds_repeated_after_resume": repeated,
             "max_commitments_pending_per_node": max_pending,
+            # pace: rounds completed (all incarnations), the time between each incarnation's
+            # first and last round, summed, and the part of it rounds spent paused for the
+            # commitment backlog (rounds_resumed_after_backlog's waited_s)
+            "rounds_completed": rounds_done,
+            "rounds_span_s": round(rounds_span_s, 1),
+            "backlog_paused_s": round(paused_s, 1),
             "honest_credit_withdrawn": signals["credit_withdrawn"],
             "events": dict(signals),
             "incarnations_stopped_before_resuming": killed_early,
@@ -632,6 +654,7 @@ def main() -> None:
     keys = ("faults_injected", "rounds_committed", "commitments_lost", "duplicate_commitments")
     keys += ("acked_groups_lost", "crashes", "nodes_not_resumed")
     keys += ("max_commitments_pending_per_node", "honest_credit_withdrawn", "events")
+    keys += ("rounds_completed", "rounds_span_s", "backlog_paused_s")
     for key in keys:
         print(f"{key}: {result[key]}")
 

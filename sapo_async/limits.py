@@ -255,6 +255,17 @@ LEDGER_EMBEDDED_TX_GAS = 5_000_000
 """Gas limit of embedded-chain transactions (skips py-evm's slow estimate); a commitment that
 credits the maximum 64 producers uses ~1.3M, and unused gas is refunded."""
 
+LEDGER_GAS_HEADROOM_PER_USAGE = 25_000
+"""Gas added to a commitment's estimate per usage entry. An entry estimated as a claim (its
+producer round not on chain yet, ~37.6k) costs ~44k as a credit when that round lands first in
+the same block, more when it writes a fresh counter; without headroom the transaction runs out
+of gas and reverts without a reason (at 12 s blocks, a common race). Unused gas is not paid."""
+
+LEDGER_PIPELINE_DEPTH = 16
+"""Commitments of one node in flight at once (consecutive nonces, receipts awaited together):
+at 12 s blocks a node finishing a round every few seconds journals 3-6 rounds per block, so 16
+lands two blocks' worth in one; at 64 usage entries each (~3M gas) they still fit one block."""
+
 
 # --- volunteer node -----------------------------------------------------------------
 
@@ -318,11 +329,6 @@ REAL_MODEL_SIZES = {"questions_per_round": 4, "completions_per_question": 4, "ma
 """A real model's round sizes in ``sapo-async swarm --model`` and the explorer's demo: SmolLM2-135M
 took about 17 s per node-round at these sizes on 2 cores (docs/learning.md)."""
 
-LEDGER_BLIND_REVERT_RESENDS = 3
-"""Resends of a commitment whose transaction was mined and reverted without a reason (the
-chain's state moved between the gas estimate and the block), before it is marked failed. A
-short chaos run under load lost one commitment this way (round 5 of a node whose usage raced
-a producer's landing)."""
 
 BF16_SAMPLER_MIN_PARAMS = 20_000_000
 """From this many parameters a CPU node with bf16 instructions samples from a bf16 copy

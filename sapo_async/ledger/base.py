@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 
 from eth_account.signers.local import LocalAccount
 
+from sapo_async.errors import LedgerError
 from sapo_async.ledger.types import (
     CommitmentPayload,
     OnChainCommitment,
@@ -48,6 +49,14 @@ class Ledger(Protocol):
 
     async def submit(self, node: LocalAccount, payload: CommitmentPayload) -> SubmitReceipt:
         """Send ``node``'s commitment (directly, or relayed with its EIP-712 signature)."""
+        ...
+
+    async def submit_many(
+        self, node: LocalAccount, payloads: Sequence[CommitmentPayload]
+    ) -> list[SubmitReceipt | LedgerError]:
+        """Send ``node``'s commitments (ascending rounds) without waiting for each receipt
+        before the next; one outcome (receipt or error) per one sent, stopping after the
+        first refused (a later round landing would supersede it)."""
         ...
 
     async def settle_credit(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -25,6 +25,7 @@ import anyio
 import requests
 from eth_abi.abi import decode as abi_decode
 from eth_account.signers.local import LocalAccount
+from hexbytes import HexBytes
 from web3 import Web3
 from web3.exceptions import (
     ContractCustomError,
@@ -76,26 +77,80 @@ class Chain:
             self._chain_id = int(self.w3.eth.chain_id)
         return self._chain_id
 
-    def send_sync(self, account: LocalAccount, call: Any) -> SubmitReceipt:
+    def send_sync(self, account: LocalAccount, call: Any, headroom: int = 0) -> SubmitReceipt:
         """Build, sign locally, send and wait for a contract call. Caller holds the lock.
+
+        Args:
+            headroom: gas added to the estimate (see :meth:`send_many_sync`).
 
         Raises:
             CommitmentRejected: the call reverts (at gas estimation or once mined).
         """
+        (outcome,) = self.send_many_sync(account, [(call, headroom)])
+        if isinstance(outcome, LedgerError):
+            raise outcome
+        return outcome
+
+    def send_many_sync(
+        self, account: LocalAccount, calls: Sequence[tuple[Any, int]]
+    ) -> list[SubmitReceipt | LedgerError]:
+        """Send ``calls`` from ``account`` with consecutive nonces, without waiting for a
+        receipt between them, then wait for every receipt. Caller holds the lock.
+
+        Each call is simulated (its gas estimated) against the *pending* block, which holds
+        the calls sent before it, so the second of two rounds is not refused for the first
+        one's round. Its gas limit is the estimate plus its ``headroom``: a commitment
+        estimated while a producer round it credits was missing (a claim) costs more once
+        that round lands ahead of it in the same block (a credit), and without headroom runs
+        out of gas, reverting without a reason.
+
+        Returns:
+            one outcome per call sent, in order: its receipt, or the error of that call
+            (``CommitmentRejected`` for a revert, ``LedgerUnavailable`` for a receipt not
+            seen in time). Sending stops at the first call refused or not sent, whose error
+            is then the last outcome: one sent after it would supersede it on chain.
+        """
+        outcomes: list[SubmitReceipt | LedgerError] = []
+        sent: list[HexBytes] = []
+        try:
+            with translate_errors():
+                nonce = self.w3.eth.get_transaction_count(account.address, "pending")
+                for i, (call, headroom) in enumerate(calls):
+                    sent.append(self._send_raw(account, call, nonce + i, headroom))
+        except LedgerError as exc:
+            refused: LedgerError | None = exc
+        else:
+            refused = None
+        for tx_hash in sent:
+            try:
+                with translate_errors():
+                    outcomes.append(self._receipt(tx_hash))
+            except LedgerError as exc:
+                return [*outcomes, exc]  # later receipts are read by the next pass
+        return outcomes if refused is None else [*outcomes, refused]
+
+    def _send_raw(self, account: LocalAccount, call: Any, nonce: int, headroom: int) -> HexBytes:
         params: dict[str, Any] = {
             "from": account.address,
-            "nonce": self.w3.eth.get_transaction_count(account.address, "pending"),
+            "nonce": nonce,
             "chainId": self.chain_id_sync(),
         }
-        if self.kind == "embedded" and hasattr(call, "call"):
-            # py-evm estimates gas by a binary search (~14 executions, 80 % of a submit's
-            # time). One eth_call surfaces any revert with its reason; a fixed limit then
-            # covers the transaction (unused gas is refunded, so it costs nothing).
-            call.call({"from": account.address})
-            params["gas"] = limits.LEDGER_EMBEDDED_TX_GAS
+        if self.kind == "embedded":
+            # Mined at once, so nothing is pending. py-evm estimates gas by a binary search
+            # (~14 executions, 80 % of a submit's time). One eth_call surfaces any revert with
+            # its reason; a fixed limit then covers the transaction (unused gas is refunded,
+            # so it costs nothing). A deployment is estimated by web3 as it builds it.
+            if hasattr(call, "call"):
+                call.call({"from": account.address})
+                params["gas"] = limits.LEDGER_EMBEDDED_TX_GAS
+        else:
+            estimate = call.estimate_gas({"from": account.address}, block_identifier="pending")
+            params["gas"] = int(estimate) + headroom
         tx = call.build_transaction(params)
         signed = account.sign_transaction(tx)
-        tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
+        return self.w3.eth.send_raw_transaction(signed.raw_transaction)
+
+    def _receipt(self, tx_hash: HexBytes) -> SubmitReceipt:
         receipt = self.w3.eth.wait_for_transaction_receipt(
             tx_hash, timeout=limits.LEDGER_TX_TIMEOUT_S, poll_latency=0.05
         )

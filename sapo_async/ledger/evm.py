@@ -35,6 +35,11 @@ __all__ = ["EvmLedger"]
 _log = get_logger("ledger")
 
 
+def _headroom(payload: CommitmentPayload) -> int:
+    """Gas above the estimate: a usage entry simulated as a claim may land as a credit."""
+    return limits.LEDGER_GAS_HEADROOM_PER_USAGE * len(payload.producers)
+
+
 class EvmLedger:
     """A deployed ``SapoLedger`` reached through web3; implements :class:`Ledger`.
 
@@ -127,10 +132,30 @@ class EvmLedger:
     def _submit_sync(self, node: LocalAccount, payload: CommitmentPayload) -> SubmitReceipt:
         fns = self._contract.functions
         if self.relayer is None or self.relayer.address == node.address:
-            return self.chain.send_sync(node, fns.commit(payload.as_abi()))
+            return self.chain.send_sync(node, fns.commit(payload.as_abi()), _headroom(payload))
         nonce = int(fns.nonces(node.address).call())
         signature = sign_commitment(node, self.chain.chain_id_sync(), self._address, payload, nonce)
         return self._relay_sync(node.address, payload, nonce, signature)
+
+    async def submit_many(
+        self, node: LocalAccount, payloads: Sequence[CommitmentPayload]
+    ) -> list[SubmitReceipt | LedgerError]:
+        """Send several of ``node``'s commitments (ascending rounds) with consecutive nonces,
+        without waiting for each receipt (:meth:`Chain.send_many_sync`); relayed, only the
+        first is sent (the relayer's nonce may be shared with other nodes).
+
+        Returns:
+            one outcome per commitment sent, in order (a receipt or the error of that one);
+            sending stops at the first refused, whose error is the last outcome.
+        """
+        if self.relayer is not None and self.relayer.address != node.address:
+            first = payloads[:1]
+            try:
+                return [await self.submit(node, p) for p in first]
+            except LedgerError as exc:
+                return [exc]
+        calls = [(self._contract.functions.commit(p.as_abi()), _headroom(p)) for p in payloads]
+        return await self.chain.run(self.chain.send_many_sync, node, calls)
 
     async def submit_signed(
         self, node: str, payload: CommitmentPayload, nonce: int, signature: bytes

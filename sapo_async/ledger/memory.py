@@ -8,8 +8,7 @@ revert (``SapoLedgerRoundNotIncreasing``, ``InvalidAccountNonce``, ...). It is f
 tests, examples and single-process swarms that want the ledger's behaviour without
 eth-tester's start-up and per-call cost. It does not know about journals or retries.
 
-One conformance suite (``tests/integration/test_ledger_conformance.py``) runs against this
-backend, the in-process EVM and anvil.
+One conformance suite (``tests/integration/test_ledger_conformance.py``) runs here and on EVMs.
 
 Invariants (those of the contract):
 - a node commits only once registered; its rounds strictly increase (no overwrite, no
@@ -187,6 +186,18 @@ class MemoryLedger:
         nonce = self._nonces.get(address, 0)
         signature = sign_commitment(node, self._chain_id, self._address, payload, nonce)
         return self._relay(address, payload, nonce, signature)
+
+    async def submit_many(
+        self, node: LocalAccount, payloads: Sequence[CommitmentPayload]
+    ) -> list[SubmitReceipt | LedgerError]:
+        """:meth:`submit` each in order, stopping at the first refused (its error last)."""
+        outcomes: list[SubmitReceipt | LedgerError] = []
+        for payload in payloads:
+            try:
+                outcomes.append(await self.submit(node, payload))
+            except LedgerError as exc:  # a later round would supersede this one: stop
+                return [*outcomes, exc]
+        return outcomes
 
     async def submit_signed(
         self, node: str, payload: CommitmentPayload, nonce: int, signature: bytes

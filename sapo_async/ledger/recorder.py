@@ -3,16 +3,23 @@
 Owns delivery: :meth:`Recorder.record` journals a :class:`RoundCommitment` durably and returns
 without waiting for the chain; one sender task lands pending entries in round order with
 retries and jittered exponential backoff (:class:`sapo_async.backoff.Backoff`), and resumes
-whatever a previous process left pending. It does not know how rounds are made or how the
+whatever a previous process left pending. It sends up to ``limits.LEDGER_PIPELINE_DEPTH`` of
+them at once (:meth:`Ledger.submit_many`: consecutive nonces, receipts awaited together, so a
+slow chain lands a backlog in one block). It does not know how rounds are made or how the
 chain is reached.
 
 Exactly-once: rounds strictly increase per node on chain, so a resend of a round that
 already landed (say the process died after sending, before journaling the receipt) reverts.
-The sender therefore reads the chain first (unless it has just landed the previous entry
-itself, in this process, with no failure since) and after any revert: a stored commitment equal
-to the journaled one means "already landed" and is marked so, never re-sent; a different
-one is a conflict; none while a later round is stored means the round was superseded and
-can never land. Those last two are marked failed and logged, and the sender moves on.
+The sender therefore reads the chain first (unless it has just landed what it sent last
+itself, in this process, with no failure since) and after any revert: a stored commitment
+equal to the journaled one means "already landed" and is marked so, never re-sent; a
+different one is a conflict; none while a later round is stored means the round was
+superseded and can never land. Those last two are marked failed and logged, and the sender
+moves on. Nothing else fails a round but a rule the chain names: a revert without a reason
+(the state moved between the simulation and the block) is sent again until it lands, and a
+round refused as not increasing while no later round is on chain is its own earlier
+transaction still waiting in the mempool, awaited. Sending stops at the first round refused,
+so no later round sent with it can supersede it.
 
 No waiting on other nodes: the contract credits a producer only for a round that producer
 committed, and producers land their rounds on their own schedule. A usage entry whose
@@ -39,7 +46,6 @@ Journal writes: :meth:`Recorder.record` and the sender write through
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -51,8 +57,9 @@ from sapo_async.actors import Actor, ActorState
 from sapo_async.backoff import Backoff
 from sapo_async.errors import ActorStopped, CommitmentRejected, LedgerError, RejectedInput
 from sapo_async.ledger.base import Ledger
-from sapo_async.ledger.journal import ClaimState, CreditClaim, EntryState, Journal, JournalEntry
-from sapo_async.ledger.types import RoundCommitment
+from sapo_async.ledger.journal import ClaimState, EntryState, Journal, JournalEntry
+from sapo_async.ledger.settlement import ClaimSettler
+from sapo_async.ledger.types import OnChainCommitment, RoundCommitment, SubmitReceipt
 from sapo_async.logs import get_logger
 
 __all__ = ["Recorder", "RecorderStats"]
@@ -119,12 +126,11 @@ class Recorder(Actor[None]):
         self._wake = anyio.Event()
         self._progress = anyio.Event()
         self._registered = False
-        self._settle_passes = 0  # complete, error-free passes over the open claims
         self._chain_known = False  # True right after this recorder landed an entry itself
-        self._blind_reverts: dict[int, int] = {}  # resends after reverts without a reason
         self._send_failures = 0
         self._last_error: str | None = None
         self._log = get_logger("recorder", node=account.address)
+        self._settler = ClaimSettler(ledger, journal, account, self._log)
 
     @property
     def node(self) -> str:
@@ -270,14 +276,14 @@ class Recorder(Actor[None]):
             TimeoutError: not in time (the chain is unreachable, or busy).
             ActorStopped: the recorder stopped first.
         """
-        target = self._settle_passes + 2  # the pass under way may have begun before this call
+        target = self._settler.passes + 2  # the pass under way may have begun before this call
         with anyio.fail_after(timeout_s):
-            while self._settle_passes < target:
+            while self._settler.passes < target:
                 # Wake the sender for each pass: an idle sender waits for a wake (or its
                 # idle interval, up to retry_max_s) between passes.
-                seen = self._settle_passes
+                seen = self._settler.passes
                 self._wake.set()
-                await self._wait_until(lambda: self._settle_passes > seen)  # noqa: B023
+                await self._wait_until(lambda: self._settler.passes > seen)  # noqa: B023
 
     async def _wait_until(self, done: Callable[[], bool]) -> None:
         while not done():
@@ -297,8 +303,8 @@ class Recorder(Actor[None]):
             pending = self._journal.pending(self.node)
             try:
                 if pending:
-                    await self._land(pending[0])
-                elif not await self._settle_claims():
+                    await self._land(pending[: limits.LEDGER_PIPELINE_DEPTH])
+                elif not await self._settler.settle_pass():
                     continue  # a commitment was journaled meanwhile: it goes first
             except LedgerError as exc:
                 round_ = pending[0].round if pending else None
@@ -333,119 +339,80 @@ class Recorder(Actor[None]):
         log(event, round=round_, error=self._last_error, retry_in_s=delay)
         await anyio.sleep(delay)  # backoff, not a condition wait: nothing to wait on
 
-    async def _settle_claims(self) -> bool:
-        """One pass over the open claims; False if it stopped early for a new commitment.
-
-        Raises:
-            LedgerError: the chain could not be reached (the pass is retried whole).
-        """
-        for claim in self._journal.open_claims(self.node):
-            if self._journal.pending(self.node):
-                return False
-            await self._settle(claim)
-        self._settle_passes += 1
-        return True
-
-    async def _settle(self, claim: CreditClaim) -> None:
-        key = (claim.node, claim.round, claim.producer, claim.producer_round)
-        if await self._ledger.claim_of(*key) == 0:
-            # Credited with the commitment (its producer round was on chain), or settled since.
-            await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.SETTLED)
-            return
-        if await self._ledger.commitment_of(claim.producer, claim.producer_round) is None:
-            if time.time() - claim.created_at > limits.LEDGER_CLAIM_LAPSE_S:
-                await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.LAPSED)
-                self._log.info(
-                    "credit_claim_lapsed",
-                    round=claim.round,
-                    producer=claim.producer,
-                    producer_round=claim.producer_round,
-                )
-            return
-        try:
-            receipt = await self._ledger.settle_credit(self._account, *key)
-        except CommitmentRejected as exc:
-            if exc.reason == "SapoLedgerNothingToSettle":  # settled by someone meanwhile
-                await self._journal.write(
-                    self._journal.settle_claim, *key, state=ClaimState.SETTLED
-                )
-                return
-            if exc.reason == "InvalidAccountNonce":
-                raise
-            await self._journal.write(
-                self._journal.settle_claim, *key, state=ClaimState.REFUSED, reason=str(exc)[:500]
-            )
-            self._log.error("credit_settle_refused", round=claim.round, reason=exc.reason)
-            return
-        await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.SETTLED)
-        self._log.info(
-            "credit_settled",
-            round=claim.round,
-            producer=claim.producer,
-            producer_round=claim.producer_round,
-            count=claim.count,
-            tx_hash=receipt.tx_hash,
-        )
-
     def _signal_progress(self) -> None:
         self._progress.set()
         self._progress = anyio.Event()
 
-    async def _land(self, entry: JournalEntry) -> None:
-        commitment = entry.commitment
-        payload = commitment.payload()
-        # The pre-read is skipped only right after this recorder landed the previous entry
-        # itself: nothing else sends for this node, so the round cannot be on chain yet (and
-        # if it were, the resend would revert and the read after the revert finds it).
+    async def _land(self, entries: list[JournalEntry]) -> None:
+        """Land ``entries``, this node's oldest pending ones in ascending rounds, sent
+        together (consecutive nonces, receipts awaited once all are sent)."""
+        first = entries[0]
+        # The pre-read is skipped only right after this recorder landed every entry it sent
+        # last: nothing else sends for this node, so the next round cannot be on chain yet
+        # (and if it were, the resend would be refused and the read after it finds it).
         known, self._chain_known = self._chain_known, False
-        stored = None if known else await self._ledger.commitment_of(self.node, commitment.round)
+        stored = None if known else await self._ledger.commitment_of(self.node, first.round)
+        if stored is not None:
+            await self._found(first, stored)
+            return
+        if not self._registered:
+            await self._ledger.register(self._account, self._metadata)
+            self._registered = True
+        payloads = [e.commitment.payload() for e in entries]
+        outcomes = await self._ledger.submit_many(self._account, payloads)
+        failed: tuple[JournalEntry, LedgerError] | None = None
+        for entry, outcome in zip(entries, outcomes, strict=False):
+            if isinstance(outcome, LedgerError):
+                failed = failed or (entry, outcome)
+            else:  # a later round may land after an earlier one reverted in its block
+                await self._landed(entry, outcome)
+        if failed is None:
+            self._chain_known = True  # the next pending round was sent by no one yet
+            return
+        entry, exc = failed
+        if not isinstance(exc, CommitmentRejected):
+            raise exc  # the receipt was not seen: the next pass reads the chain first
+        stored = await self._ledger.commitment_of(self.node, entry.round)
         if stored is None:
-            if not self._registered:
-                await self._ledger.register(self._account, self._metadata)
-                self._registered = True
-            try:
-                receipt = await self._ledger.submit(self._account, payload)
-            except CommitmentRejected as exc:
-                stored = await self._ledger.commitment_of(self.node, commitment.round)
-                if stored is None:
-                    await self._reject(entry, exc)
-                    return
-            else:
-                await self._journal.write(
-                    self._journal.mark_landed,
-                    self.node,
-                    commitment.round,
-                    tx_hash=receipt.tx_hash,
-                    block_number=receipt.block_number,
-                    claimed=receipt.claimed,
-                )
-                self._log.info(
-                    "commitment_confirmed",
-                    round=commitment.round,
-                    tx_hash=receipt.tx_hash,
-                    block=receipt.block_number,
-                    gas=receipt.gas_used,
-                    claims=len(receipt.claimed),
-                )
-                self._chain_known = True
-                return
-        if stored.matches(payload):
+            await self._reject(entry, exc)
+        else:
+            await self._found(entry, stored)
+
+    async def _landed(self, entry: JournalEntry, receipt: SubmitReceipt) -> None:
+        await self._journal.write(
+            self._journal.mark_landed,
+            self.node,
+            entry.round,
+            tx_hash=receipt.tx_hash,
+            block_number=receipt.block_number,
+            claimed=receipt.claimed,
+        )
+        self._log.info(
+            "commitment_confirmed",
+            round=entry.round,
+            tx_hash=receipt.tx_hash,
+            block=receipt.block_number,
+            gas=receipt.gas_used,
+            claims=len(receipt.claimed),
+        )
+
+    async def _found(self, entry: JournalEntry, stored: OnChainCommitment) -> None:
+        """``entry``'s round is on chain already (sent before, by this or an earlier process)."""
+        if stored.matches(entry.commitment.payload()):
             await self._journal.write(
                 self._journal.mark_landed,
                 self.node,
-                commitment.round,
+                entry.round,
                 tx_hash=None,
                 block_number=stored.block_number,
             )
             self._log.info(
-                "commitment_already_landed", round=commitment.round, block=stored.block_number
+                "commitment_already_landed", round=entry.round, block=stored.block_number
             )
         else:
             reason = "conflict: the chain holds a different commitment for this round"
-            await self._journal.write(
-                self._journal.mark_failed, self.node, commitment.round, reason
-            )
-            self._log.error("commitment_conflicted", round=commitment.round)
+            await self._journal.write(self._journal.mark_failed, self.node, entry.round, reason)
+            self._log.error("commitment_conflicted", round=entry.round)
 
     async def _withdraw_refused_credit(self, entry: JournalEntry) -> bool:
         """Drop the usage of producer rounds whose own commitment refuses it (it shared
@@ -471,18 +438,21 @@ class Recorder(Actor[None]):
     async def _reject(self, entry: JournalEntry, exc: CommitmentRejected) -> None:
         if exc.reason == "InvalidAccountNonce":
             raise exc  # another relay used the node's nonce first: retry with a fresh one
-        # A revert mined without a reason (the state moved between the gas estimate and the
-        # block: a producer's round landed or was credited meanwhile) may be any rule: find
-        # refused usage from the chain itself, and resend a bounded number of times.
+        # A revert mined without a reason is no verdict: the state moved between the
+        # simulation and the block (say a producer round it credits landed first in the same
+        # block: the credit costs more gas than the claim it was simulated as). Find refused
+        # usage from the chain itself, and send again, however many times: the next
+        # simulation names any rule that really refuses the round.
         unknown = exc.reason is None
-        if (exc.reason in _REFUSED_CREDIT or unknown) and await self._withdraw_refused_credit(
-            entry
-        ):
-            raise exc  # send the reduced commitment on the next pass
-        if unknown and self._blind_reverts.get(entry.round, 0) < limits.LEDGER_BLIND_REVERT_RESENDS:
-            self._blind_reverts[entry.round] = self._blind_reverts.get(entry.round, 0) + 1
-            raise exc
+        refusable = exc.reason in _REFUSED_CREDIT or unknown
+        if refusable and (await self._withdraw_refused_credit(entry) or unknown):
+            raise exc  # send the (reduced) commitment on the next pass
         if exc.reason == "SapoLedgerRoundNotIncreasing":
+            last = (await self._ledger.node_stats(self.node)).last_round
+            if last is None or last < entry.round:
+                # Refused against the pending block, which holds this round's own earlier
+                # send (a receipt wait cut short, or a previous process): not superseded.
+                raise exc
             reason = "superseded: a later round of this node is already on chain"
         else:
             reason = f"rejected: {exc}"

@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio
+
 from sapo_async import limits
 from sapo_async.ledger.recorder import Recorder
 
@@ -40,6 +42,7 @@ class RoundPacing:
         self._waited_s = 0.0
         self.backlog_paused = False
         """Whether rounds are paused now for the commitment backlog."""
+        self._paused = anyio.Event()  # set while paused; a fresh one after each resume
         self.stream_missing = False
         """Whether the last round's publishes found the swarm's stream gone."""
 
@@ -50,6 +53,7 @@ class RoundPacing:
             return
         t0 = time.perf_counter()
         self.backlog_paused = True
+        self._paused.set()
         pending = recorder.statistics().pending
         self._log.warning(
             "rounds_paused_for_backlog", pending=pending, max_pending=self.max_pending
@@ -62,7 +66,12 @@ class RoundPacing:
             break
         self._waited_s += time.perf_counter() - t0
         self.backlog_paused = False
+        self._paused = anyio.Event()
         self._log.info("rounds_resumed_after_backlog", waited_s=round(self._waited_s, 3))
+
+    async def wait_paused(self) -> None:
+        """Wait until rounds pause for the backlog (at once if they are paused now)."""
+        await self._paused.wait()
 
     def take_report_fields(self) -> dict[str, Any]:
         """What the next round report says of the pacing: ``backlog_wait_s`` (seconds

@@ -59,6 +59,21 @@ async def test_every_backend_implements_the_port(ledger_backend: LedgerBackend):
     assert isinstance(await relayed_ledger(ledger_backend), Ledger)
 
 
+async def test_several_direct_commitments_land_in_order_and_sending_stops_at_a_refused_one(
+    ledger_backend: LedgerBackend,
+):
+    ledger = await ledger_backend.deploy("many", relayed=False)
+    node = ledger_backend.deployer
+    await ledger.register(node, "")
+    rounds = [RoundCommitment(node.address, r, r, hashes(2)).payload() for r in (0, 1, 1, 2)]
+    outcomes = await ledger.submit_many(node, rounds)
+    assert len(outcomes) == 3  # round 2 is not sent after the refused repeat of round 1
+    assert [getattr(o, "block_number", None) is not None for o in outcomes[:2]] == [True, True]
+    assert isinstance(outcomes[2], CommitmentRejected)
+    assert outcomes[2].reason == "SapoLedgerRoundNotIncreasing"
+    assert await ledger.rounds_of(node.address) == [0, 1]
+
+
 async def test_register_is_idempotent_and_relayed_for_unfunded_nodes(ledger_backend: LedgerBackend):
     ledger = await relayed_ledger(ledger_backend)
     node: LocalAccount = Account.create()  # no funds: only a relayer can send for it

@@ -14,7 +14,7 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
 from sapo_async.actors import ActorState
-from sapo_async.errors import ActorStopped, LedgerUnavailable, RejectedInput
+from sapo_async.errors import ActorStopped, LedgerError, LedgerUnavailable, RejectedInput
 from sapo_async.ledger import (
     CommitmentPayload,
     EvmLedger,
@@ -89,6 +89,14 @@ class GatedLedger:
         await self.gate.wait()
         self.submits += 1
         return await self.inner.submit(node, payload)
+
+    async def submit_many(
+        self, node: LocalAccount, payloads: list[CommitmentPayload]
+    ) -> list[SubmitReceipt | LedgerError]:
+        await self.gate.wait()
+        outcomes = await self.inner.submit_many(node, payloads)
+        self.submits += len(outcomes)
+        return outcomes
 
 
 async def test_record_never_waits_for_the_chain(embedded: EvmLedger, tmp_path: Path):

@@ -17,6 +17,7 @@ from eth_account.signers.local import LocalAccount
 from sapo_async.actors import ActorState
 from sapo_async.errors import ActorFailed, ActorStopped, CommitmentRejected
 from sapo_async.ledger import MemoryLedger, OnChainCommitment, RoundCommitment
+from sapo_async.ledger.chain import reverted
 from sapo_async.ledger.journal import EntryState, Journal
 from sapo_async.ledger.recorder import Recorder
 from tests.fixtures.ledger import SlowFsyncJournal
@@ -152,3 +153,64 @@ async def test_waiting_for_credit_on_an_idle_recorder_does_not_wait_out_its_idle
             await rec.wait_idle(10)
             with anyio.fail_after(5):
                 await rec.wait_credit_settled(60)
+
+
+class RacingLedger(BlindRevertLedger):
+    """Reverts every round's first ``races`` sends without a reason, as anvil does to a
+    consumer's commitment whose gas was estimated before a producer round it credits landed
+    earlier in the same block (the credit costs more gas than the claim it was estimated as)."""
+
+    def __init__(self, races: int) -> None:
+        super().__init__()
+        self.races = races
+        self.sends: dict[int, int] = {}
+
+    async def submit(self, node, payload):  # type: ignore[no-untyped-def]
+        self.sends[payload.round] = self.sends.get(payload.round, 0) + 1
+        if self.sends[payload.round] <= self.races:
+            raise CommitmentRejected("transaction 0xab reverted", tx_hash="0xab")
+        return await MemoryLedger.submit(self, node, payload)
+
+
+async def test_a_commitment_reverted_by_races_many_times_is_retried_until_it_lands(
+    tmp_path: Path,
+):
+    """The 12 s block chaos run lost round 2 of a node this way (journaled, then failed):
+    a revert without a reason is never a verdict; only a refusal the chain names is."""
+    ledger, node = RacingLedger(races=6), Account.create()
+    with Journal(tmp_path / "j.sqlite") as journal:
+        async with Recorder(ledger, journal, node, retry_base_s=0.01, retry_max_s=0.02) as rec:
+            assert await rec.record(round_of(node, 2))
+            entry = await rec.wait_settled(2, 10)
+        assert entry.state is EntryState.LANDED
+        assert entry.attempts == 6  # every failed send journaled with its error
+    assert ledger.sends[2] == 7
+    assert await ledger.rounds_of(node.address) == [2]
+
+
+class MempoolLedger(MemoryLedger):
+    """Refuses each round's first send as not increasing while nothing is stored for it: what
+    a simulation against the pending block says when the round's own earlier transaction (a
+    previous process's, or one whose receipt wait was cut short) waits in the mempool."""
+
+    def __init__(self) -> None:
+        super().__init__("recorder", relayer=Account.create())
+        self.refused: set[int] = set()
+
+    async def submit(self, node, payload):  # type: ignore[no-untyped-def]
+        if payload.round not in self.refused:
+            self.refused.add(payload.round)
+            raise reverted("SapoLedgerRoundNotIncreasing", round=payload.round)
+        return await super().submit(node, payload)
+
+
+async def test_a_round_refused_for_its_own_waiting_transaction_is_not_marked_superseded(
+    tmp_path: Path,
+):
+    ledger, node = MempoolLedger(), Account.create()
+    with Journal(tmp_path / "j.sqlite") as journal:
+        async with Recorder(ledger, journal, node, retry_base_s=0.01, retry_max_s=0.02) as rec:
+            assert await rec.record(round_of(node, 4))
+            entry = await rec.wait_settled(4, 10)
+    assert entry.state is EntryState.LANDED, entry.last_error
+    assert await ledger.rounds_of(node.address) == [4]

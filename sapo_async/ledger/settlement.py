@@ -1,0 +1,99 @@
+"""Settling one node's credit claims: usage its landed rounds named before the producer round
+was on chain, credited later with ``settleCredit`` (moved out of :mod:`.recorder`, whose
+sender calls one pass at a time when nothing of its node is pending).
+
+Owns the pass over the journal's open claims and each claim's outcome: ``settled`` (credited
+with the commitment, by this pass or by anyone), ``lapsed`` (its producer round has not come
+within ``limits.LEDGER_CLAIM_LAPSE_S``; still on chain for anyone to settle) or ``refused``
+(the chain names a rule against it). Each claim is settled at most once: ``claimOf`` is read
+first, and 0 means nothing is left to settle. Does not retry or back off (the sender does),
+and knows nothing of commitments still pending.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from eth_account.signers.local import LocalAccount
+
+from sapo_async import limits
+from sapo_async.errors import CommitmentRejected
+from sapo_async.ledger.base import Ledger
+from sapo_async.ledger.journal import ClaimState, CreditClaim, Journal
+
+__all__ = ["ClaimSettler"]
+
+
+class ClaimSettler:
+    """Settles ``account``'s open claims on ``ledger``, journaling each outcome.
+
+    Args:
+        ledger: where claims are read and settled.
+        journal: where the claims are kept.
+        account: the consumer node (it sends ``settleCredit`` when the ledger has no relayer).
+        log: the recorder's bound logger.
+    """
+
+    def __init__(self, ledger: Ledger, journal: Journal, account: LocalAccount, log: Any) -> None:
+        self._ledger = ledger
+        self._journal = journal
+        self._account = account
+        self._node = str(account.address)
+        self._log = log
+        self.passes = 0
+        """Complete, error-free passes over the open claims."""
+
+    async def settle_pass(self) -> bool:
+        """One pass over the open claims; False if it stopped early for a new commitment.
+
+        Raises:
+            LedgerError: the chain could not be reached (the pass is retried whole).
+        """
+        for claim in self._journal.open_claims(self._node):
+            if self._journal.pending(self._node):
+                return False
+            await self._settle(claim)
+        self.passes += 1
+        return True
+
+    async def _settle(self, claim: CreditClaim) -> None:
+        key = (claim.node, claim.round, claim.producer, claim.producer_round)
+        if await self._ledger.claim_of(*key) == 0:
+            # Credited with the commitment (its producer round was on chain), or settled since.
+            await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.SETTLED)
+            return
+        if await self._ledger.commitment_of(claim.producer, claim.producer_round) is None:
+            if time.time() - claim.created_at > limits.LEDGER_CLAIM_LAPSE_S:
+                await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.LAPSED)
+                self._log.info(
+                    "credit_claim_lapsed",
+                    round=claim.round,
+                    producer=claim.producer,
+                    producer_round=claim.producer_round,
+                )
+            return
+        try:
+            receipt = await self._ledger.settle_credit(self._account, *key)
+        except CommitmentRejected as exc:
+            if exc.reason == "SapoLedgerNothingToSettle":  # settled by someone meanwhile
+                await self._journal.write(
+                    self._journal.settle_claim, *key, state=ClaimState.SETTLED
+                )
+                return
+            if exc.reason == "InvalidAccountNonce":
+                raise
+            await self._journal.write(
+                self._journal.settle_claim, *key, state=ClaimState.REFUSED, reason=str(exc)[:500]
+            )
+            self._log.error("credit_settle_refused", round=claim.round, reason=exc.reason)
+            return
+        await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.SETTLED)
+        self._log.info(
+            "credit_settled",
+            round=claim.round,
+            producer=claim.producer,
+            producer_round=claim.producer_round,
+            count=claim.count,
+            tx_hash=receipt.tx_hash,
+        )
