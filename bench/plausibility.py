@@ -1,14 +1,16 @@
 """What the plausibility check reads on a real model: SmolLM2's own completions against the
-inject attack's, per statistic (issue 23).
+attacks', per statistic (issue 23).
 
 One SmolLM2-135M-Instruct node (the product's learner: its prompt, sampler and verifier)
 samples ``--rounds`` rounds of its own B x L completions on one-digit chain_sum
 (``cpu_easy``, the attack matrix's tasks); a second node of the same weights samples a
-peer's honest completions of the same rounds; for each of the peer's questions the inject
-attack's completions are built as :class:`~sapo_async.experiment.attack.inject.Inject`
-forges them (the right answer plus the marker, and a wrong answer). Every completion is
-scored under the first node's model (:func:`~sapo_async.node.plausibility.token_logprobs_batch`,
-what the candidate view runs) and summarised by each statistic the check could use: the
+peer's honest completions of the same rounds; for each of the peer's questions the attacks'
+rewarded completions are built as the attack matrix forges them: ``inject`` (the right
+answer plus the marker), ``tokens`` (plus a random run of digits and operators), ``length``
+(the right answer padded to the completion cap), and the wrong answer they pair it with.
+Every completion is scored under the first node's model
+(:func:`~sapo_async.node.plausibility.token_logprobs_batch`, what the candidate view runs)
+and summarised by each statistic the check could use: the
 mean token log-prob, the lowest, and the mean of the 2 and 3 lowest
 (:func:`~sapo_async.node.defence.low_mean`), at the 0 %, 1 %, 5 %, 50 % and 100 % quantiles.
 Own completions are also resampled (concatenated at random) to 32, 128 and 512 tokens to
@@ -37,6 +39,8 @@ from results_path import results_path  # bench/ is on sys.path when run as a scr
 
 from sapo_async.experiment.attack.base import wrong_answer
 from sapo_async.experiment.attack.inject import MARKER
+from sapo_async.experiment.attack.length import Length
+from sapo_async.experiment.attack.tokens import ALPHABET
 from sapo_async.node.defence import low_mean
 from sapo_async.node.learner import Learner, build_learner
 from sapo_async.node.plausibility import token_logprobs_batch
@@ -108,8 +112,12 @@ async def collect(rounds: int) -> dict[str, list[list[float]]]:
         "own": [],
         "peer": [],
         "inject": [],
+        "tokens": [],
+        "length": [],
         "wrong": [],
     }
+    rng = random.Random(0)
+    length = Length(SIZES["max_new_tokens"], tok)  # as the attack matrix builds it
     for r in range(rounds):
         for g in await own.generate(r):
             rows = [list(c.token_ids or ()) for c in g.result.completions]
@@ -121,14 +129,16 @@ async def collect(rounds: int) -> dict[str, list[list[float]]]:
             rows = [list(c.token_ids or ()) for c in g.result.completions]
             out["peer"] += logprobs(own, g.prompt, rows)
             answer = g.item.answer
-            texts = [
-                f" <answer>{answer}</answer>{MARKER}",
-                f" <answer>{wrong_answer(answer)}</answer>",
-            ]
-            forged = [[*tok(t, add_special_tokens=False)["input_ids"], eos] for t in texts]
-            inject, wrong = logprobs(own, g.prompt, forged)
-            out["inject"].append(inject)
-            out["wrong"].append(wrong)
+            run = "".join(rng.choice(ALPHABET) for _ in range(rng.randint(4, 8)))
+            texts = {
+                "inject": f" <answer>{answer}</answer>{MARKER}",
+                "tokens": f" <answer>{answer}</answer> {run}",
+                "length": length.padded(answer),
+                "wrong": f" <answer>{wrong_answer(answer)}</answer>",
+            }
+            forged = [[*tok(t, add_special_tokens=False)["input_ids"], eos] for t in texts.values()]
+            for name, lp in zip(texts, logprobs(own, g.prompt, forged), strict=True):
+                out[name].append(lp)
     return out
 
 
