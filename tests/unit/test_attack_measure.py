@@ -14,7 +14,7 @@ from sapo_async.errors import ConfigError
 from sapo_async.experiment.attack.length import Length
 from sapo_async.experiment.attack.measure import RoundClock, process_cpu_s
 from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure
-from sapo_async.experiment.attack.summary import slope, summarise
+from sapo_async.experiment.attack.summary import markdown_table, slope, summarise
 
 
 class _Clock:
@@ -137,3 +137,31 @@ def test_recorded_runs_survive_a_matrix_that_asks_for_more_attacks_or_seeds(tmp_
     assert _load_runs(path, grown) == [run]
     assert _load_runs(path, grown) == [run]  # rewriting the header kept the run
     assert _load_runs(path, replace(grown, rounds=6)) == []  # other sizes: a fresh file
+
+
+def test_honest_reward_is_also_compared_with_the_same_nodes_sharing_nothing():
+    spec = AttackSpec(
+        attacks=("inject",), seeds=(0,), nodes=3, attackers=1, rounds=2, local=1, external=1
+    )
+
+    def run(attack: str, defences: bool, reward: float, config: str = "1/1") -> RunMeasure:
+        m = RunMeasure(attack, defences, 0, config, [0, 1], rewards=[[reward] * 2] * 3)
+        m.round_cpu_s = m.round_s = [1.0, 1.0]
+        m.payload = [0.0, 0.0]
+        return m
+
+    runs = [
+        run("none", False, 2.0),
+        run("none", True, 2.0),
+        run("none", False, 0.5, "2/0"),
+        run("inject", False, 0.25),
+        run("inject", True, 1.0),
+    ]
+    inject = summarise(spec, runs, seconds=1.0)["attacks"]["inject"]
+    assert inject["honest_reward_ratio_on"] == pytest.approx(0.5)
+    assert inject["honest_reward_ratio_on_solo"] == pytest.approx(2.0)
+    assert inject["honest_reward_ratio_off_solo"] == pytest.approx(0.5)
+    assert "| 2.00 |" in markdown_table(summarise(spec, runs, seconds=1.0))
+    # Without the no-sharing run the comparison is left out, not made up.
+    partial = summarise(spec, runs[:2] + runs[3:], seconds=1.0)["attacks"]["inject"]
+    assert "honest_reward_ratio_on_solo" not in partial

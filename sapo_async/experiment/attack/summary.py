@@ -14,6 +14,12 @@ over seeds (``payload_by_round_off``), its least-squares slope per round and its
 and last-half means, so a rising payload shows; for ``flood`` and ``absurd`` the CPU
 ratios (``cpu_ratio_off`` / ``cpu_ratio_on``, the same as ``asr``), the old measure's
 (``round_s_ratio_*``) and the nats-server's (``server_cpu_ratio_*``, where measured).
+
+``honest_reward_ratio_on`` compares the honest nodes under attack with the same nodes in
+the no-attack swarm, where every peer is honest (more sharing than an attacked swarm can
+give them); ``honest_reward_ratio_on_solo`` compares them with the same nodes sharing
+nothing (the ``B/0`` no-attack run): at 1 or above, sharing under attack with the defences
+on still paid.
 """
 
 from __future__ import annotations
@@ -150,11 +156,21 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
                 "max_round_cpu_s_off": max(_cpu(off)),
                 "max_round_cpu_s_on": max(_cpu(on)),
             }
+            if ("none", False, seed, solo) in key:
+                # The same honest nodes with no sharing at all: the bar a defence must
+                # clear for sharing under attack to be worth it.
+                alone = _honest_reward(key[("none", False, seed, solo)], honest)
+                per_seed[str(seed)] |= {
+                    "honest_reward_ratio_on_solo": _honest_reward(on, honest) / max(alone, 1e-12),
+                    "honest_reward_ratio_off_solo": _honest_reward(off, honest) / max(alone, 1e-12),
+                }
             if attack in ("flood", "absurd"):
                 per_seed[str(seed)] |= _cost(off, on, base_off, base_on)
         if not per_seed:
             continue
         metrics = ["asr_off", "asr_on", "honest_reward_ratio_on", "honest_reward_ratio_off"]
+        if all("honest_reward_ratio_on_solo" in s for s in per_seed.values()):
+            metrics += ["honest_reward_ratio_on_solo", "honest_reward_ratio_off_solo"]
         if attack in ("flood", "absurd"):
             metrics += COST_METRICS
         attacks[attack] = (
@@ -250,8 +266,9 @@ def markdown_table(summary: dict[str, Any]) -> str:
     """The results table of docs/security.md, from ``summary.json``'s contents."""
     lines = [
         "| attack | measure | defences off | defences on | target on | honest reward on "
-        "/ no-attack | honest reward off / no-attack | trained from attackers off / on |",
-        "|---|---|---|---|---|---|---|---|",
+        "/ no-attack | honest reward off / no-attack | honest reward on / no sharing "
+        "| trained from attackers off / on |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for attack, row in summary["attacks"].items():
         target = TARGETS.get(attack)
@@ -263,7 +280,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
             f"| `{attack}` | {_short_kind(attack)} | {row['asr_off']:.3f} | "
             f"{row['asr_on']:.3f} | {'-' if target is None else f'<= {target:g}'}{met} | "
             f"{row['honest_reward_ratio_on']:.2f} | {row['honest_reward_ratio_off']:.2f} | "
-            f"{off} / {on} |"
+            f"{_cell(row.get('honest_reward_ratio_on_solo'))} | {off} / {on} |"
         )
     lines += [
         "",
@@ -288,6 +305,10 @@ def markdown_table(summary: dict[str, Any]) -> str:
             ),
         ]
     return "\n".join(lines) + "\n"
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _kind(attack: str) -> str:
