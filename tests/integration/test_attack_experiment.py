@@ -58,6 +58,13 @@ def test_attack_quick_measures_each_attack_with_defences_off_and_on(tmp_path, mo
         assert len(row["payload_by_round_off"]) == 3
         assert "payload_slope_off" in row
     assert summary["attacks"]["absurd"]["asr_on"] == summary["attacks"]["absurd"]["cpu_ratio_on"]
+    # The no-attack runs measure each payload detector's rate on honest completions (its
+    # floor: text after the answer tag is also honest text); the ratio attacks have none.
+    for r in runs:
+        assert set(r["payload_base"]) == ({"inject"} if r["attack"] == "none" else set())
+        assert all(len(v) == 3 for v in r["payload_base"].values())
+    assert 0.0 <= summary["attacks"]["inject"]["payload_no_attack_on"] <= 1.0
+    assert "payload_no_attack_on" not in summary["attacks"]["absurd"]
 
 
 def test_attack_rejects_an_unknown_attack(tmp_path):

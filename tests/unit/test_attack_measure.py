@@ -161,6 +161,11 @@ def test_honest_reward_is_also_compared_with_the_same_nodes_sharing_nothing():
     assert inject["honest_reward_ratio_on"] == pytest.approx(0.5)
     assert inject["honest_reward_ratio_on_solo"] == pytest.approx(2.0)
     assert inject["honest_reward_ratio_off_solo"] == pytest.approx(0.5)
+    assert "payload_no_attack_on" not in inject  # runs recorded before the floor existed
+    runs[1].payload_base = {"inject": [0.0, 0.25]}
+    floored = summarise(spec, runs, seconds=1.0)
+    assert floored["attacks"]["inject"]["payload_no_attack_on"] == pytest.approx(0.25)
+    assert "(no attack 0.250)" in markdown_table(floored)
     assert "| 2.00 |" in markdown_table(summarise(spec, runs, seconds=1.0))
     # Without the no-sharing run the comparison is left out, not made up.
     partial = summarise(spec, runs[:2] + runs[3:], seconds=1.0)["attacks"]["inject"]

@@ -28,6 +28,7 @@ from typing import Any
 
 from sapo_async.experiment.attack.spec import (
     ATTACKS,
+    RATIO_ATTACKS,
     AttackSpec,
     RunMeasure,
     make_attack,
@@ -93,6 +94,17 @@ async def _run_one(
     attack = (
         make_attack(attack_name, spec.max_new_tokens, tokenizer) if attack_name != "none" else None
     )
+    # The no-attack runs measure how often honest completions match each payload
+    # detector anyway (text after the answer tag is also honest text): each rate's base.
+    detectors = (
+        {
+            name: make_attack(name, spec.max_new_tokens, tokenizer)
+            for name in spec.attacks
+            if name not in RATIO_ATTACKS
+        }
+        if attack is None
+        else {}
+    )
     first_attacker = spec.nodes - (spec.attackers if attack is not None else 0)
     honest = list(range(first_attacker))
 
@@ -116,7 +128,7 @@ async def _run_one(
         transport=spec.transport,  # type: ignore[arg-type]  # checked by AttackSpec
     ) as swarm:
         nodes = swarm.nodes
-        await _run_rounds(spec, swarm, m, attack, first_attacker)
+        await _run_rounds(spec, swarm, m, attack, first_attacker, detectors=detectors)
         for i in honest:
             stats = nodes[i].collector.statistics()
             m.received += stats.received
@@ -131,7 +143,13 @@ async def _run_one(
 
 
 async def _run_rounds(
-    spec: AttackSpec, swarm: Any, m: RunMeasure, attack: Any, first_attacker: int
+    spec: AttackSpec,
+    swarm: Any,
+    m: RunMeasure,
+    attack: Any,
+    first_attacker: int,
+    *,
+    detectors: dict[str, Any],
 ) -> None:
     """The lockstep rounds, measured into ``m``."""
     from sapo_async.experiment.attack.base import AttackPublisher
@@ -186,6 +204,9 @@ async def _run_rounds(
             m.server_cpu_s.append(times.server_cpu_s)
         hits = sum(attack.carries_payload(t, a) for t, a in texts) if attack else 0
         m.payload.append(hits / max(len(texts), 1))
+        for name, detector in detectors.items():
+            hits = sum(detector.carries_payload(t, a) for t, a in texts)
+            m.payload_base.setdefault(name, []).append(hits / max(len(texts), 1))
         m.length.append(sum(lengths) / max(len(lengths), 1))
 
 

@@ -20,9 +20,12 @@ from sapo_async.experiment.attack.tokens import Tokens
 from sapo_async.experiment.attack.wrong import Wrong
 from sapo_async.tasks.spec import FamilySpec
 
-__all__ = ["ATTACKS", "AttackSpec", "RunMeasure", "make_attack", "quick"]
+__all__ = ["ATTACKS", "RATIO_ATTACKS", "AttackSpec", "RunMeasure", "make_attack", "quick"]
 
 ATTACKS = ("inject", "tokens", "length", "flood", "absurd", "wrong")
+
+RATIO_ATTACKS = frozenset({"length", "flood", "absurd"})
+"""Attacks measured as a ratio to the no-attack run; the others as a payload rate."""
 
 PROMPT_STYLES = ("auto", "compact", "instruct")
 
@@ -167,6 +170,9 @@ class RunMeasure:
         honest: indices of the honest nodes.
         rewards: ``rewards[node][round]`` for every node (attackers included).
         payload: per round, the fraction of honest own completions carrying the payload.
+        payload_base: no-attack runs only: per payload attack (``inject``, ``tokens``,
+            ``wrong``), per round, the fraction of honest own completions its detector
+            matches with no attacker present (the payload rate's floor).
         length: per round, the honest own completions' mean length (tokens).
         round_s: per round, CPU seconds of the run's process without the attackers' own
             share and train (process time: robust to other jobs on a shared machine).
@@ -197,6 +203,7 @@ class RunMeasure:
     honest: list[int]
     rewards: list[list[float]] = field(default_factory=list)
     payload: list[float] = field(default_factory=list)
+    payload_base: dict[str, list[float]] = field(default_factory=dict)
     length: list[float] = field(default_factory=list)
     round_s: list[float] = field(default_factory=list)
     round_cpu_s: list[float] = field(default_factory=list)

@@ -15,6 +15,10 @@ and last-half means, so a rising payload shows; for ``flood`` and ``absurd`` the
 ratios (``cpu_ratio_off`` / ``cpu_ratio_on``, the same as ``asr``), the old measure's
 (``round_s_ratio_*``) and the nats-server's (``server_cpu_ratio_*``, where measured).
 
+For the payload attacks, ``payload_no_attack_on`` / ``_off``: the same detector's rate on
+honest completions in the no-attack run (text after the answer tag is also honest text),
+over the seeds whose no-attack runs measured it.
+
 ``honest_reward_ratio_on`` compares the honest nodes under attack with the same nodes in
 the no-attack swarm, where every peer is honest (more sharing than an attacked swarm can
 give them); ``honest_reward_ratio_on_solo`` compares them with the same nodes sharing
@@ -32,13 +36,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure
+from sapo_async.experiment.attack.spec import RATIO_ATTACKS, AttackSpec, RunMeasure
 from sapo_async.node.report import drop_rates
 from sapo_async.wire.reasons import AFTER_ADMISSION
 
 __all__ = ["markdown_table", "slope", "summarise", "write_outputs"]
-
-RATIO_ATTACKS = frozenset({"length", "flood", "absurd"})
 
 
 def _tail(values: Sequence[float]) -> list[float]:
@@ -164,6 +166,12 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
                     "honest_reward_ratio_on_solo": _honest_reward(on, honest) / max(alone, 1e-12),
                     "honest_reward_ratio_off_solo": _honest_reward(off, honest) / max(alone, 1e-12),
                 }
+            for name, base in (
+                ("payload_no_attack_off", base_off),
+                ("payload_no_attack_on", base_on),
+            ):
+                if attack in base.payload_base:
+                    per_seed[str(seed)][name] = _mean(_tail(base.payload_base[attack]))
             if attack in ("flood", "absurd"):
                 per_seed[str(seed)] |= _cost(off, on, base_off, base_on)
         if not per_seed:
@@ -173,8 +181,16 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
             metrics += ["honest_reward_ratio_on_solo", "honest_reward_ratio_off_solo"]
         if attack in ("flood", "absurd"):
             metrics += COST_METRICS
+        # Measured since the no-attack runs record each detector's rate: over the seeds
+        # that have it (runs recorded before lack it).
+        partial = {
+            name: _mean(values)
+            for name in ("payload_no_attack_off", "payload_no_attack_on")
+            if (values := [s[name] for s in per_seed.values() if name in s])
+        }
         attacks[attack] = (
             {metric: _mean([s[metric] for s in per_seed.values()]) for metric in metrics}
+            | partial
             | _trend([key[(attack, False, int(seed), ij)] for seed in per_seed])
             | {"asr_kind": _kind(attack), "seeds": per_seed}
         )
@@ -278,7 +294,8 @@ def markdown_table(summary: dict[str, Any]) -> str:
         on = sum(s["trained_from_attackers_on"] for s in seeds)
         lines.append(
             f"| `{attack}` | {_short_kind(attack)} | {row['asr_off']:.3f} | "
-            f"{row['asr_on']:.3f} | {'-' if target is None else f'<= {target:g}'}{met} | "
+            f"{row['asr_on']:.3f}{_floor(row)} | "
+            f"{'-' if target is None else f'<= {target:g}'}{met} | "
             f"{row['honest_reward_ratio_on']:.2f} | {row['honest_reward_ratio_off']:.2f} | "
             f"{_cell(row.get('honest_reward_ratio_on_solo'))} | {off} / {on} |"
         )
@@ -305,6 +322,12 @@ def markdown_table(summary: dict[str, Any]) -> str:
             ),
         ]
     return "\n".join(lines) + "\n"
+
+
+def _floor(row: dict[str, Any]) -> str:
+    """The no-attack rate of a payload detector beside the rate under attack, if measured."""
+    base = row.get("payload_no_attack_on")
+    return "" if base is None else f" (no attack {base:.3f})"
 
 
 def _cell(value: float | None) -> str:
