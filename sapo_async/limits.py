@@ -222,13 +222,6 @@ LEDGER_SETTLE_INTERVAL_S = 1.0
 a producer lands its round seconds after sharing it (one block on an L2, 12 s on Ethereum),
 and each look costs two view calls per claim, so once a second is prompt and cheap."""
 
-LEDGER_SETTLE_MAX_DEFER_S = 60.0
-"""Longest a recorder defers settling its open claims for pending commitments of its own:
-commitments go first, but a node whose chain is slower than its rounds always has one
-pending, and its claims waited for the node to stop (the 8-node chaos run at 12 s blocks
-settled 23 claims while running, a batched 4-node one 11). Past this, one settle pass runs
-between two sends of commitments."""
-
 LEDGER_CLAIM_LAPSE_S = 3600.0
 """An open claim whose producer round is still not on chain after an hour stops being polled:
 its producer died between sharing and committing, or is offline for long. The claim stays on

@@ -43,17 +43,9 @@ class ClaimSettler:
         self._log = log
         self.passes = 0
         """Complete, error-free passes over the open claims."""
-        self._last_pass = time.monotonic()
 
-    def deferred_s(self) -> float:
-        """Seconds since the last complete pass, while claims are open (0 with none)."""
-        if not self._journal.open_claims(self._node):
-            return 0.0
-        return time.monotonic() - self._last_pass
-
-    async def settle_pass(self, *, yield_to_commitments: bool = True) -> bool:
-        """One pass over the open claims; False if it stopped early for a new commitment
-        (never, with ``yield_to_commitments`` False: the recorder's bound on deferral).
+    async def settle_pass(self) -> bool:
+        """One pass over the open claims; False if it stopped early for a new commitment.
 
         Claims whose producer round is on chain are sent together, up to
         ``limits.LEDGER_PIPELINE_DEPTH`` at a time (:meth:`Ledger.settle_credit_many`);
@@ -62,25 +54,20 @@ class ClaimSettler:
         Raises:
             LedgerError: the chain could not be reached (the pass is retried whole).
         """
-
-        def yielding() -> bool:
-            return yield_to_commitments and bool(self._journal.pending(self._node))
-
         ready: list[CreditClaim] = []
         for claim in self._journal.open_claims(self._node):
-            if yielding():
+            if self._journal.pending(self._node):
                 return False
             if await self._ready(claim):
                 ready.append(claim)
             if len(ready) == limits.LEDGER_PIPELINE_DEPTH:
                 await self._settle(ready)
                 ready = []
-        if ready and yielding():
-            return False
-        if ready:
+        if ready and not self._journal.pending(self._node):
             await self._settle(ready)
+        elif ready:
+            return False
         self.passes += 1
-        self._last_pass = time.monotonic()
         return True
 
     async def _ready(self, claim: CreditClaim) -> bool:
