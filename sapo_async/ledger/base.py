@@ -66,14 +66,6 @@ class Ledger(Protocol):
         ``producer_round``, now on chain; anyone may send it."""
         ...
 
-    async def settle_credit_many(
-        self, sender: LocalAccount, claims: Sequence[tuple[str, int, str, int]]
-    ) -> list[SubmitReceipt | LedgerError]:
-        """:meth:`settle_credit` each ``(consumer, round, producer, producer_round)`` without
-        waiting for each receipt before the next; one outcome (receipt or error) per one
-        sent, stopping after the first refused."""
-        ...
-
     async def claim_of(self, consumer: str, round_: int, producer: str, producer_round: int) -> int:
         """Unsettled rollouts of that claim (0: none, or already settled)."""
         ...

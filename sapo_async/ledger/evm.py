@@ -198,35 +198,6 @@ class EvmLedger:
         account = self.relayer if self.relayer is not None else sender
         return await self.chain.run(self.chain.send_sync, account, call)
 
-    async def settle_credit_many(
-        self, sender: LocalAccount, claims: Sequence[tuple[str, int, str, int]]
-    ) -> list[SubmitReceipt | LedgerError]:
-        """:meth:`settle_credit` each claim with consecutive nonces, receipts awaited
-        together (:meth:`Chain.send_many_sync`): at a 12 s block time one claim per block
-        settled a node's hundreds of claims in an hour. Through a relayer (whose nonce other
-        nodes may share) one at a time.
-
-        Returns:
-            one outcome per claim sent, in order; sending stops at the first refused.
-        """
-        if self.relayer is not None:
-            outcomes: list[SubmitReceipt | LedgerError] = []
-            for claim in claims:
-                try:
-                    outcomes.append(await self.settle_credit(sender, *claim))
-                except LedgerError as exc:
-                    return [*outcomes, exc]
-            return outcomes
-        fns = self._contract.functions
-        calls = [
-            (
-                fns.settleCredit(checksum(c), r, checksum(p), pr),
-                limits.LEDGER_GAS_HEADROOM_PER_USAGE,
-            )
-            for c, r, p, pr in claims
-        ]
-        return await self.chain.run(self.chain.send_many_sync, sender, calls)
-
     # ------------------------------------------------------------------ reads
 
     async def claim_of(self, consumer: str, round_: int, producer: str, producer_round: int) -> int:

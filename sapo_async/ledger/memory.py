@@ -469,18 +469,6 @@ class MemoryLedger:
         self._apply_credit(key[0], round_, key[2], producer_round, count=count, receipt=receipt)
         return receipt
 
-    async def settle_credit_many(
-        self, sender: LocalAccount, claims: Sequence[tuple[str, int, str, int]]
-    ) -> list[SubmitReceipt | LedgerError]:
-        """:meth:`settle_credit` each in order, stopping at the first refused (its error last)."""
-        outcomes: list[SubmitReceipt | LedgerError] = []
-        for claim in claims:
-            try:
-                outcomes.append(await self.settle_credit(sender, *claim))
-            except LedgerError as exc:
-                return [*outcomes, exc]
-        return outcomes
-
     async def claim_of(self, consumer: str, round_: int, producer: str, producer_round: int) -> int:
         """``SapoLedger.claimOf``: unsettled rollouts of a claim (0: none, or settled)."""
         await anyio.lowlevel.checkpoint()

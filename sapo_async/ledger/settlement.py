@@ -18,7 +18,7 @@ from typing import Any
 from eth_account.signers.local import LocalAccount
 
 from sapo_async import limits
-from sapo_async.errors import CommitmentRejected, LedgerError
+from sapo_async.errors import CommitmentRejected
 from sapo_async.ledger.base import Ledger
 from sapo_async.ledger.journal import ClaimState, CreditClaim, Journal
 
@@ -47,79 +47,53 @@ class ClaimSettler:
     async def settle_pass(self) -> bool:
         """One pass over the open claims; False if it stopped early for a new commitment.
 
-        Claims whose producer round is on chain are sent together, up to
-        ``limits.LEDGER_PIPELINE_DEPTH`` at a time (:meth:`Ledger.settle_credit_many`);
-        the rest are read and left open (or lapsed).
-
         Raises:
             LedgerError: the chain could not be reached (the pass is retried whole).
         """
-        ready: list[CreditClaim] = []
         for claim in self._journal.open_claims(self._node):
             if self._journal.pending(self._node):
                 return False
-            if await self._ready(claim):
-                ready.append(claim)
-            if len(ready) == limits.LEDGER_PIPELINE_DEPTH:
-                await self._settle(ready)
-                ready = []
-        if ready and not self._journal.pending(self._node):
-            await self._settle(ready)
-        elif ready:
-            return False
+            await self._settle(claim)
         self.passes += 1
         return True
 
-    async def _ready(self, claim: CreditClaim) -> bool:
-        """True when ``claim`` can be sent now; journals the claims that need no sending."""
-        key = _key(claim)
+    async def _settle(self, claim: CreditClaim) -> None:
+        key = (claim.node, claim.round, claim.producer, claim.producer_round)
         if await self._ledger.claim_of(*key) == 0:
             # Credited with the commitment (its producer round was on chain), or settled since.
             await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.SETTLED)
-            return False
-        if await self._ledger.commitment_of(claim.producer, claim.producer_round) is not None:
-            return True
-        if time.time() - claim.created_at > limits.LEDGER_CLAIM_LAPSE_S:
-            await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.LAPSED)
-            self._claim_log(claim).info("credit_claim_lapsed")
-        return False
-
-    async def _settle(self, claims: list[CreditClaim]) -> None:
-        outcomes = await self._ledger.settle_credit_many(self._account, [_key(c) for c in claims])
-        for claim, outcome in zip(claims, outcomes, strict=False):
-            key, log = _key(claim), self._claim_log(claim)
-            if not isinstance(outcome, LedgerError):
+            return
+        if await self._ledger.commitment_of(claim.producer, claim.producer_round) is None:
+            if time.time() - claim.created_at > limits.LEDGER_CLAIM_LAPSE_S:
+                await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.LAPSED)
+                self._log.info(
+                    "credit_claim_lapsed",
+                    round=claim.round,
+                    producer=claim.producer,
+                    producer_round=claim.producer_round,
+                )
+            return
+        try:
+            receipt = await self._ledger.settle_credit(self._account, *key)
+        except CommitmentRejected as exc:
+            if exc.reason == "SapoLedgerNothingToSettle":  # settled by someone meanwhile
                 await self._journal.write(
                     self._journal.settle_claim, *key, state=ClaimState.SETTLED
                 )
-                log.info("credit_settled", count=claim.count, tx_hash=outcome.tx_hash)
-                continue
-            if (
-                not isinstance(outcome, CommitmentRejected)
-                or outcome.reason == "InvalidAccountNonce"
-            ):
-                raise outcome
-            if outcome.reason is None or outcome.reason == "SapoLedgerNothingToSettle":
-                # Settled by someone meanwhile, or reverted on chain with no reason: the
-                # claim's own slot says which (still open: the next pass sends it again).
-                if await self._ledger.claim_of(*key) == 0:
-                    await self._journal.write(
-                        self._journal.settle_claim, *key, state=ClaimState.SETTLED
-                    )
-                continue
+                return
+            if exc.reason == "InvalidAccountNonce":
+                raise
             await self._journal.write(
-                self._journal.settle_claim,
-                *key,
-                state=ClaimState.REFUSED,
-                reason=str(outcome)[:500],
+                self._journal.settle_claim, *key, state=ClaimState.REFUSED, reason=str(exc)[:500]
             )
-            log.error("credit_settle_refused", reason=outcome.reason)
-
-    def _claim_log(self, claim: CreditClaim) -> Any:
-        return self._log.bind(
-            round=claim.round, producer=claim.producer, producer_round=claim.producer_round
+            self._log.error("credit_settle_refused", round=claim.round, reason=exc.reason)
+            return
+        await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.SETTLED)
+        self._log.info(
+            "credit_settled",
+            round=claim.round,
+            producer=claim.producer,
+            producer_round=claim.producer_round,
+            count=claim.count,
+            tx_hash=receipt.tx_hash,
         )
-
-
-def _key(claim: CreditClaim) -> tuple[str, int, str, int]:
-    return (claim.node, claim.round, claim.producer, claim.producer_round)

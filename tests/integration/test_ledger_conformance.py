@@ -260,33 +260,6 @@ async def test_usage_of_a_round_not_on_chain_lands_as_a_claim_settled_once_it_is
     ]
 
 
-async def test_several_claims_settle_at_once_and_sending_stops_at_a_refused_one(
-    ledger_backend: LedgerBackend,
-):
-    ledger = await ledger_backend.deploy("settle-many", relayed=False)
-    consumer, producer = ledger_backend.deployer, Account.create()
-    if isinstance(ledger, EvmLedger):
-        await fund(ledger.chain, producer.address)
-    await ledger.register(consumer, "")
-    used = {r: hashes(2) for r in range(3)}
-    claimed = RoundCommitment(consumer.address, 1, 1, [], {producer.address: used})
-    await ledger.submit(consumer, claimed.payload())
-    for r in range(3):
-        await share(ledger, producer, r, 2)
-    claims = [(consumer.address, 1, producer.address, r) for r in (0, 1, 1, 2)]
-    outcomes = await ledger.settle_credit_many(consumer, claims)
-    assert len(outcomes) == 3  # round 2's claim is not sent after the refused repeat
-    assert all(not isinstance(o, Exception) for o in outcomes[:2])
-    assert isinstance(outcomes[2], CommitmentRejected)
-    assert outcomes[2].reason == "SapoLedgerNothingToSettle"
-    assert [await ledger.credited_by(consumer.address, producer.address, r) for r in range(3)] == [
-        2,
-        2,
-        0,
-    ]
-    assert await ledger.claim_of(consumer.address, 1, producer.address, 2) == 2
-
-
 async def test_a_settled_claim_is_bounded_by_what_the_round_shared(ledger_backend: LedgerBackend):
     ledger = await relayed_ledger(ledger_backend)
     consumer, producer = Account.create(), Account.create()
