@@ -204,18 +204,9 @@ class MemoryLedger:
         """The longest prefix of ``payloads`` that the rules accept, as one batch
         (:meth:`submit_batch`), then the error of the first refused; relayed, the first only."""
         address = checksum(node.address)
-        if not self._direct(address) or not payloads:
-            try:
-                return [await self.submit(node, p) for p in payloads[:1]]
-            except LedgerError as exc:
-                return [exc]
-        payloads = payloads[:MAX_BATCH]
-        try:
-            return list(await self.submit_batch(node, payloads))
-        except LedgerError as exc:
-            refused = exc
-        saved, good = self._s.copy(), 0
-        try:  # a dry run, one commitment at a time, finds the first refused and its error
+        payloads = payloads[:MAX_BATCH] if self._direct(address) else payloads[:1]
+        saved, good, refused = self._s.copy(), 0, None
+        try:  # a dry run finds the first refused and its error (EvmLedger simulates prefixes)
             for payload in payloads:
                 check_abi_widths(payload)
                 self._commit(address, payload, sender=address)
@@ -223,8 +214,12 @@ class MemoryLedger:
         except LedgerError as exc:
             refused = exc
         self._s = saved
-        landed = list(await self.submit_batch(node, payloads[:good])) if good else []
-        return [*landed, refused]
+        try:
+            landed: list[SubmitReceipt | LedgerError] = []
+            landed += await self.submit_batch(node, payloads[:good]) if good else []
+        except LedgerError as exc:  # refused as a whole (relayed: a nonce or signature rule)
+            return [exc]
+        return landed if refused is None else [*landed, refused]
 
     async def submit_signed(
         self, node: str, payload: CommitmentPayload, nonce: int, signature: bytes
