@@ -57,6 +57,14 @@ contract SapoLedger is EIP712, Nonces, ISapoLedgerErrors {
         uint32[] counts;
     }
 
+    /// @notice A claim: `consumer`'s round `round` used rollouts of `producer`'s round `producerRound`.
+    struct ClaimKey {
+        address consumer;
+        uint64 round;
+        address producer;
+        uint64 producerRound;
+    }
+
     /// @notice What the ledger keeps for one (node, round); `committedAt == 0` means "none".
     struct Commitment {
         bytes32 rolloutRoot;
@@ -89,7 +97,7 @@ contract SapoLedger is EIP712, Nonces, ISapoLedgerErrors {
     /// round): 2**32 rounds leave 2**32 steps before 2**64-1, more than any node can ever commit.
     uint64 public constant MAX_ROUND_STEP = 2 ** 32;
 
-    /// @notice Most commitments one `commitMany` may carry; bounds its gas (64 rounds crediting 64 producers
+    /// @notice Most commitments one `commitMany` (or claims one `settleCredits`) may carry; bounds its gas (64 rounds crediting 64 producers
     /// each would not fit a block; a node's backlog batch is at most sapo_async.limits.LEDGER_PIPELINE_DEPTH).
     uint256 public constant MAX_BATCH = 64;
 
@@ -204,11 +212,15 @@ contract SapoLedger is EIP712, Nonces, ISapoLedgerErrors {
      * it applies the credit rules a commitment would have applied, emits `UsageCredited` and clears the claim.
      */
     function settleCredit(address consumer, uint64 round, address producer, uint64 producerRound) external {
-        bytes32 key = _claimKey(consumer, round, producer, producerRound);
-        uint32 count = _claims[key];
-        if (count == 0) revert SapoLedgerNothingToSettle(consumer, round, producer, producerRound);
-        delete _claims[key];
-        _creditNow(consumer, round, producer, producerRound, count);
+        _settle(ClaimKey(consumer, round, producer, producerRound));
+    }
+
+    /// @notice `settleCredit` of each claim in order, atomically (one refused reverts them all), 1 to `MAX_BATCH`.
+    function settleCredits(ClaimKey[] calldata claims) external {
+        if (claims.length == 0 || claims.length > MAX_BATCH) revert SapoLedgerBatchLength(claims.length, MAX_BATCH);
+        for (uint256 i = 0; i < claims.length; ++i) {
+            _settle(claims[i]);
+        }
     }
 
     // ------------------------------------------------------------------ views
@@ -412,6 +424,14 @@ contract SapoLedger is EIP712, Nonces, ISapoLedgerErrors {
             return;
         }
         _creditNow(consumer, round, producer, producerRound, count);
+    }
+
+    function _settle(ClaimKey memory k) private {
+        bytes32 key = _claimKey(k.consumer, k.round, k.producer, k.producerRound);
+        uint32 count = _claims[key];
+        if (count == 0) revert SapoLedgerNothingToSettle(k.consumer, k.round, k.producer, k.producerRound);
+        delete _claims[key];
+        _creditNow(k.consumer, k.round, k.producer, k.producerRound, count);
     }
 
     /// @dev The credit rules: the producer round holds rollouts and this consumer's credit stays within them.

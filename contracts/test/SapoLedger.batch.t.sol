@@ -155,6 +155,43 @@ contract SapoLedgerBatchTest is LedgerTestBase {
         assertEq(ledger.creditReceived(bob), 5, "settled");
     }
 
+    /// `settleCredits`: every claim credited in one transaction, or none when one is refused.
+    function test_SettleCreditsSettlesEveryClaimOrNone() public {
+        SapoLedger.CommitmentInput[] memory cs = _rounds(1, 3);
+        cs[0] = _usage1(cs[0], bob, 1, 2); // claims: bob's rounds 1 to 3 are not on chain yet
+        cs[1] = _usage1(cs[1], bob, 2, 2);
+        cs[2] = _usage1(cs[2], bob, 3, 3);
+        vm.prank(alice);
+        ledger.commitMany(cs);
+        vm.startPrank(bob);
+        ledger.commitMany(_rounds(1, 3)); // two rollouts each: round 3's claim of 3 exceeds it
+        vm.stopPrank();
+        SapoLedger.ClaimKey[] memory keys = new SapoLedger.ClaimKey[](3);
+        for (uint64 r = 1; r <= 3; ++r) {
+            keys[r - 1] = SapoLedger.ClaimKey(alice, r, bob, r);
+        }
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                ISapoLedgerErrors.SapoLedgerCreditExceedsShared.selector, bob, uint64(3), uint256(3), uint32(2)
+            )
+        );
+        ledger.settleCredits(keys);
+        assertEq(ledger.creditReceived(bob), 0, "nothing settled");
+        assertEq(ledger.claimOf(alice, 1, bob, 1), 2, "the first claim is still open");
+        SapoLedger.ClaimKey[] memory two = new SapoLedger.ClaimKey[](2);
+        (two[0], two[1]) = (keys[0], keys[1]);
+        ledger.settleCredits(two);
+        assertEq(ledger.creditReceived(bob), 4, "both settled");
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                ISapoLedgerErrors.SapoLedgerNothingToSettle.selector, alice, uint64(1), bob, uint64(1)
+            )
+        );
+        ledger.settleCredits(two); // each claim is settled once
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerBatchLength.selector, 0, 64));
+        ledger.settleCredits(new SapoLedger.ClaimKey[](0));
+    }
+
     function test_RevertIf_BatchEmptyOrLongerThanMax() public {
         uint256 max = ledger.MAX_BATCH();
         vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerBatchLength.selector, 0, max));

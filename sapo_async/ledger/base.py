@@ -76,6 +76,13 @@ class Ledger(Protocol):
         ``producer_round``, now on chain; anyone may send it."""
         ...
 
+    async def settle_credits(
+        self, sender: LocalAccount, claims: Sequence[tuple[str, int, str, int]]
+    ) -> list[SubmitReceipt]:
+        """:meth:`settle_credit` of each (consumer, round, producer, producer round) in one
+        transaction (``settleCredits``, 1 to ``MAX_BATCH``), all or none."""
+        ...
+
     async def claim_of(self, consumer: str, round_: int, producer: str, producer_round: int) -> int:
         """Unsettled rollouts of that claim (0: none, or already settled)."""
         ...

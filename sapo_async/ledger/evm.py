@@ -285,6 +285,27 @@ class EvmLedger:
         account = self.relayer if self.relayer is not None else sender
         return await self.chain.run(self.chain.send_sync, account, call)
 
+    async def settle_credits(
+        self, sender: LocalAccount, claims: Sequence[tuple[str, int, str, int]]
+    ) -> list[SubmitReceipt]:
+        """Settle several claims, each (consumer, round, producer, producer round), in one
+        ``settleCredits`` transaction: all or none. Sent as :meth:`settle_credit` is.
+
+        Returns:
+            one receipt per claim (the transaction's, its gas shared evenly).
+
+        Raises:
+            LedgerUnavailable: the chain cannot be reached.
+            CommitmentRejected: one claim was refused (any error of :meth:`settle_credit`),
+                so none was settled; ``SapoLedgerBatchLength`` for none or above ``MAX_BATCH``.
+        """
+        keys = [(checksum(c), r, checksum(p), pr) for c, r, p, pr in claims]
+        call = self._contract.functions.settleCredits(keys)
+        account = self.relayer if self.relayer is not None else sender
+        receipt = await self.chain.run(self.chain.send_sync, account, call, 0)
+        share = replace(receipt, gas_used=receipt.gas_used // max(1, len(keys)))
+        return [share] * len(keys)
+
     # ------------------------------------------------------------------ reads
 
     async def claim_of(self, consumer: str, round_: int, producer: str, producer_round: int) -> int:

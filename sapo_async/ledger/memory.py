@@ -29,9 +29,8 @@ What it cannot mirror (the conformance suite says so where it matters):
 - gas and balances: nobody pays; ``SubmitReceipt.gas_used`` is 0;
 - transactions: ``tx_hash`` is synthetic (keccak-256 of the block number and the call),
   unique per ledger but not a hash any chain would produce;
-- blocks: each accepted call "mines" one block (like auto-mining dev chains), a batch one
-  for all its rounds; refused calls mine none, and a refused batch puts the storage back as
-  it was (a reverted transaction); timestamps are the wall clock;
+- blocks: each accepted call "mines" one block (a batch one in all); refused calls mine none
+  (a refused batch puts the storage back as it was); timestamps are the wall clock;
 - arithmetic-overflow panics of the 64-bit totals (they need 2**64 rollouts);
 - ``ECDSAInvalidSignatureS``: a malleable high-s signature is refused as
   ``ECDSAInvalidSignature`` when eth_keys cannot recover it, instead of by its own name;
@@ -86,6 +85,7 @@ signature made for a memory ledger is worthless on any real network."""
 
 _ZERO_ROOT = bytes(32)
 _SIGNATURE_BYTES = 65
+_CLAIM_FIELDS = ("consumer", "round", "producer", "producerRound")
 
 _log = get_logger("ledger")
 
@@ -324,13 +324,11 @@ class MemoryLedger:
     def _included(
         self, node: str, round_: int, rollout_hash: bytes, proof: Sequence[bytes], *, external: bool
     ) -> bool:
-        stored = self._s.stored.get((checksum(node), round_))
-        if stored is None:
+        c = self._s.stored.get((checksum(node), round_))
+        if c is None:
             return False
         root, count = (
-            (stored.external_root, stored.external_count)
-            if external
-            else (stored.rollout_root, stored.rollout_count)
+            (c.external_root, c.external_count) if external else (c.rollout_root, c.rollout_count)
         )
         return count != 0 and verify_proof(root, rollout_hash, proof)
 
@@ -439,28 +437,37 @@ class MemoryLedger:
         """``SapoLedger.settleCredit``: credit a claim now that its producer round is stored.
 
         Raises:
-            CommitmentRejected: ``SapoLedgerNothingToSettle`` (no such claim, or already
-                settled), ``SapoLedgerProducerRoundNotCommitted``,
-                ``SapoLedgerCreditExceedsShared``.
+            CommitmentRejected: ``SapoLedgerNothingToSettle`` (none, or settled already),
+                ``SapoLedgerProducerRoundNotCommitted``, ``SapoLedgerCreditExceedsShared``.
         """
-        await anyio.lowlevel.checkpoint()
-        key = (checksum(consumer), round_, checksum(producer), producer_round)
-        count = self._s.claims.get(key, 0)
-        if count == 0:
-            raise reverted(
-                "SapoLedgerNothingToSettle",
-                consumer=key[0],
-                round=round_,
-                producer=key[2],
-                producerRound=producer_round,
-            )
-        self._check_credit(key[0], key[2], producer_round, count)
-        del self._s.claims[key]
-        receipt = self._s.mine(self._address, f"settle:{key}:{sender.address}")
-        self._s.credit(
-            key[0], round_, key[2], producer_round, count=count, block=receipt.block_number
+        (receipt,) = await self.settle_credits(
+            sender, [(consumer, round_, producer, producer_round)]
         )
         return receipt
+
+    async def settle_credits(
+        self, sender: LocalAccount, claims: Sequence[tuple[str, int, str, int]]
+    ) -> list[SubmitReceipt]:
+        """``SapoLedger.settleCredits``: :meth:`settle_credit` of each claim (consumer, round,
+        producer, producer round) in one "block", all or none (``SapoLedgerBatchLength``
+        for none or above ``MAX_BATCH``)."""
+        await anyio.lowlevel.checkpoint()
+        if not 1 <= len(claims) <= MAX_BATCH:
+            raise reverted("SapoLedgerBatchLength", length=len(claims), max=MAX_BATCH)
+        saved = self._s.copy()
+        block = self._s.mine(self._address, f"settle:{claims}:{sender.address}")
+        try:
+            for key in [(checksum(c), r, checksum(p), pr) for c, r, p, pr in claims]:
+                count = self._s.claims.pop(key, 0)
+                if count == 0:
+                    fields = dict(zip(_CLAIM_FIELDS, key, strict=True))
+                    raise reverted("SapoLedgerNothingToSettle", **fields)
+                self._check_credit(key[0], key[2], key[3], count)
+                self._s.credit(*key, count=count, block=block.block_number)
+        except LedgerError:
+            self._s = saved  # the transaction reverted: none of it happened
+            raise
+        return [block] * len(claims)
 
     async def claim_of(self, consumer: str, round_: int, producer: str, producer_round: int) -> int:
         """``SapoLedger.claimOf``: unsettled rollouts of a claim (0: none, or settled)."""

@@ -2,7 +2,9 @@
 
 Every rule is tested on every backend. The memory ledger has no chain, so the one test of
 what only a chain has (a relayed node's balance and gas) is parametrized over the EVM
-backends alone (``EVM_BACKENDS``) instead of being skipped on memory.
+backends alone (``EVM_BACKENDS``) instead of being skipped on memory. A batch's atomicity
+and ``submit_many``'s accepted prefix are tested here; the rest of the batch part (each
+round's receipt, the length bounds, relayed ledgers) is in test_ledger_conformance_batch.py.
 """
 
 from __future__ import annotations
@@ -15,12 +17,11 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
 from sapo_async import limits
-from sapo_async.errors import CommitmentRejected, LedgerError, LedgerUnavailable
+from sapo_async.errors import CommitmentRejected, LedgerUnavailable
 from sapo_async.ledger import EvmLedger, Ledger, MemoryLedger, RoundCommitment, fund, rpc_chain
 from sapo_async.ledger.merkle import MerkleTree, hash_pair, leaf_hash
 from sapo_async.ledger.signing import commitment_typed_data, sign_commitment
 from sapo_async.ledger.types import (
-    MAX_BATCH,
     MAX_PRODUCERS,
     MAX_ROLLOUTS_PER_ROUND,
     MAX_ROUND_STEP,
@@ -79,24 +80,6 @@ async def test_several_direct_commitments_land_as_one_batch_up_to_a_refused_one(
     assert await ledger.rounds_of(node.address) == [0, 1]
 
 
-async def test_a_batch_lands_every_round_in_one_transaction_with_its_own_claims(
-    ledger_backend: LedgerBackend,
-):
-    ledger = await relayed_ledger(ledger_backend)  # relays for the producer, not the node
-    node, producer = ledger_backend.deployer, Account.create()
-    shared = await share(ledger, producer, 0, 4)
-    await ledger.register(node, "")
-    credits = RoundCommitment(node.address, 0, 0, hashes(1), {producer.address: {0: shared[:2]}})
-    claims = RoundCommitment(node.address, 1, 1, hashes(1), {producer.address: {5: hashes(3)}})
-    plain = RoundCommitment(node.address, 2, 2, hashes(1))
-    receipts = await ledger.submit_batch(node, [c.payload() for c in (credits, claims, plain)])
-    assert len({(r.tx_hash, r.block_number) for r in receipts}) == 1
-    assert [r.claimed for r in receipts] == [(), ((producer.address, 5),), ()]
-    assert await ledger.rounds_of(node.address) == [0, 1, 2]
-    assert await ledger.credited_by(node.address, producer.address, 0) == 2
-    assert await ledger.claim_of(node.address, 1, producer.address, 5) == 3
-
-
 async def test_a_round_refused_inside_a_batch_refuses_the_whole_batch(
     ledger_backend: LedgerBackend,
 ):
@@ -121,38 +104,6 @@ async def test_a_round_refused_inside_a_batch_refuses_the_whole_batch(
     assert await ledger.rounds_of(node.address) == [0]
     assert await ledger.credited_by(node.address, producer.address, 0) == 0
     assert (await ledger.node_stats(producer.address)).credit_received == 0
-
-
-async def test_a_batch_of_none_or_above_max_batch_is_refused_by_name(
-    ledger_backend: LedgerBackend,
-):
-    ledger = await ledger_backend.deploy("length", relayed=False)
-    node = ledger_backend.deployer
-    await ledger.register(node, "")
-    too_long = [
-        RoundCommitment(node.address, r, r, hashes(1)).payload() for r in range(MAX_BATCH + 1)
-    ]
-    for batch in ([], too_long):
-        with pytest.raises(CommitmentRejected) as info:
-            await ledger.submit_batch(node, batch)
-        assert rejection(info) == "SapoLedgerBatchLength"
-    assert await ledger.rounds_of(node.address) == []
-    outcomes = await ledger.submit_many(node, too_long)  # sends what one batch may carry
-    assert len(outcomes) == MAX_BATCH
-    assert await ledger.rounds_of(node.address) == list(range(MAX_BATCH))
-
-
-async def test_a_relayed_ledger_sends_no_batch(ledger_backend: LedgerBackend):
-    ledger = await relayed_ledger(ledger_backend)
-    node = Account.create()
-    await ledger.register(node)
-    rounds = [RoundCommitment(node.address, r, r, hashes(1)).payload() for r in (0, 1)]
-    with pytest.raises(LedgerError) as info:
-        await ledger.submit_batch(node, rounds)
-    assert not isinstance(info.value, CommitmentRejected)  # a refusal of this client
-    outcomes = await ledger.submit_many(node, rounds)  # the first only, relayed
-    assert len(outcomes) == 1
-    assert await ledger.rounds_of(node.address) == [0]
 
 
 async def test_register_is_idempotent_and_relayed_for_unfunded_nodes(ledger_backend: LedgerBackend):
