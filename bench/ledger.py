@@ -127,7 +127,7 @@ async def measure(url: str, rounds: int) -> dict:
         row["naive_calldata_bytes"] = 4 + 32 * 3 + 32 * n
         out[str(n)] = row
         print(f"{n:4d} rollouts: SapoLedger {sapo:>9,} gas   naive {naive_median:>11,} gas")
-    return out, await measure_batches(direct)
+    return out, {**await measure_batches(direct), **await measure_settles(direct)}
 
 
 BATCHES = (1, 8, 32)
@@ -176,6 +176,31 @@ async def measure_batches(ledger: EvmLedger) -> dict[str, dict[str, int]]:
             out[f"{kind}_{k}"] = row
             print(f"{kind}, {k:2d} rounds: {row}")
     return out
+
+
+async def measure_settles(ledger: EvmLedger, k: int = 8) -> dict[str, dict[str, int]]:
+    """Gas per claim of ``k`` claims settled as ``k`` ``settleCredit`` transactions and as one
+    ``settleCredits``: a node's rounds each claim 2 rollouts of a producer round committed
+    only afterwards (one per round, so every claim credits a fresh counter)."""
+    chain = ledger.chain
+    node, producer = Account.create(), Account.create()
+    for account in (node, producer):
+        await fund(chain, account.address)
+        await ledger.register(account)
+    later = 9000
+    rounds = [
+        RoundCommitment(node.address, r, r, hashes(8), {producer.address: {later + r: hashes(2)}})
+        for r in range(2 * k)
+    ]
+    await ledger.submit_batch(node, [c.payload() for c in rounds])
+    own = [RoundCommitment(producer.address, later + r, r, hashes(8)) for r in range(2 * k)]
+    await ledger.submit_batch(producer, [c.payload() for c in own])
+    claims = [(node.address, r, producer.address, later + r) for r in range(2 * k)]
+    separate = [(await ledger.settle_credit(node, *c)).gas_used for c in claims[:k]]
+    batched = await ledger.settle_credits(node, claims[k:])
+    row = {"separate_gas_per_claim": sum(separate) // k, "batch_gas_per_claim": batched[0].gas_used}
+    print(f"settling {k} claims: {row}")
+    return {f"settle_{k}_claims": row}
 
 
 def _summary(gas: list[int]) -> dict[str, int]:
