@@ -157,6 +157,24 @@ contract LedgerHandler is LedgerTestBase {
         } catch {}
     }
 
+    /// Anyone settles up to three claims made earlier as one `settleCredits`: all or none, each only once.
+    function settleBatch(uint256 which, uint8 n) external {
+        if (_claims.length == 0) return;
+        SapoLedger.ClaimKey[] memory keys = new SapoLedger.ClaimKey[](1 + (n % 3));
+        uint32[] memory counts = new uint32[](keys.length);
+        for (uint256 i = 0; i < keys.length; ++i) {
+            Claim memory k = _claims[(which % _claims.length + i) % _claims.length];
+            keys[i] = SapoLedger.ClaimKey(k.consumer, k.round, k.producer, k.producerRound);
+            counts[i] = ledger.claimOf(k.consumer, k.round, k.producer, k.producerRound);
+        }
+        try ledger.settleCredits(keys) {
+            for (uint256 i = 0; i < keys.length; ++i) {
+                credits.push(Credit(keys[i].consumer, keys[i].producer, keys[i].producerRound));
+                ghostCredit[keys[i].producer] += counts[i];
+            }
+        } catch {}
+    }
+
     /// A node commits the highest round it can name, trying to lock itself out.
     function commitFar(uint256 who, uint64 round) external {
         _attempt(nodes[who % 3], _input(round, keccak256("far"), 1), false);
