@@ -6,7 +6,9 @@ Owns the pass over the journal's open claims and each claim's outcome: ``settled
 with the commitment, by this pass or by anyone), ``lapsed`` (its producer round has not come
 within ``limits.LEDGER_CLAIM_LAPSE_S``; still on chain for anyone to settle) or ``refused``
 (the chain names a rule against it). Each claim is settled at most once: ``claimOf`` is read
-first, and 0 means nothing is left to settle. Does not retry or back off (the sender does),
+first, and 0 means nothing is left to settle. The claims ready in a pass go out together
+(``settleCredits``, atomic): at 12 s blocks one transaction per claim, each awaited, took
+minutes per node for a backlog of batched rounds. Does not retry or back off (the sender does),
 and knows nothing of commitments still pending.
 """
 
@@ -21,6 +23,7 @@ from sapo_async import limits
 from sapo_async.errors import CommitmentRejected
 from sapo_async.ledger.base import Ledger
 from sapo_async.ledger.journal import ClaimState, CreditClaim, Journal
+from sapo_async.ledger.types import MAX_BATCH
 
 __all__ = ["ClaimSettler"]
 
@@ -46,23 +49,36 @@ class ClaimSettler:
 
     async def settle_pass(self) -> bool:
         """One pass over the open claims; False if it stopped early for a new commitment.
+        The claims ready to settle (producer round on chain, not credited yet) go in
+        ``settleCredits`` batches of up to ``MAX_BATCH``; a batch refused as a whole is
+        settled one claim at a time, so one refused claim holds back no other.
 
         Raises:
             LedgerError: the chain could not be reached (the pass is retried whole).
         """
+        ready: list[CreditClaim] = []
         for claim in self._journal.open_claims(self._node):
             if self._journal.pending(self._node):
                 return False
-            await self._settle(claim)
+            if await self._ready(claim):
+                ready.append(claim)
+            if len(ready) == MAX_BATCH:
+                await self._settle_batch(ready)
+                ready = []
+        if ready and not self._journal.pending(self._node):
+            await self._settle_batch(ready)
+        elif ready:
+            return False
         self.passes += 1
         return True
 
-    async def _settle(self, claim: CreditClaim) -> None:
+    async def _ready(self, claim: CreditClaim) -> bool:
+        """Whether ``claim`` can be settled now; journals it settled or lapsed if it is over."""
         key = (claim.node, claim.round, claim.producer, claim.producer_round)
         if await self._ledger.claim_of(*key) == 0:
             # Credited with the commitment (its producer round was on chain), or settled since.
             await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.SETTLED)
-            return
+            return False
         if await self._ledger.commitment_of(claim.producer, claim.producer_round) is None:
             if time.time() - claim.created_at > limits.LEDGER_CLAIM_LAPSE_S:
                 await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.LAPSED)
@@ -72,7 +88,27 @@ class ClaimSettler:
                     producer=claim.producer,
                     producer_round=claim.producer_round,
                 )
+            return False
+        return True
+
+    async def _settle_batch(self, claims: list[CreditClaim]) -> None:
+        if len(claims) == 1:
+            await self._settle(claims[0])
             return
+        keys = [(c.node, c.round, c.producer, c.producer_round) for c in claims]
+        try:
+            receipts = await self._ledger.settle_credits(self._account, keys)
+        except CommitmentRejected as exc:
+            if exc.reason == "InvalidAccountNonce":
+                raise
+            for claim in claims:  # which one was refused is the chain's to say, one by one
+                await self._settle(claim)
+            return
+        for claim, receipt in zip(claims, receipts, strict=True):
+            await self._settled(claim, receipt.tx_hash)
+
+    async def _settle(self, claim: CreditClaim) -> None:
+        key = (claim.node, claim.round, claim.producer, claim.producer_round)
         try:
             receipt = await self._ledger.settle_credit(self._account, *key)
         except CommitmentRejected as exc:
@@ -88,6 +124,10 @@ class ClaimSettler:
             )
             self._log.error("credit_settle_refused", round=claim.round, reason=exc.reason)
             return
+        await self._settled(claim, receipt.tx_hash)
+
+    async def _settled(self, claim: CreditClaim, tx_hash: str) -> None:
+        key = (claim.node, claim.round, claim.producer, claim.producer_round)
         await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.SETTLED)
         self._log.info(
             "credit_settled",
@@ -95,5 +135,5 @@ class ClaimSettler:
             producer=claim.producer,
             producer_round=claim.producer_round,
             count=claim.count,
-            tx_hash=receipt.tx_hash,
+            tx_hash=tx_hash,
         )

@@ -214,3 +214,43 @@ async def test_a_round_refused_for_its_own_waiting_transaction_is_not_marked_sup
             entry = await rec.wait_settled(4, 10)
     assert entry.state is EntryState.LANDED, entry.last_error
     assert await ledger.rounds_of(node.address) == [4]
+
+
+class BatchRevertLedger(MemoryLedger):
+    """A node's own ledger (no relayer) on which every batch of more than one commitment is
+    mined and reverts without a reason, while a commitment alone lands: the worst case of a
+    round that keeps breaking the batches it is in."""
+
+    def __init__(self) -> None:
+        super().__init__("recorder")
+        self.batches: list[int] = []
+
+    async def submit_batch(self, node, payloads):  # type: ignore[no-untyped-def]
+        self.batches.append(len(payloads))
+        if len(payloads) > 1:
+            raise CommitmentRejected("transaction 0xab reverted", tx_hash="0xab")
+        return await super().submit_batch(node, payloads)
+
+
+async def test_rounds_go_alone_after_their_batch_reverted_without_a_reason(tmp_path: Path):
+    ledger, node = BatchRevertLedger(), Account.create()
+    with Journal(tmp_path / "j.sqlite") as journal:
+        for r in (1, 2, 3):  # a backlog left by a previous process
+            journal.append(round_of(node, r))
+        async with Recorder(ledger, journal, node, retry_base_s=0.01, retry_max_s=0.02) as rec:
+            await rec.wait_idle(10)
+            assert rec.statistics().failed == 0
+    assert await ledger.rounds_of(node.address) == [1, 2, 3]
+    assert ledger.batches[:2] == [3, 1]  # the batch reverted, its first round went alone
+
+
+async def test_a_direct_backlog_lands_as_one_batch_on_the_memory_ledger(tmp_path: Path):
+    ledger, node = MemoryLedger("recorder"), Account.create()
+    with Journal(tmp_path / "j.sqlite") as journal:
+        for r in range(5):
+            journal.append(round_of(node, r))
+        async with Recorder(ledger, journal, node) as rec:
+            await rec.wait_idle(10)
+        blocks = {e.block_number for e in journal.entries(node.address)}
+    assert len(blocks) == 1
+    assert await ledger.rounds_of(node.address) == list(range(5))
