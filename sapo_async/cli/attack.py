@@ -68,6 +68,12 @@ def attack(
     ),
     lr: float | None = typer.Option(None, help="AdamW learning rate (default 3e-4)."),
     max_new_tokens: int | None = typer.Option(None, help="Completion cap (default 16)."),
+    strict_end: bool = typer.Option(
+        False,
+        "--strict-end",
+        help="With the defences on, text after the closing answer tag scores 0 "
+        "([defence] answer_ends_completion); default output directory gets -strict.",
+    ),
     workers: int = typer.Option(4, min=1, help="Runs in parallel (one process each)."),
     quick: bool = typer.Option(
         False, "--quick", help="Seconds-long smoke version (tests); options given still apply."
@@ -107,6 +113,7 @@ def attack(
             train_layers=train_layers,
             tasks=task_setting,
             transport=transport,
+            strict_end=strict_end,
         )
         if quick:
             spec = runner.quick(spec)
@@ -116,7 +123,7 @@ def attack(
         message = str(exc).splitlines()[0]
         raise typer.BadParameter(message, param_hint=f"'{option}'") from None
     if out is None:
-        name = "attack-real" if spec.real else "attack"
+        name = ("attack-real" if spec.real else "attack") + ("-strict" if strict_end else "")
         out = Path(f"runs/{name}-quick" if quick else f"docs/results/{name}")
 
     def progress(m: runner.RunMeasure) -> None:

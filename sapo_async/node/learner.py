@@ -60,6 +60,8 @@ class LearnerSettings:
         prompt_style: ``compact`` (tiny model) or ``instruct`` (real models).
         chat_template: wrap prompts in the tokenizer's chat template.
         format_reward: optional bonus for using the answer tags (0 = off).
+        strict_answer_end: text after the closing answer tag scores 0 (``[defence]
+            answer_ends_completion`` while the defences are active).
         trainer: GRPO settings; the trainer gets :meth:`trainer_config`, whose
             ``max_completion_tokens`` is ``sampling.max_new_tokens``.
     """
@@ -79,6 +81,7 @@ class LearnerSettings:
     prompt_style: PromptStyle = "compact"
     chat_template: bool = False
     format_reward: float = 0.0
+    strict_answer_end: bool = False
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
     def trainer_config(self) -> TrainerConfig:
@@ -95,6 +98,7 @@ class LearnerSettings:
         node_index: int,
         prompt_style: PromptStyle,
         chat_template: bool,
+        strict_answer_end: bool = False,
     ) -> LearnerSettings:
         """The settings a node's :class:`~sapo_async.node.spec.TrainingSpec` asks for."""
         return cls(
@@ -110,6 +114,7 @@ class LearnerSettings:
             ),
             prompt_style=prompt_style,
             chat_template=chat_template,
+            strict_answer_end=strict_answer_end,
             trainer=training.trainer,
         )
 
@@ -157,7 +162,9 @@ class Learner:
             model_id=model_id,
             add_special_tokens=not self.settings.chat_template,
         )
-        self.verifier = Verifier(format_reward=self.settings.format_reward)
+        self.verifier = Verifier(
+            format_reward=self.settings.format_reward, strict_end=self.settings.strict_answer_end
+        )
         self._round = 0
         self._chat = tokenizer if self.settings.chat_template else None
 
@@ -350,6 +357,7 @@ def build_learner(
         prompt_style=style,
         chat_template=style == "instruct"
         and getattr(loaded.tokenizer, "chat_template", None) is not None,
+        strict_answer_end=spec.defence.active and spec.defence.answer_ends_completion,
     )
     params = sum(p.numel() for p in loaded.model.parameters())
     gen_dtype = generation_dtype(policy.generation_dtype, params=params, device=policy.device)

@@ -446,6 +446,11 @@ class DefenceSpec(Settings):
         description="Screen the mean of a completion's this many least likely tokens "
         "the same way (0: off).",
     )
+    answer_ends_completion: bool = Field(
+        default=False,
+        description="Score 0 for text after the closing answer tag, own and peers' "
+        "(where injected payloads sit).",
+    )
     length_guard: bool = Field(
         default=True, description="Drop needlessly long rewarded completions."
     )

@@ -177,3 +177,33 @@ async def test_rounds_a_dead_process_left_in_the_mempool_land_once_and_none_fail
         states = [e.state for e in journal.entries(node.address)]
     assert states == [EntryState.LANDED] * 4
     assert [e.round for e in await ledger.commitments(node.address)] == [0, 1, 2, 3]
+
+
+async def test_open_credit_claims_go_out_together_and_settle_in_one_block(
+    anvil: Anvil, tmp_path: Path
+):
+    # One settleCredit per block took a consumer's hundreds of claims an hour at 12 s
+    # blocks (8-node chaos run): now a pass sends them as one settleCredits transaction.
+    producer, consumer = Account.create(), Account.create()
+    ledger = await _manual_chain(anvil, producer, consumer)
+    shared = {r: [os.urandom(32) for _ in range(3)] for r in range(4)}
+    with Journal(tmp_path / "j.sqlite") as journal:
+        for r in range(4):  # each round used 2 rollouts of a producer round not on chain
+            used = {producer.address: {r: shared[r][:2]}}
+            journal.append(RoundCommitment(consumer.address, r, r, [os.urandom(32)], used))
+        async with Recorder(ledger, journal, consumer, retry_base_s=0.05) as rec:
+            await _wait_for(lambda: _in_mempool(ledger, consumer.address) == 1, "rounds sent")
+            _rpc(ledger, "evm_mine")
+            await rec.wait_idle(30)
+            assert len(journal.open_claims(consumer.address)) == 4
+            for r in range(4):
+                _commit_raw(ledger, producer, RoundCommitment(producer.address, r, r, shared[r]))
+            _rpc(ledger, "evm_mine")  # the producer rounds land; the claims can settle
+            await _wait_for(lambda: _in_mempool(ledger, consumer.address) == 1, "claims sent")
+            _rpc(ledger, "evm_mine")
+            await _wait_for(lambda: not journal.open_claims(consumer.address), "claims settled")
+            assert rec.statistics().send_failures == 0, rec.statistics().last_error
+    for r in range(4):
+        assert await ledger.credited_by(consumer.address, producer.address, r) == 2
+        assert await ledger.claim_of(consumer.address, r, producer.address, r) == 0
+    assert (await ledger.node_stats(producer.address)).credit_received == 8

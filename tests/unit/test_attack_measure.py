@@ -136,7 +136,15 @@ def test_recorded_runs_survive_a_matrix_that_asks_for_more_attacks_or_seeds(tmp_
     grown = replace(first, attacks=("inject", "tokens"), seeds=(0, 1))
     assert _load_runs(path, grown) == [run]
     assert _load_runs(path, grown) == [run]  # rewriting the header kept the run
-    assert _load_runs(path, replace(grown, rounds=6)) == []  # other sizes: a fresh file
+    # A field added to the spec after the runs were recorded counts as its default.
+    lines = path.read_text().splitlines()
+    old_header = json.loads(lines[0])
+    del old_header["spec"]["strict_end"]
+    path.write_text("\n".join([json.dumps(old_header), *lines[1:]]) + "\n")
+    assert _load_runs(path, grown) == [run]
+    assert _load_runs(path, replace(grown, strict_end=True)) == []  # other sizes: a fresh file
+    kept = tmp_path / "runs.jsonl.1"  # ... and the recorded runs kept beside it, not lost
+    assert json.loads(kept.read_text().splitlines()[1]) == asdict(run)
 
 
 def test_honest_reward_is_also_compared_with_the_same_nodes_sharing_nothing():

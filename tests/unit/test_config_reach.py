@@ -185,6 +185,7 @@ DEFENCE: dict[str, Any] = {
     "plausibility_quantile": 0.2,
     "plausibility_margin": 2.5,
     "plausibility_low_tokens": 5,
+    "answer_ends_completion": True,
     "length_guard": False,
     "length_factor": 2.0,
     "length_quantile": 0.5,
@@ -326,3 +327,14 @@ def test_the_trainer_build_learner_makes_holds_the_derived_config(tmp_path: Path
     assert learner.trainer.config == built.trainer
     assert learner.trainer.config.max_completion_tokens == 12
     assert learner.trainer._ref is not None  # kl_beta > 0 keeps the reference copy
+
+
+@pytest.mark.parametrize(("active", "strict"), [(True, True), (False, False)])
+def test_answer_ends_completion_reaches_the_verifier_while_defences_are_active(
+    tmp_path: Path, active: bool, strict: bool
+) -> None:
+    from sapo_async.node.learner import build_learner
+
+    defence = {"answer_ends_completion": True, "active": active}
+    learner = build_learner(_build({"defence": defence}, tmp_path).spec)
+    assert learner.verifier.strict_end is strict

@@ -18,6 +18,7 @@ from msgspec.structs import replace
 
 from sapo_async.fabric.publisher import Publisher, PublishReceipt
 from sapo_async.fabric.transport.base import Transport
+from sapo_async.tasks.reward import text_after_answer
 from sapo_async.wire import Completion, RolloutGroup
 
 __all__ = [
@@ -62,8 +63,7 @@ def wrong_answer(answer: str) -> str:
 
 def payload_after_answer(text: str) -> bool:
     """True when anything but whitespace follows the last closing answer tag."""
-    end = text.rfind("</answer>")
-    return end >= 0 and bool(text[end + len("</answer>") :].strip())
+    return text_after_answer(text)
 
 
 def retext(group: RolloutGroup, texts: Sequence[str], **changes: Any) -> RolloutGroup:

@@ -80,6 +80,7 @@ async def _run_one(
         external=external,
         seed=seed,
         defence_active=defences,
+        defence_answer_ends_completion=spec.strict_end,
         **extra,
     )
 
@@ -315,16 +316,25 @@ _GROWS = ("attacks", "seeds")
 def _load_runs(path: Path, spec: AttackSpec) -> list[RunMeasure]:
     """Runs recorded at ``path`` with ``spec``'s sizes (more attacks or seeds may be asked
     for than were recorded: the matrix grows across sittings); none, and a fresh file, for
-    other sizes."""
+    other sizes, the old file kept beside it as ``runs.jsonl.N`` (never overwritten).
+
+    A field the spec gained after the runs were recorded counts as its default (the runs
+    were made with the behaviour the default keeps)."""
     header = json.dumps({"spec": asdict(spec)}) + "\n"
     mine = json.loads(header)["spec"]  # as JSON has it (tuples are lists)
+    defaults = json.loads(json.dumps(asdict(AttackSpec())))
     runs: list[RunMeasure] = []
     if path.exists():
         lines = path.read_text().splitlines()
-        old = json.loads(lines[0]).get("spec", {}) if lines else {}
+        old = defaults | (json.loads(lines[0]).get("spec", {}) if lines else {})
         if {k: v for k, v in old.items() if k not in _GROWS} == {
             k: v for k, v in mine.items() if k not in _GROWS
         }:
             runs = [RunMeasure(**json.loads(line)) for line in lines[1:] if line.strip()]
+        elif len(lines) > 1:
+            n = 1
+            while path.with_name(f"{path.name}.{n}").exists():
+                n += 1
+            path.rename(path.with_name(f"{path.name}.{n}"))
     path.write_text(header + "".join(json.dumps(asdict(r)) + "\n" for r in runs))
     return runs

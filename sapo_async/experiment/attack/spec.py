@@ -67,6 +67,8 @@ class AttackSpec:
             real model), ``"compact"`` or ``"instruct"``.
         transport: ``"nats"`` (a private nats-server with JetStream per run) or
             ``"memory"`` (the in-process broker).
+        strict_end: with the defences on, text after the closing answer tag scores 0
+            (``[defence] answer_ends_completion``).
     """
 
     attacks: tuple[str, ...] = ATTACKS
@@ -86,6 +88,7 @@ class AttackSpec:
     tasks: str | tuple[FamilySpec, ...] | None = None
     prompt_style: str = "auto"
     transport: str = "nats"
+    strict_end: bool = False
 
     def __post_init__(self) -> None:
         from sapo_async.experiment.lockstep import TRANSPORTS
