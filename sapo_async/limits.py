@@ -222,6 +222,12 @@ LEDGER_SETTLE_INTERVAL_S = 1.0
 a producer lands its round seconds after sharing it (one block on an L2, 12 s on Ethereum),
 and each look costs two view calls per claim, so once a second is prompt and cheap."""
 
+LEDGER_SETTLE_MAX_DEFER_S = 60.0
+"""Longest a recorder defers settling its open claims for pending commitments of its own:
+commitments go first, but at a 12 s block time a fast node always has a batch in flight, and
+its claims waited for the node to stop (the 4-node chaos run settled 11 of its claims while
+running). Past this, one settle pass runs between two commitment batches (one block)."""
+
 LEDGER_CLAIM_LAPSE_S = 3600.0
 """An open claim whose producer round is still not on chain after an hour stops being polled:
 its producer died between sharing and committing, or is offline for long. The claim stays on

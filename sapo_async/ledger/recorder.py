@@ -107,6 +107,8 @@ class Recorder(Actor[None]):
         retry_base_s: first backoff of a failed send.
         retry_max_s: longest backoff between failed sends.
         drain_timeout_s: how long closing waits for pending entries to land.
+        settle_defer_s: longest open credit claims wait for this node's pending
+            commitments before a settle pass runs between two batches.
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class Recorder(Actor[None]):
         retry_base_s: float = limits.LEDGER_RETRY_BASE_S,
         retry_max_s: float = limits.LEDGER_RETRY_MAX_S,
         drain_timeout_s: float = limits.ACTOR_DRAIN_TIMEOUT_S,
+        settle_defer_s: float = limits.LEDGER_SETTLE_MAX_DEFER_S,
     ) -> None:
         super().__init__("recorder", mailbox_size=0, drain_timeout=drain_timeout_s)
         self._ledger = ledger
@@ -136,6 +139,7 @@ class Recorder(Actor[None]):
         self._last_error: str | None = None
         self._log = get_logger("recorder", node=account.address)
         self._settler = ClaimSettler(ledger, journal, account, self._log)
+        self._settle_defer_s = settle_defer_s
 
     @property
     def node(self) -> str:
@@ -308,6 +312,8 @@ class Recorder(Actor[None]):
             pending = self._journal.pending(self.node)
             try:
                 if pending:
+                    if self._settler.deferred_s() >= self._settle_defer_s:
+                        await self._settler.settle_pass(yield_to_commitments=False)
                     await self._land(self._batch(pending))
                 elif not await self._settler.settle_pass():
                     continue  # a commitment was journaled meanwhile: it goes first

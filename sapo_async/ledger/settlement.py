@@ -46,9 +46,17 @@ class ClaimSettler:
         self._log = log
         self.passes = 0
         """Complete, error-free passes over the open claims."""
+        self._last_pass = time.monotonic()
 
-    async def settle_pass(self) -> bool:
-        """One pass over the open claims; False if it stopped early for a new commitment.
+    def deferred_s(self) -> float:
+        """Seconds since the last complete pass, while claims are open (0 with none)."""
+        if not self._journal.open_claims(self._node):
+            return 0.0
+        return time.monotonic() - self._last_pass
+
+    async def settle_pass(self, *, yield_to_commitments: bool = True) -> bool:
+        """One pass over the open claims; False if it stopped early for a new commitment
+        (never, with ``yield_to_commitments`` False: the recorder's bound on deferral).
         The claims ready to settle (producer round on chain, not credited yet) go in
         ``settleCredits`` batches of up to ``MAX_BATCH``; a batch refused as a whole is
         settled one claim at a time, so one refused claim holds back no other.
@@ -56,20 +64,25 @@ class ClaimSettler:
         Raises:
             LedgerError: the chain could not be reached (the pass is retried whole).
         """
+
+        def yielding() -> bool:
+            return yield_to_commitments and bool(self._journal.pending(self._node))
+
         ready: list[CreditClaim] = []
         for claim in self._journal.open_claims(self._node):
-            if self._journal.pending(self._node):
+            if yielding():
                 return False
             if await self._ready(claim):
                 ready.append(claim)
             if len(ready) == MAX_BATCH:
                 await self._settle_batch(ready)
                 ready = []
-        if ready and not self._journal.pending(self._node):
-            await self._settle_batch(ready)
-        elif ready:
+        if ready and yielding():
             return False
+        if ready:
+            await self._settle_batch(ready)
         self.passes += 1
+        self._last_pass = time.monotonic()
         return True
 
     async def _ready(self, claim: CreditClaim) -> bool:
@@ -82,12 +95,7 @@ class ClaimSettler:
         if await self._ledger.commitment_of(claim.producer, claim.producer_round) is None:
             if time.time() - claim.created_at > limits.LEDGER_CLAIM_LAPSE_S:
                 await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.LAPSED)
-                self._log.info(
-                    "credit_claim_lapsed",
-                    round=claim.round,
-                    producer=claim.producer,
-                    producer_round=claim.producer_round,
-                )
+                self._claim_log(claim).info("credit_claim_lapsed")
             return False
         return True
 
@@ -112,28 +120,30 @@ class ClaimSettler:
         try:
             receipt = await self._ledger.settle_credit(self._account, *key)
         except CommitmentRejected as exc:
-            if exc.reason == "SapoLedgerNothingToSettle":  # settled by someone meanwhile
-                await self._journal.write(
-                    self._journal.settle_claim, *key, state=ClaimState.SETTLED
-                )
+            if exc.reason in ("SapoLedgerNothingToSettle", None):
+                # Settled by someone meanwhile, or reverted when mined with no reason (out of
+                # gas, say): the claim's own slot says which; still open, the next pass
+                # sends it again.
+                if exc.reason is not None or await self._ledger.claim_of(*key) == 0:
+                    await self._journal.write(
+                        self._journal.settle_claim, *key, state=ClaimState.SETTLED
+                    )
                 return
             if exc.reason == "InvalidAccountNonce":
                 raise
             await self._journal.write(
                 self._journal.settle_claim, *key, state=ClaimState.REFUSED, reason=str(exc)[:500]
             )
-            self._log.error("credit_settle_refused", round=claim.round, reason=exc.reason)
+            self._claim_log(claim).error("credit_settle_refused", reason=exc.reason)
             return
         await self._settled(claim, receipt.tx_hash)
 
     async def _settled(self, claim: CreditClaim, tx_hash: str) -> None:
         key = (claim.node, claim.round, claim.producer, claim.producer_round)
         await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.SETTLED)
-        self._log.info(
-            "credit_settled",
-            round=claim.round,
-            producer=claim.producer,
-            producer_round=claim.producer_round,
-            count=claim.count,
-            tx_hash=tx_hash,
+        self._claim_log(claim).info("credit_settled", count=claim.count, tx_hash=tx_hash)
+
+    def _claim_log(self, claim: CreditClaim) -> Any:
+        return self._log.bind(
+            round=claim.round, producer=claim.producer, producer_round=claim.producer_round
         )
