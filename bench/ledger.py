@@ -9,7 +9,8 @@ median / min / max over several rounds of a fresh registered node of:
   committed (the credit rules read the producer's round and store one counter per entry, so
   the cost scales with usage entries, never with rollouts);
 - NaiveLedger.record, which stores every rollout hash in its own slot (the baseline);
-- commitMany of 1, 8 and 32 rounds (8 rollouts each; plain, and crediting 4 producers),
+- commitMany of 1, 8 and 32 rounds (8 rollouts each; plain, and crediting 4 producers), and
+  a relayer's commitManyBySig of as many plain rounds of a gasless node,
   per round: what a node's backlog costs sent as one transaction (issue 24);
 and writes bench/results/ledger.json. Gas is deterministic, so --quick only measures fewer
 rounds per size. Calldata bytes are reported beside gas.
@@ -127,7 +128,8 @@ async def measure(url: str, rounds: int) -> dict:
         row["naive_calldata_bytes"] = 4 + 32 * 3 + 32 * n
         out[str(n)] = row
         print(f"{n:4d} rollouts: SapoLedger {sapo:>9,} gas   naive {naive_median:>11,} gas")
-    return out, {**await measure_batches(direct), **await measure_settles(direct)}
+    batches = {**await measure_batches(direct), **await measure_relayed_batches(relayed)}
+    return out, {**batches, **await measure_settles(direct)}
 
 
 BATCHES = (1, 8, 32)
@@ -175,6 +177,27 @@ async def measure_batches(ledger: EvmLedger) -> dict[str, dict[str, int]]:
             }
             out[f"{kind}_{k}"] = row
             print(f"{kind}, {k:2d} rounds: {row}")
+    return out
+
+
+async def measure_relayed_batches(relayed: EvmLedger) -> dict[str, dict[str, int]]:
+    """Gas per round of ``k`` plain rounds of a gasless node relayed as ``k`` ``commitBySig``
+    transactions and as one ``commitManyBySig`` (one signature per round), after 4 alone."""
+    node = Account.create()  # holds no ether: the relayer pays
+    await relayed.register(node)
+    made = iter(RoundCommitment(node.address, r, r, hashes(8)).payload() for r in range(100))
+    for _ in range(4):  # warm-up
+        await relayed.submit(node, next(made))
+    out: dict[str, dict[str, int]] = {}
+    for k in BATCHES:
+        separate = [(await relayed.submit(node, next(made))).gas_used for _ in range(k)]
+        receipts = await relayed.submit_batch(node, [next(made) for _ in range(k)])
+        row = {
+            "separate_gas_per_round": sum(separate) // k,
+            "batch_gas_per_round": receipts[0].gas_used,
+        }
+        out[f"relayed_plain_{k}"] = row
+        print(f"relayed, {k:2d} rounds: {row}")
     return out
 
 

@@ -42,4 +42,6 @@ interface ISapoLedgerErrors {
     error SapoLedgerNothingToSettle(address consumer, uint64 round, address producer, uint64 producerRound);
     /// @notice A `commitMany` batch of `length` commitments: it must hold 1 to `max`.
     error SapoLedgerBatchLength(uint256 length, uint256 max);
+    /// @notice A `commitManyBySig` batch of `commitments` commitments carried `signatures` signatures: one each.
+    error SapoLedgerSignatureCount(uint256 signatures, uint256 commitments);
 }

@@ -6,6 +6,7 @@ import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
 import {MerkleProof} from "@openzeppelin/contracts/utils/cryptography/MerkleProof.sol";
 import {Nonces} from "@openzeppelin/contracts/utils/Nonces.sol";
 import {ISapoLedgerErrors} from "./ISapoLedgerErrors.sol";
+import {ISapoLedgerEvents} from "./ISapoLedgerEvents.sol";
 
 /**
  * @title SapoLedger
@@ -35,7 +36,8 @@ import {ISapoLedgerErrors} from "./ISapoLedgerErrors.sol";
  *   (the chain cannot count a Merkle tree's leaves from its root; this is the check it can make).
  *   What the rules cannot see (credit redirected to another producer that committed a round, a
  *   clique crediting its members' real or padded roots) is left to the audit's contribution score.
- * - A node may send a backlog of rounds as one `commitMany` transaction: all land, in order, or none does.
+ * - A node may send a backlog of rounds as one `commitMany` transaction (a relayer, as one `commitManyBySig`
+ *   carrying one signature per round): all land, in order, or none does.
  * - A commitment (or registration) is sent by the node itself or by any relayer carrying the
  *   node's EIP-712 signature; the signed struct includes a per-node nonce and the domain binds
  *   chain id and contract address, so a signature cannot be replayed.
@@ -43,7 +45,7 @@ import {ISapoLedgerErrors} from "./ISapoLedgerErrors.sol";
  *   and internal nodes use OpenZeppelin's sorted-pair hashing, so a 64-byte internal node can never
  *   pass as a leaf.
  */
-contract SapoLedger is EIP712, Nonces, ISapoLedgerErrors {
+contract SapoLedger is EIP712, Nonces, ISapoLedgerErrors, ISapoLedgerEvents {
     /// @notice What a node submits for one round.
     struct CommitmentInput {
         uint64 round;
@@ -98,7 +100,7 @@ contract SapoLedger is EIP712, Nonces, ISapoLedgerErrors {
     uint64 public constant MAX_ROUND_STEP = 2 ** 32;
 
     /// @notice Most commitments one `commitMany` (or claims one `settleCredits`) may carry; bounds its gas (64 rounds crediting 64 producers
-    /// each would not fit a block; a node's backlog batch is at most sapo_async.limits.LEDGER_PIPELINE_DEPTH).
+    /// each would not fit a block; a node's backlog batch is at most sapo_async.limits.LEDGER_BATCH_DEPTH).
     uint256 public constant MAX_BATCH = 64;
 
     /// @notice EIP-712 type of a relayed commitment.
@@ -120,33 +122,6 @@ contract SapoLedger is EIP712, Nonces, ISapoLedgerErrors {
     mapping(address node => uint64[]) private _rounds;
     mapping(address consumer => mapping(address producer => mapping(uint64 round => uint32))) private _credited;
     mapping(bytes32 claimKey => uint32) private _claims;
-
-    /// @notice A node registered (or was registered by a relayer) with its metadata.
-    event NodeRegistered(address indexed node, string metadata);
-
-    /// @notice A node's commitment for `round` was recorded.
-    event CommitmentRecorded(
-        address indexed node,
-        uint64 indexed round,
-        uint64 policyVersion,
-        bytes32 rolloutRoot,
-        uint32 rolloutCount,
-        bytes32 externalRoot,
-        uint32 externalCount,
-        address relayer
-    );
-
-    /// @notice `consumer` trained, in its round `round`, on `count` rollouts `producer` committed
-    /// in its round `producerRound`.
-    event UsageCredited(
-        address indexed producer, address indexed consumer, uint64 indexed round, uint64 producerRound, uint32 count
-    );
-
-    /// @notice `consumer`, in its round `round`, reported training on `count` rollouts of `producer`'s round
-    /// `producerRound`, which is not on chain yet: credit waits for `settleCredit`.
-    event UsageClaimed(
-        address indexed producer, address indexed consumer, uint64 indexed round, uint64 producerRound, uint32 count
-    );
 
     /**
      * @param swarm_ Identifier of the swarm this ledger serves (for example keccak256 of its name).
@@ -204,6 +179,22 @@ contract SapoLedger is EIP712, Nonces, ISapoLedgerErrors {
         _checkSigner(node, commitmentDigest(node, c, nonce), signature);
         _useCheckedNonce(node, nonce);
         _commit(node, c);
+    }
+
+    /**
+     * @notice `commitBySig` of each of `cs` in order, atomically (as `commitMany`): `signatures[i]` is `node`'s
+     * signature of `cs[i]` with nonce `nonce + i`, so a relayer lands a gasless node's backlog in one transaction.
+     */
+    function commitManyBySig(address node, CommitmentInput[] calldata cs, uint256 nonce, bytes[] calldata signatures)
+        external
+    {
+        if (cs.length == 0 || cs.length > MAX_BATCH) revert SapoLedgerBatchLength(cs.length, MAX_BATCH);
+        if (signatures.length != cs.length) revert SapoLedgerSignatureCount(signatures.length, cs.length);
+        for (uint256 i = 0; i < cs.length; ++i) {
+            _checkSigner(node, commitmentDigest(node, cs[i], nonce + i), signatures[i]);
+            _useCheckedNonce(node, nonce + i);
+            _commit(node, cs[i]);
+        }
     }
 
     /**

@@ -56,8 +56,8 @@ class Ledger(Protocol):
     ) -> list[SubmitReceipt]:
         """Send ``node``'s commitments (ascending rounds) as one transaction
         (``commitMany``): all land, in order, in one block, or none does. One receipt per
-        commitment (the transaction's, with that round's claims). Sent by the node itself
-        (a relayed ledger refuses a batch of more than one)."""
+        commitment (the transaction's, with that round's claims). Relayed, the node signs
+        each commitment (consecutive nonces) and the relayer sends ``commitManyBySig``."""
         ...
 
     async def submit_many(
@@ -66,7 +66,7 @@ class Ledger(Protocol):
         """Send ``node``'s commitments (ascending rounds, at most ``MAX_BATCH`` used): the
         longest prefix the chain accepts as one :meth:`submit_batch`, then the error of the
         first refused (a later round landing would supersede it), so one bad round never holds
-        back those before it. One outcome per commitment sent; relayed, the first only."""
+        back those before it. One outcome per commitment sent, relayed or not."""
         ...
 
     async def settle_credit(

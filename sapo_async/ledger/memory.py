@@ -51,13 +51,11 @@ from eth_account.signers.local import LocalAccount
 
 from sapo_async.errors import LedgerError
 from sapo_async.ledger.chain import reverted
-from sapo_async.ledger.memory_checks import check_abi_widths, check_usage
+from sapo_async.ledger.memory_checks import check_abi_widths, check_signer, check_usage
 from sapo_async.ledger.memory_state import Storage
 from sapo_async.ledger.merkle import verify_proof
 from sapo_async.ledger.signing import (
-    TypedData,
     commitment_typed_data,
-    recover_signer_or_none,
     registration_typed_data,
     sign_commitment,
     sign_registration,
@@ -84,7 +82,6 @@ MEMORY_CHAIN_ID = 1337
 signature made for a memory ledger is worthless on any real network."""
 
 _ZERO_ROOT = bytes(32)
-_SIGNATURE_BYTES = 65
 _CLAIM_FIELDS = ("consumer", "round", "producer", "producerRound")
 
 _log = get_logger("ledger")
@@ -145,7 +142,7 @@ class MemoryLedger:
             nonce = self._s.nonces.get(address, 0)
             signature = sign_registration(node, self._chain_id, self._address, metadata, nonce)
             data = registration_typed_data(self._chain_id, self._address, address, metadata, nonce)
-            self._check_signer(address, data, signature)
+            check_signer(address, data, signature)
             self._use_nonce(address, nonce)
             self._register(address, metadata)
         _log.info("node_registered", node=address, ledger=self._address)
@@ -162,23 +159,18 @@ class MemoryLedger:
         """
         await anyio.lowlevel.checkpoint()
         check_abi_widths(payload)
-        address = checksum(node.address)
-        if self._direct(address):
-            return self._commit(address, payload, sender=address)
-        nonce = self._s.nonces.get(address, 0)
-        signature = sign_commitment(node, self._chain_id, self._address, payload, nonce)
-        return self._relay(address, payload, nonce, signature)
+        return self._send(node, payload)
 
     async def submit_batch(
         self, node: LocalAccount, payloads: Sequence[CommitmentPayload]
     ) -> list[SubmitReceipt]:
-        """``SapoLedger.commitMany``: ``node``'s commitments in one "block", all or none.
+        """``SapoLedger.commitMany`` (relayed, ``commitManyBySig``): ``node``'s commitments
+        in one "block", all or none.
 
         Raises:
             CommitmentRejected: a rule refused one of them (nothing landed), or the batch
                 holds no commitment or more than ``MAX_BATCH`` (``SapoLedgerBatchLength``).
-            LedgerError: relayed (a batch is sent by the node itself), or a value does not
-                fit the contract's integer widths.
+            LedgerError: a value does not fit the contract's integer widths.
         """
         await anyio.lowlevel.checkpoint()
         address = checksum(node.address)
@@ -186,14 +178,12 @@ class MemoryLedger:
             return [await self.submit(node, payloads[0])]
         if not 1 <= len(payloads) <= MAX_BATCH:
             raise reverted("SapoLedgerBatchLength", length=len(payloads), max=MAX_BATCH)
-        if not self._direct(address):
-            raise LedgerError("a batch of commitments is sent by the node itself, not relayed")
         for payload in payloads:
             check_abi_widths(payload)
         saved = self._s.copy()
         try:
             mined = self._s.mine(self._address, f"commitMany:{address}:{payloads[0].round}")
-            return [self._commit(address, p, sender=address, mined=mined) for p in payloads]
+            return [self._send(node, p, mined) for p in payloads]
         except LedgerError:
             self._s = saved  # the transaction reverted: none of it happened
             raise
@@ -202,9 +192,9 @@ class MemoryLedger:
         self, node: LocalAccount, payloads: Sequence[CommitmentPayload]
     ) -> list[SubmitReceipt | LedgerError]:
         """The longest prefix of ``payloads`` that the rules accept, as one batch
-        (:meth:`submit_batch`), then the error of the first refused; relayed, the first only."""
+        (:meth:`submit_batch`), then the error of the first refused."""
         address = checksum(node.address)
-        payloads = payloads[:MAX_BATCH] if self._direct(address) else payloads[:1]
+        payloads = payloads[:MAX_BATCH]
         saved, good, refused = self._s.copy(), 0, None
         try:  # a dry run finds the first refused and its error (EvmLedger simulates prefixes)
             for payload in payloads:
@@ -335,15 +325,6 @@ class MemoryLedger:
     def _direct(self, node: str) -> bool:
         return self.relayer is None or checksum(self.relayer.address) == node
 
-    def _check_signer(self, node: str, data: TypedData, signature: bytes) -> None:
-        if len(signature) != _SIGNATURE_BYTES:
-            raise reverted("ECDSAInvalidSignatureLength", length=len(signature))
-        signer = recover_signer_or_none(data, signature)
-        if signer is None:
-            raise reverted("ECDSAInvalidSignature")
-        if signer != node:
-            raise reverted("SapoLedgerInvalidSigner", signer=signer, node=node)
-
     def _use_nonce(self, node: str, nonce: int) -> None:
         current = self._s.nonces.get(node, 0)
         if nonce != current:
@@ -359,15 +340,31 @@ class MemoryLedger:
         self._s.nodes.append(node)
         return receipt
 
+    def _send(
+        self, node: LocalAccount, payload: CommitmentPayload, mined: SubmitReceipt | None = None
+    ) -> SubmitReceipt:
+        """``node``'s commitment, sent by the node or relayed with its signature (next nonce)."""
+        address = checksum(node.address)
+        if self._direct(address):
+            return self._commit(address, payload, sender=address, mined=mined)
+        nonce = self._s.nonces.get(address, 0)
+        signature = sign_commitment(node, self._chain_id, self._address, payload, nonce)
+        return self._relay(address, payload, nonce, signature, mined)
+
     def _relay(
-        self, node: str, payload: CommitmentPayload, nonce: int, signature: bytes
+        self,
+        node: str,
+        payload: CommitmentPayload,
+        nonce: int,
+        signature: bytes,
+        mined: SubmitReceipt | None = None,
     ) -> SubmitReceipt:
         if self.relayer is None:
             raise LedgerError("relaying a signed commitment needs a client with a relayer")
         data = commitment_typed_data(self._chain_id, self._address, node, payload, nonce)
-        self._check_signer(node, data, signature)
+        check_signer(node, data, signature)
         self._use_nonce(node, nonce)
-        return self._commit(node, payload, sender=checksum(self.relayer.address))
+        return self._commit(node, payload, sender=checksum(self.relayer.address), mined=mined)
 
     def _commit(
         self, node: str, c: CommitmentPayload, *, sender: str, mined: SubmitReceipt | None = None

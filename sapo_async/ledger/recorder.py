@@ -29,9 +29,10 @@ No waiting on other nodes: the contract credits a producer only for a round that
 committed, and producers land their rounds on their own schedule. A usage entry whose
 producer round is not on chain yet does not hold the commitment back: the contract keeps it
 as a claim of this node's round, and the commitment lands at once. Once nothing of this node
-is pending, the sender settles its open claims (``settleCredit``) whose producer round is on
-chain by now, each exactly once (it reads ``claimOf`` first: 0 means credited with the
-commitment or already settled by anyone). A claim whose producer round has not come after
+is pending (or claims have waited ``settle_defer_s``), the sender settles its open claims
+whose producer round is on chain by now (:class:`~sapo_async.ledger.settlement.ClaimSettler`:
+one read per producer, ``settleCredits`` in batches), each exactly once (the chain refuses a
+settled claim as ``SapoLedgerNothingToSettle``, and it is marked settled). A claim whose producer round has not come after
 ``limits.LEDGER_CLAIM_LAPSE_S`` is no longer polled (``credit_claim_lapsed``); it stays on
 chain, and anyone may still settle it. A producer being slow never costs it credit. The one
 usage ever dropped from a journaled commitment is usage its producer's *own* commitment on

@@ -10,6 +10,15 @@ first, and 0 means nothing is left to settle. The claims ready in a pass go out 
 (``settleCredits``, atomic): at 12 s blocks one transaction per claim, each awaited, took
 minutes per node for a backlog of batched rounds. Does not retry or back off (the sender does),
 and knows nothing of commitments still pending.
+
+A pass reads the chain once per *producer* (its last committed round), not per claim: rounds
+strictly increase, so a claim is ready exactly when its producer's last round reached the
+claimed one (the round is on chain, or was skipped and can never come: then the chain refuses
+the settlement by name and the claim is marked refused). Reading two views per open claim
+made a pass over a busy node's hundreds of claims hold the embedded chain's one lock for tens
+of seconds, and stalled every node's commitments behind it (the README's swarm, 2026-12-02:
+backlogs of 30 rounds, a round 116 s from journal to chain). A claim settled by someone else
+meanwhile is refused as ``SapoLedgerNothingToSettle`` and marked settled.
 """
 
 from __future__ import annotations
@@ -69,10 +78,14 @@ class ClaimSettler:
             return yield_to_commitments and bool(self._journal.pending(self._node))
 
         ready: list[CreditClaim] = []
+        last_rounds: dict[str, int | None] = {}
         for claim in self._journal.open_claims(self._node):
             if yielding():
                 return False
-            if await self._ready(claim):
+            if claim.producer not in last_rounds:
+                stats = await self._ledger.node_stats(claim.producer)
+                last_rounds[claim.producer] = stats.last_round
+            if await self._ready(claim, last_rounds[claim.producer]):
                 ready.append(claim)
             if len(ready) == MAX_BATCH:
                 await self._settle_batch(ready)
@@ -85,14 +98,11 @@ class ClaimSettler:
         self._last_pass = time.monotonic()
         return True
 
-    async def _ready(self, claim: CreditClaim) -> bool:
-        """Whether ``claim`` can be settled now; journals it settled or lapsed if it is over."""
+    async def _ready(self, claim: CreditClaim, last_round: int | None) -> bool:
+        """Whether ``claim`` can be settled now, its producer's last round on chain being
+        ``last_round``; journals it lapsed if its producer round is overdue."""
         key = (claim.node, claim.round, claim.producer, claim.producer_round)
-        if await self._ledger.claim_of(*key) == 0:
-            # Credited with the commitment (its producer round was on chain), or settled since.
-            await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.SETTLED)
-            return False
-        if await self._ledger.commitment_of(claim.producer, claim.producer_round) is None:
+        if last_round is None or last_round < claim.producer_round:
             if time.time() - claim.created_at > limits.LEDGER_CLAIM_LAPSE_S:
                 await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.LAPSED)
                 self._claim_log(claim).info("credit_claim_lapsed")

@@ -12,9 +12,9 @@ import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from sapo_async.errors import CommitmentRejected, LedgerError
+from sapo_async.errors import CommitmentRejected
 from sapo_async.ledger import EvmLedger, Ledger, MemoryLedger, RoundCommitment
-from sapo_async.ledger.types import MAX_BATCH
+from sapo_async.ledger.types import MAX_BATCH, SubmitReceipt
 from tests.fixtures.ledger import LedgerBackend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.evm]
@@ -77,17 +77,47 @@ async def test_a_batch_of_none_or_above_max_batch_is_refused_by_name(
     assert await ledger.rounds_of(node.address) == list(range(MAX_BATCH))
 
 
-async def test_a_relayed_ledger_sends_no_batch(ledger_backend: LedgerBackend):
+async def test_a_relayed_ledger_sends_a_gasless_nodes_backlog_as_one_transaction(
+    ledger_backend: LedgerBackend,
+):
+    ledger = await relayed_ledger(ledger_backend)
+    node, producer = Account.create(), Account.create()  # neither holds any ether
+    shared = await share(ledger, producer, 0, 4)
+    await ledger.register(node)
+    nonce = await ledger.nonce(node.address)
+    rounds = [
+        RoundCommitment(node.address, 0, 0, hashes(1), {producer.address: {0: shared[:2]}}),
+        RoundCommitment(node.address, 1, 1, hashes(1), {producer.address: {7: hashes(2)}}),
+        RoundCommitment(node.address, 2, 2, hashes(1)),
+    ]
+    outcomes = await ledger.submit_many(node, [c.payload() for c in rounds])
+    assert all(isinstance(o, SubmitReceipt) for o in outcomes), outcomes
+    receipts = [o for o in outcomes if isinstance(o, SubmitReceipt)]
+    assert len({(r.tx_hash, r.block_number) for r in receipts}) == 1  # one transaction
+    assert [r.claimed for r in receipts] == [(), ((producer.address, 7),), ()]
+    assert await ledger.rounds_of(node.address) == [0, 1, 2]
+    assert await ledger.nonce(node.address) == nonce + 3  # one signature per round
+    assert await ledger.credited_by(node.address, producer.address, 0) == 2
+
+
+async def test_a_relayed_batch_lands_the_rounds_before_the_first_refused(
+    ledger_backend: LedgerBackend,
+):
     ledger = await relayed_ledger(ledger_backend)
     node = Account.create()
     await ledger.register(node)
-    rounds = [RoundCommitment(node.address, r, r, hashes(1)).payload() for r in (0, 1)]
-    with pytest.raises(LedgerError) as info:
-        await ledger.submit_batch(node, rounds)
-    assert not isinstance(info.value, CommitmentRejected)  # a refusal of this client
-    outcomes = await ledger.submit_many(node, rounds)  # the first only, relayed
-    assert len(outcomes) == 1
-    assert await ledger.rounds_of(node.address) == [0]
+    await ledger.submit(node, RoundCommitment(node.address, 5, 5, hashes(1)).payload())
+    rounds = [RoundCommitment(node.address, r, r, hashes(1)).payload() for r in (6, 7, 3, 8)]
+    outcomes = await ledger.submit_many(node, rounds)
+    assert [type(o).__name__ for o in outcomes] == [
+        "SubmitReceipt",
+        "SubmitReceipt",
+        "CommitmentRejected",
+    ]
+    last = outcomes[-1]
+    assert isinstance(last, CommitmentRejected)
+    assert last.reason == "SapoLedgerRoundNotIncreasing"
+    assert await ledger.rounds_of(node.address) == [5, 6, 7]
 
 
 async def test_claims_settle_together_or_not_at_all(ledger_backend: LedgerBackend):
