@@ -9,6 +9,9 @@ median / min / max over several rounds of a fresh registered node of:
   committed (the credit rules read the producer's round and store one counter per entry, so
   the cost scales with usage entries, never with rollouts);
 - NaiveLedger.record, which stores every rollout hash in its own slot (the baseline);
+- commitMany of 1, 8 and 32 rounds (8 rollouts each; plain, and crediting 4 producers), and
+  a relayer's commitManyBySig of as many plain rounds of a gasless node,
+  per round: what a node's backlog costs sent as one transaction (issue 24);
 and writes bench/results/ledger.json. Gas is deterministic, so --quick only measures fewer
 rounds per size. Calldata bytes are reported beside gas.
 """
@@ -125,7 +128,102 @@ async def measure(url: str, rounds: int) -> dict:
         row["naive_calldata_bytes"] = 4 + 32 * 3 + 32 * n
         out[str(n)] = row
         print(f"{n:4d} rollouts: SapoLedger {sapo:>9,} gas   naive {naive_median:>11,} gas")
+    batches = {**await measure_batches(direct), **await measure_relayed_batches(relayed)}
+    return out, {**batches, **await measure_settles(direct)}
+
+
+BATCHES = (1, 8, 32)
+
+
+async def measure_batches(ledger: EvmLedger) -> dict[str, dict[str, int]]:
+    """Gas per round of ``k`` rounds sent as ``k`` separate ``commit`` transactions and as one
+    ``commitMany`` (8 rollouts a round): plain, and crediting 4 producers 2 rollouts each of
+    producer rounds on chain (a fresh one per round, as the crediting series above). Each
+    node first commits 4 rounds alone (crediting each producer once), so neither series pays
+    a first write of the node's totals or a producer's credit."""
+    chain = ledger.chain
+    producers = [Account.create() for _ in range(4)]
+    first, needed = 5000, 4 + 2 * sum(BATCHES)
+    for p in producers:
+        await fund(chain, p.address)
+        await ledger.register(p)
+        for start in range(first, first + needed, 32):
+            own = [RoundCommitment(p.address, r, r, hashes(8)) for r in range(start, start + 32)]
+            await ledger.submit_batch(p, [c.payload() for c in own])
+    out: dict[str, dict[str, int]] = {}
+    for credit in (False, True):
+        kind = "crediting_4_producers" if credit else "plain"
+        node = Account.create()
+        await fund(chain, node.address)
+        await ledger.register(node)
+        made = iter(
+            RoundCommitment(
+                node.address,
+                r,
+                r,
+                hashes(8),
+                {p.address: {first + r: hashes(2)} for p in producers} if credit else {},
+            ).payload()
+            for r in range(needed)
+        )
+        for _ in range(4):  # warm-up
+            await ledger.submit(node, next(made))
+        for k in BATCHES:
+            separate = [(await ledger.submit(node, next(made))).gas_used for _ in range(k)]
+            receipts = await ledger.submit_batch(node, [next(made) for _ in range(k)])
+            row = {
+                "separate_gas_per_round": sum(separate) // k,
+                "batch_gas_per_round": receipts[0].gas_used,  # the transaction's, shared evenly
+            }
+            out[f"{kind}_{k}"] = row
+            print(f"{kind}, {k:2d} rounds: {row}")
     return out
+
+
+async def measure_relayed_batches(relayed: EvmLedger) -> dict[str, dict[str, int]]:
+    """Gas per round of ``k`` plain rounds of a gasless node relayed as ``k`` ``commitBySig``
+    transactions and as one ``commitManyBySig`` (one signature per round), after 4 alone."""
+    node = Account.create()  # holds no ether: the relayer pays
+    await relayed.register(node)
+    made = iter(RoundCommitment(node.address, r, r, hashes(8)).payload() for r in range(100))
+    for _ in range(4):  # warm-up
+        await relayed.submit(node, next(made))
+    out: dict[str, dict[str, int]] = {}
+    for k in BATCHES:
+        separate = [(await relayed.submit(node, next(made))).gas_used for _ in range(k)]
+        receipts = await relayed.submit_batch(node, [next(made) for _ in range(k)])
+        row = {
+            "separate_gas_per_round": sum(separate) // k,
+            "batch_gas_per_round": receipts[0].gas_used,
+        }
+        out[f"relayed_plain_{k}"] = row
+        print(f"relayed, {k:2d} rounds: {row}")
+    return out
+
+
+async def measure_settles(ledger: EvmLedger, k: int = 8) -> dict[str, dict[str, int]]:
+    """Gas per claim of ``k`` claims settled as ``k`` ``settleCredit`` transactions and as one
+    ``settleCredits``: a node's rounds each claim 2 rollouts of a producer round committed
+    only afterwards (one per round, so every claim credits a fresh counter)."""
+    chain = ledger.chain
+    node, producer = Account.create(), Account.create()
+    for account in (node, producer):
+        await fund(chain, account.address)
+        await ledger.register(account)
+    later = 9000
+    rounds = [
+        RoundCommitment(node.address, r, r, hashes(8), {producer.address: {later + r: hashes(2)}})
+        for r in range(2 * k)
+    ]
+    await ledger.submit_batch(node, [c.payload() for c in rounds])
+    own = [RoundCommitment(producer.address, later + r, r, hashes(8)) for r in range(2 * k)]
+    await ledger.submit_batch(producer, [c.payload() for c in own])
+    claims = [(node.address, r, producer.address, later + r) for r in range(2 * k)]
+    separate = [(await ledger.settle_credit(node, *c)).gas_used for c in claims[:k]]
+    batched = await ledger.settle_credits(node, claims[k:])
+    row = {"separate_gas_per_claim": sum(separate) // k, "batch_gas_per_claim": batched[0].gas_used}
+    print(f"settling {k} claims: {row}")
+    return {f"settle_{k}_claims": row}
 
 
 def _summary(gas: list[int]) -> dict[str, int]:
@@ -146,7 +244,7 @@ def main() -> None:
     rounds = 2 if args.quick else 8
     anvil_bin = find_anvil(ROOT)
     with tempfile.TemporaryDirectory() as tmp, AnvilProcess(Path(tmp), binary=anvil_bin) as anvil:
-        gas = anyio.run(measure, anvil.url, rounds)
+        gas, batches = anyio.run(measure, anvil.url, rounds)
     result = {
         "benchmark": "ledger",
         "what": "gas per round commitment on anvil; SapoLedger stores roots and counts only, "
@@ -162,6 +260,7 @@ def main() -> None:
         "rounds_per_size": rounds,
         "python": platform.python_version(),
         "gas_by_rollouts_per_round": gas,
+        "commit_many_by_batch_size": batches,
     }
     out = args.out or results_path("ledger", quick=args.quick)
     out.parent.mkdir(parents=True, exist_ok=True)

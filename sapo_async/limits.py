@@ -222,16 +222,25 @@ LEDGER_SETTLE_INTERVAL_S = 1.0
 a producer lands its round seconds after sharing it (one block on an L2, 12 s on Ethereum),
 and each look costs two view calls per claim, so once a second is prompt and cheap."""
 
+LEDGER_SETTLE_MAX_DEFER_S = 60.0
+"""Longest a recorder defers settling its open claims for pending commitments of its own:
+commitments go first, but at a 12 s block time a fast node always has a batch in flight, and
+its claims waited for the node to stop (the 4-node chaos run settled 11 of its claims while
+running). Past this, one settle pass runs between two commitment batches (one block)."""
+
 LEDGER_CLAIM_LAPSE_S = 3600.0
 """An open claim whose producer round is still not on chain after an hour stops being polled:
 its producer died between sharing and committing, or is offline for long. The claim stays on
 chain, so anyone (the producer itself, once back) can still settle it; nothing is withdrawn."""
 
-LEDGER_MAX_PENDING = 8
+LEDGER_MAX_PENDING = 64
 """Default bound of a node's pending commitments (``[ledger] max_pending``) before its rounds
-pause until they land: with no commitment waiting on another node's, an honest backlog is one
-or two rounds, so 8 means the chain is unreachable or slower than the rounds, and pausing
-keeps the journal and the credit a node owes its peers from growing without bound."""
+pause until they land. A backlog is at least rounds per second times the wait for a block
+(Little's law): at 12 s blocks a tiny-model node (~2 rounds/s) holds one batch in flight and
+fills the next meanwhile, ~25 each, so 64 (one full batch, ``LEDGER_BATCH_DEPTH``) lets it
+keep its pace; a real model's round (~17 s) never comes near it. Above it the chain is
+unreachable or slower than the rounds, and pausing keeps the journal and the credit a node
+owes its peers from growing without bound (nothing is dropped: the journal is on disk)."""
 
 LEDGER_BACKLOG_CHECK_S = 5.0
 """How long a paused node waits for its backlog to shrink before logging again that it is
@@ -255,16 +264,26 @@ LEDGER_EMBEDDED_TX_GAS = 5_000_000
 """Gas limit of embedded-chain transactions (skips py-evm's slow estimate); a commitment that
 credits the maximum 64 producers uses ~1.3M, and unused gas is refunded."""
 
+LEDGER_EMBEDDED_BLOCK_GAS = 25_000_000
+"""Most gas an embedded-chain transaction asks for: eth-tester's blocks hold ~30M, and a
+transaction above the block's limit is refused outright (a batch of commitments asks
+``LEDGER_EMBEDDED_TX_GAS`` per commitment up to this)."""
+
 LEDGER_GAS_HEADROOM_PER_USAGE = 25_000
 """Gas added to a commitment's estimate per usage entry. An entry estimated as a claim (its
 producer round not on chain yet, ~37.6k) costs ~44k as a credit when that round lands first in
 the same block, more when it writes a fresh counter; without headroom the transaction runs out
 of gas and reverts without a reason (at 12 s blocks, a common race). Unused gas is not paid."""
 
-LEDGER_PIPELINE_DEPTH = 16
-"""Commitments of one node in flight at once (consecutive nonces, receipts awaited together):
-at 12 s blocks a node finishing a round every few seconds journals 3-6 rounds per block, so 16
-lands two blocks' worth in one; at 64 usage entries each (~3M gas) they still fit one block."""
+LEDGER_BATCH_DEPTH = 64
+"""Most pending commitments of one node sent as one ``commitMany`` transaction (all land or
+none): the contract's ``MAX_BATCH``. At 12 s blocks a tiny-model node journals ~25 rounds per
+block, so one batch lands a block's worth and more; ``LEDGER_BATCH_MAX_USAGE`` bounds its gas."""
+
+LEDGER_BATCH_MAX_USAGE = 128
+"""Most usage entries one batch carries (it always carries at least one commitment): with
+their headroom ~69k gas each, plus ~100k per round, a full batch asks at most ~15M gas, so
+two nodes' full batches fit a 30M-gas block (anvil's, Ethereum's order of size)."""
 
 
 # --- volunteer node -----------------------------------------------------------------

@@ -5,6 +5,8 @@ import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
 import {MerkleProof} from "@openzeppelin/contracts/utils/cryptography/MerkleProof.sol";
 import {Nonces} from "@openzeppelin/contracts/utils/Nonces.sol";
+import {ISapoLedgerErrors} from "./ISapoLedgerErrors.sol";
+import {ISapoLedgerEvents} from "./ISapoLedgerEvents.sol";
 
 /**
  * @title SapoLedger
@@ -34,6 +36,8 @@ import {Nonces} from "@openzeppelin/contracts/utils/Nonces.sol";
  *   (the chain cannot count a Merkle tree's leaves from its root; this is the check it can make).
  *   What the rules cannot see (credit redirected to another producer that committed a round, a
  *   clique crediting its members' real or padded roots) is left to the audit's contribution score.
+ * - A node may send a backlog of rounds as one `commitMany` transaction (a relayer, as one `commitManyBySig`
+ *   carrying one signature per round): all land, in order, or none does.
  * - A commitment (or registration) is sent by the node itself or by any relayer carrying the
  *   node's EIP-712 signature; the signed struct includes a per-node nonce and the domain binds
  *   chain id and contract address, so a signature cannot be replayed.
@@ -41,7 +45,7 @@ import {Nonces} from "@openzeppelin/contracts/utils/Nonces.sol";
  *   and internal nodes use OpenZeppelin's sorted-pair hashing, so a 64-byte internal node can never
  *   pass as a leaf.
  */
-contract SapoLedger is EIP712, Nonces {
+contract SapoLedger is EIP712, Nonces, ISapoLedgerErrors, ISapoLedgerEvents {
     /// @notice What a node submits for one round.
     struct CommitmentInput {
         uint64 round;
@@ -53,6 +57,14 @@ contract SapoLedger is EIP712, Nonces {
         address[] producers;
         uint64[] producerRounds;
         uint32[] counts;
+    }
+
+    /// @notice A claim: `consumer`'s round `round` used rollouts of `producer`'s round `producerRound`.
+    struct ClaimKey {
+        address consumer;
+        uint64 round;
+        address producer;
+        uint64 producerRound;
     }
 
     /// @notice What the ledger keeps for one (node, round); `committedAt == 0` means "none".
@@ -87,6 +99,10 @@ contract SapoLedger is EIP712, Nonces {
     /// round): 2**32 rounds leave 2**32 steps before 2**64-1, more than any node can ever commit.
     uint64 public constant MAX_ROUND_STEP = 2 ** 32;
 
+    /// @notice Most commitments one `commitMany` (or claims one `settleCredits`) may carry; bounds its gas (64 rounds crediting 64 producers
+    /// each would not fit a block; a node's backlog batch is at most sapo_async.limits.LEDGER_BATCH_DEPTH).
+    uint256 public constant MAX_BATCH = 64;
+
     /// @notice EIP-712 type of a relayed commitment.
     bytes32 public constant COMMITMENT_TYPEHASH = keccak256(
         "Commitment(address node,uint64 round,uint64 policyVersion,bytes32 rolloutRoot,uint32 rolloutCount,"
@@ -106,67 +122,6 @@ contract SapoLedger is EIP712, Nonces {
     mapping(address node => uint64[]) private _rounds;
     mapping(address consumer => mapping(address producer => mapping(uint64 round => uint32))) private _credited;
     mapping(bytes32 claimKey => uint32) private _claims;
-
-    /// @notice A node registered (or was registered by a relayer) with its metadata.
-    event NodeRegistered(address indexed node, string metadata);
-
-    /// @notice A node's commitment for `round` was recorded.
-    event CommitmentRecorded(
-        address indexed node,
-        uint64 indexed round,
-        uint64 policyVersion,
-        bytes32 rolloutRoot,
-        uint32 rolloutCount,
-        bytes32 externalRoot,
-        uint32 externalCount,
-        address relayer
-    );
-
-    /// @notice `consumer` trained, in its round `round`, on `count` rollouts `producer` committed
-    /// in its round `producerRound`.
-    event UsageCredited(
-        address indexed producer, address indexed consumer, uint64 indexed round, uint64 producerRound, uint32 count
-    );
-
-    /// @notice `consumer`, in its round `round`, reported training on `count` rollouts of `producer`'s round
-    /// `producerRound`, which is not on chain yet: credit waits for `settleCredit`.
-    event UsageClaimed(
-        address indexed producer, address indexed consumer, uint64 indexed round, uint64 producerRound, uint32 count
-    );
-
-    /// @notice `node` is not registered.
-    error SapoLedgerNotRegistered(address node);
-    /// @notice `node` is already registered.
-    error SapoLedgerAlreadyRegistered(address node);
-    /// @notice `round` is not above `lastRound`, the node's last committed round.
-    error SapoLedgerRoundNotIncreasing(address node, uint64 round, uint64 lastRound);
-    /// @notice The signature was made by `signer`, not by `node`.
-    error SapoLedgerInvalidSigner(address signer, address node);
-    /// @notice A root is zero while its count is not, or the other way round.
-    error SapoLedgerRootCountMismatch(bytes32 root, uint32 count);
-    /// @notice `round` is more than `MAX_ROUND_STEP` above the node's last round (`maxRound` is the highest allowed).
-    error SapoLedgerRoundTooFar(address node, uint64 round, uint64 maxRound);
-    /// @notice A rollout or external count above `MAX_ROLLOUTS_PER_ROUND`.
-    error SapoLedgerCountTooLarge(uint32 count, uint32 max);
-    /// @notice `producers`, `producerRounds` and `counts` differ in length.
-    error SapoLedgerUsageLengthMismatch(uint256 producers, uint256 producerRounds, uint256 counts);
-    /// @notice More producers than `MAX_PRODUCERS`.
-    error SapoLedgerTooManyProducers(uint256 producers, uint256 max);
-    /// @notice Entries must be strictly ascending by (producer, producer round): sorted, no duplicates, none zero.
-    error SapoLedgerProducersNotSorted(address previous, address producer);
-    /// @notice A node cannot credit itself.
-    error SapoLedgerSelfUsage(address node);
-    /// @notice A usage entry of zero rollouts.
-    error SapoLedgerZeroUsage(address producer);
-    /// @notice The per-producer counts do not add up to `externalCount`.
-    error SapoLedgerUsageSumMismatch(uint256 sum, uint32 externalCount);
-    /// @notice `producer` has no commitment with rollouts for `producerRound`: there is nothing to credit.
-    error SapoLedgerProducerRoundNotCommitted(address producer, uint64 producerRound);
-    /// @notice Crediting would bring this consumer's credit for (`producer`, `producerRound`) to `credited`,
-    /// above the `shared` rollouts the producer committed for that round.
-    error SapoLedgerCreditExceedsShared(address producer, uint64 producerRound, uint256 credited, uint32 shared);
-    /// @notice `consumer`'s round `round` holds no unsettled claim on (`producer`, `producerRound`).
-    error SapoLedgerNothingToSettle(address consumer, uint64 round, address producer, uint64 producerRound);
 
     /**
      * @param swarm_ Identifier of the swarm this ledger serves (for example keccak256 of its name).
@@ -203,6 +158,18 @@ contract SapoLedger is EIP712, Nonces {
     }
 
     /**
+     * @notice Records `msg.sender`'s commitments `cs` in order, atomically: each under every rule of `commit`
+     * (the later ones seeing the earlier ones' rounds and credit), and one refused reverts them all, so no
+     * round of a batch can land while an earlier one of it is refused.
+     */
+    function commitMany(CommitmentInput[] calldata cs) external {
+        if (cs.length == 0 || cs.length > MAX_BATCH) revert SapoLedgerBatchLength(cs.length, MAX_BATCH);
+        for (uint256 i = 0; i < cs.length; ++i) {
+            _commit(msg.sender, cs[i]);
+        }
+    }
+
+    /**
      * @notice Records `node`'s commitment, sent by any relayer with the node's EIP-712 signature.
      * @param nonce Must equal `nonces(node)`; consumed.
      */
@@ -215,16 +182,36 @@ contract SapoLedger is EIP712, Nonces {
     }
 
     /**
+     * @notice `commitBySig` of each of `cs` in order, atomically (as `commitMany`): `signatures[i]` is `node`'s
+     * signature of `cs[i]` with nonce `nonce + i`, so a relayer lands a gasless node's backlog in one transaction.
+     */
+    function commitManyBySig(address node, CommitmentInput[] calldata cs, uint256 nonce, bytes[] calldata signatures)
+        external
+    {
+        if (cs.length == 0 || cs.length > MAX_BATCH) revert SapoLedgerBatchLength(cs.length, MAX_BATCH);
+        if (signatures.length != cs.length) revert SapoLedgerSignatureCount(signatures.length, cs.length);
+        for (uint256 i = 0; i < cs.length; ++i) {
+            _checkSigner(node, commitmentDigest(node, cs[i], nonce + i), signatures[i]);
+            _useCheckedNonce(node, nonce + i);
+            _commit(node, cs[i]);
+        }
+    }
+
+    /**
      * @notice Credits `consumer`'s claim, made in its round `round`, on `producer`'s round `producerRound`,
      * now that the producer committed that round. Anyone may call it (the consumer, the producer, an auditor);
      * it applies the credit rules a commitment would have applied, emits `UsageCredited` and clears the claim.
      */
     function settleCredit(address consumer, uint64 round, address producer, uint64 producerRound) external {
-        bytes32 key = _claimKey(consumer, round, producer, producerRound);
-        uint32 count = _claims[key];
-        if (count == 0) revert SapoLedgerNothingToSettle(consumer, round, producer, producerRound);
-        delete _claims[key];
-        _creditNow(consumer, round, producer, producerRound, count);
+        _settle(ClaimKey(consumer, round, producer, producerRound));
+    }
+
+    /// @notice `settleCredit` of each claim in order, atomically (one refused reverts them all), 1 to `MAX_BATCH`.
+    function settleCredits(ClaimKey[] calldata claims) external {
+        if (claims.length == 0 || claims.length > MAX_BATCH) revert SapoLedgerBatchLength(claims.length, MAX_BATCH);
+        for (uint256 i = 0; i < claims.length; ++i) {
+            _settle(claims[i]);
+        }
     }
 
     // ------------------------------------------------------------------ views
@@ -428,6 +415,14 @@ contract SapoLedger is EIP712, Nonces {
             return;
         }
         _creditNow(consumer, round, producer, producerRound, count);
+    }
+
+    function _settle(ClaimKey memory k) private {
+        bytes32 key = _claimKey(k.consumer, k.round, k.producer, k.producerRound);
+        uint32 count = _claims[key];
+        if (count == 0) revert SapoLedgerNothingToSettle(k.consumer, k.round, k.producer, k.producerRound);
+        delete _claims[key];
+        _creditNow(k.consumer, k.round, k.producer, k.producerRound, count);
     }
 
     /// @dev The credit rules: the producer round holds rollouts and this consumer's credit stays within them.

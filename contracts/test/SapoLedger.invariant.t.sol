@@ -136,6 +136,45 @@ contract LedgerHandler is LedgerTestBase {
         } catch {}
     }
 
+    /// `nodes[who]` sends up to three rounds as one `commitMany`, in steps of 0 to 2 (0: a repeat inside the
+    /// batch): all land or none; what lands is checked against the ghost rounds one by one.
+    function commitBatch(uint256 who, uint64 first, uint8 step, uint8 n) external {
+        address node = nodes[who % 3];
+        SapoLedger.CommitmentInput[] memory cs = new SapoLedger.CommitmentInput[](1 + (n % 3));
+        uint64 round = _small(first);
+        for (uint256 i = 0; i < cs.length; ++i) {
+            cs[i] = _input(round, keccak256(abi.encode(node, round, i)), 1);
+            round += uint64(step % 3);
+        }
+        vm.prank(node);
+        try ledger.commitMany(cs) {
+            for (uint256 i = 0; i < cs.length; ++i) {
+                uint64[] storage rounds = _ghostRounds[node];
+                if (rounds.length != 0 && cs[i].round <= rounds[rounds.length - 1]) backFillLanded += 1;
+                rounds.push(cs[i].round);
+                landed.push(Landed(node, cs[i].round, cs[i].rolloutRoot));
+            }
+        } catch {}
+    }
+
+    /// Anyone settles up to three claims made earlier as one `settleCredits`: all or none, each only once.
+    function settleBatch(uint256 which, uint8 n) external {
+        if (_claims.length == 0) return;
+        SapoLedger.ClaimKey[] memory keys = new SapoLedger.ClaimKey[](1 + (n % 3));
+        uint32[] memory counts = new uint32[](keys.length);
+        for (uint256 i = 0; i < keys.length; ++i) {
+            Claim memory k = _claims[(which % _claims.length + i) % _claims.length];
+            keys[i] = SapoLedger.ClaimKey(k.consumer, k.round, k.producer, k.producerRound);
+            counts[i] = ledger.claimOf(k.consumer, k.round, k.producer, k.producerRound);
+        }
+        try ledger.settleCredits(keys) {
+            for (uint256 i = 0; i < keys.length; ++i) {
+                credits.push(Credit(keys[i].consumer, keys[i].producer, keys[i].producerRound));
+                ghostCredit[keys[i].producer] += counts[i];
+            }
+        } catch {}
+    }
+
     /// A node commits the highest round it can name, trying to lock itself out.
     function commitFar(uint256 who, uint64 round) external {
         _attempt(nodes[who % 3], _input(round, keccak256("far"), 1), false);

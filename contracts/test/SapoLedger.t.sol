@@ -2,6 +2,7 @@
 pragma solidity ^0.8.24;
 
 import {SapoLedger} from "../src/SapoLedger.sol";
+import {ISapoLedgerErrors} from "../src/ISapoLedgerErrors.sol";
 import {Nonces} from "@openzeppelin/contracts/utils/Nonces.sol";
 import {LedgerTestBase} from "./LedgerTestBase.sol";
 
@@ -50,7 +51,7 @@ contract SapoLedgerTest is LedgerTestBase {
     }
 
     function test_RevertIf_RegisterTwice() public {
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerAlreadyRegistered.selector, alice));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerAlreadyRegistered.selector, alice));
         vm.prank(alice);
         ledger.register("again");
     }
@@ -102,7 +103,7 @@ contract SapoLedgerTest is LedgerTestBase {
     }
 
     function test_RevertIf_CommitNotRegistered() public {
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerNotRegistered.selector, carol));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerNotRegistered.selector, carol));
         vm.prank(carol);
         ledger.commit(_input(1, keccak256("x"), 1));
     }
@@ -110,7 +111,7 @@ contract SapoLedgerTest is LedgerTestBase {
     function test_RevertIf_RoundRepeated() public {
         vm.startPrank(alice);
         ledger.commit(_input(2, keccak256("a"), 1));
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerRoundNotIncreasing.selector, alice, 2, 2));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerRoundNotIncreasing.selector, alice, 2, 2));
         ledger.commit(_input(2, keccak256("b"), 1));
         vm.stopPrank();
         assertEq(ledger.commitmentOf(alice, 2).rolloutRoot, keccak256("a"), "not overwritten");
@@ -119,13 +120,13 @@ contract SapoLedgerTest is LedgerTestBase {
     function test_RevertIf_RoundBackFilled() public {
         vm.startPrank(alice);
         ledger.commit(_input(7, keccak256("a"), 1));
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerRoundNotIncreasing.selector, alice, 6, 7));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerRoundNotIncreasing.selector, alice, 6, 7));
         ledger.commit(_input(6, keccak256("b"), 1));
         vm.stopPrank();
     }
 
     function test_RevertIf_RootAndCountDisagree() public {
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerRootCountMismatch.selector, bytes32(0), 3));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerRootCountMismatch.selector, bytes32(0), 3));
         vm.prank(alice);
         ledger.commit(_input(1, bytes32(0), 3));
     }
@@ -169,7 +170,7 @@ contract SapoLedgerTest is LedgerTestBase {
         assertEq(ledger.creditReceived(bob), 5, "both rounds credited");
         assertEq(ledger.creditedBy(alice, bob, 2), 3, "per round");
         rounds[1] = 1; // the same (producer, round) twice
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerProducersNotSorted.selector, bob, bob));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerProducersNotSorted.selector, bob, bob));
         vm.prank(alice);
         ledger.commit(_withUsage(_input(2, bytes32(0), 0), producers, rounds, counts));
     }
@@ -177,7 +178,7 @@ contract SapoLedgerTest is LedgerTestBase {
     function test_RevertIf_CreditedProducerRoundHasNoRollouts() public {
         vm.prank(bob);
         ledger.commit(_input(1, bytes32(0), 0)); // an empty round is committed but shared nothing
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerProducerRoundNotCommitted.selector, bob, 1));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerProducerRoundNotCommitted.selector, bob, 1));
         vm.prank(alice);
         ledger.commit(_usage1(_input(1, bytes32(0), 0), bob, 1, 1));
     }
@@ -205,7 +206,7 @@ contract SapoLedgerTest is LedgerTestBase {
         uint32[] memory counts = new uint32[](2);
         counts[0] = 1;
         counts[1] = 1;
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerProducersNotSorted.selector, bob, bob));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerProducersNotSorted.selector, bob, bob));
         vm.prank(alice);
         ledger.commit(_withUsage(_input(1, keccak256("a"), 1), producers, counts));
     }
@@ -216,7 +217,7 @@ contract SapoLedgerTest is LedgerTestBase {
         uint32[] memory counts = new uint32[](1);
         counts[0] = 1;
         _share(alice, 0, 1); // alice shared a round: crediting it herself is still refused
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerSelfUsage.selector, alice));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerSelfUsage.selector, alice));
         vm.prank(alice);
         ledger.commit(_withUsage(_input(1, keccak256("a"), 1), producers, counts));
     }
@@ -228,7 +229,7 @@ contract SapoLedgerTest is LedgerTestBase {
         counts[0] = 2;
         SapoLedger.CommitmentInput memory c = _withUsage(_input(1, keccak256("a"), 1), producers, counts);
         c.externalCount = 3;
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerUsageSumMismatch.selector, 2, 3));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerUsageSumMismatch.selector, 2, 3));
         vm.prank(alice);
         ledger.commit(c);
     }
@@ -237,7 +238,7 @@ contract SapoLedgerTest is LedgerTestBase {
         SapoLedger.CommitmentInput memory c = _input(1, keccak256("a"), 1);
         c.producers = new address[](1);
         c.producers[0] = bob;
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerUsageLengthMismatch.selector, 1, 0, 0));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerUsageLengthMismatch.selector, 1, 0, 0));
         vm.prank(alice);
         ledger.commit(c);
     }
@@ -250,7 +251,7 @@ contract SapoLedgerTest is LedgerTestBase {
         c.producers = producers;
         c.producerRounds = new uint64[](1);
         c.counts = counts;
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerZeroUsage.selector, bob));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerZeroUsage.selector, bob));
         vm.prank(alice);
         ledger.commit(c);
     }
@@ -264,7 +265,7 @@ contract SapoLedgerTest is LedgerTestBase {
             producers[i] = address(uint160(0x1000 + i));
             counts[i] = 1;
         }
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerTooManyProducers.selector, n, n - 1));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerTooManyProducers.selector, n, n - 1));
         vm.prank(alice);
         ledger.commit(_withUsage(_input(1, keccak256("a"), 1), producers, counts));
     }
@@ -283,7 +284,7 @@ contract SapoLedgerTest is LedgerTestBase {
     function test_RevertIf_CommitBySigSignedByAnotherKey() public {
         SapoLedger.CommitmentInput memory c = _input(4, keccak256("r"), 16);
         bytes memory sig = _sign(ledger, BOB_PK, alice, c, 0);
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerInvalidSigner.selector, bob, alice));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerInvalidSigner.selector, bob, alice));
         vm.prank(relayer);
         ledger.commitBySig(alice, c, 0, sig);
     }
@@ -373,7 +374,7 @@ contract SapoLedgerTest is LedgerTestBase {
         ledger.commit(_input(first, keccak256("first"), 1));
         if (second <= first) {
             vm.expectRevert(
-                abi.encodeWithSelector(SapoLedger.SapoLedgerRoundNotIncreasing.selector, alice, second, first)
+                abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerRoundNotIncreasing.selector, alice, second, first)
             );
         }
         ledger.commit(_input(second, keccak256("second"), 2));
@@ -387,7 +388,7 @@ contract SapoLedgerTest is LedgerTestBase {
         vm.assume(root != bytes32(0));
         SapoLedger.CommitmentInput memory c = _input(round, root, 1);
         bytes memory sig = _sign(ledger, pk, alice, c, 0);
-        vm.expectRevert(abi.encodeWithSelector(SapoLedger.SapoLedgerInvalidSigner.selector, vm.addr(pk), alice));
+        vm.expectRevert(abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerInvalidSigner.selector, vm.addr(pk), alice));
         vm.prank(relayer);
         ledger.commitBySig(alice, c, 0, sig);
     }
@@ -440,7 +441,7 @@ contract SapoLedgerTest is LedgerTestBase {
         SapoLedger.CommitmentInput memory c = _usage1(_input(1, bytes32(0), 0), bob, 7, first);
         if (first > shared) {
             vm.expectRevert(
-                abi.encodeWithSelector(SapoLedger.SapoLedgerCreditExceedsShared.selector, bob, 7, first, shared)
+                abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerCreditExceedsShared.selector, bob, 7, first, shared)
             );
         }
         vm.prank(alice);
@@ -450,7 +451,7 @@ contract SapoLedgerTest is LedgerTestBase {
         if (credited + second > shared) {
             vm.expectRevert(
                 abi.encodeWithSelector(
-                    SapoLedger.SapoLedgerCreditExceedsShared.selector, bob, 7, credited + second, shared
+                    ISapoLedgerErrors.SapoLedgerCreditExceedsShared.selector, bob, 7, credited + second, shared
                 )
             );
         } else {
@@ -474,7 +475,7 @@ contract SapoLedgerTest is LedgerTestBase {
         assertEq(ledger.creditReceived(bob), 0, "no credit");
         assertEq(ledger.claimOf(alice, 1, bob, creditedRound), 1, "claim kept");
         vm.expectRevert(
-            abi.encodeWithSelector(SapoLedger.SapoLedgerProducerRoundNotCommitted.selector, bob, creditedRound)
+            abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerProducerRoundNotCommitted.selector, bob, creditedRound)
         );
         ledger.settleCredit(alice, 1, bob, creditedRound);
     }
@@ -494,7 +495,7 @@ contract SapoLedgerTest is LedgerTestBase {
         assertEq(ledger.creditedBy(alice, bob, 5), 3, "per round");
         assertEq(ledger.claimOf(alice, 1, bob, 5), 0, "claim cleared");
         vm.expectRevert(
-            abi.encodeWithSelector(SapoLedger.SapoLedgerNothingToSettle.selector, alice, uint64(1), bob, uint64(5))
+            abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerNothingToSettle.selector, alice, uint64(1), bob, uint64(5))
         );
         ledger.settleCredit(alice, 1, bob, 5);
         assertEq(ledger.creditReceived(bob), 3, "settled once");
@@ -507,7 +508,7 @@ contract SapoLedgerTest is LedgerTestBase {
         _share(bob, 2, 4);
         vm.expectRevert(
             abi.encodeWithSelector(
-                SapoLedger.SapoLedgerCreditExceedsShared.selector, bob, uint64(2), uint256(9), uint32(4)
+                ISapoLedgerErrors.SapoLedgerCreditExceedsShared.selector, bob, uint64(2), uint256(9), uint32(4)
             )
         );
         ledger.settleCredit(alice, 1, bob, 2);
@@ -523,7 +524,7 @@ contract SapoLedgerTest is LedgerTestBase {
         ledger.commit(_usage1(_input(2, bytes32(0), 0), bob, 2, 3)); // credited now: 3 of 4
         vm.expectRevert(
             abi.encodeWithSelector(
-                SapoLedger.SapoLedgerCreditExceedsShared.selector, bob, uint64(2), uint256(6), uint32(4)
+                ISapoLedgerErrors.SapoLedgerCreditExceedsShared.selector, bob, uint64(2), uint256(6), uint32(4)
             )
         );
         ledger.settleCredit(alice, 1, bob, 2);
@@ -551,7 +552,7 @@ contract SapoLedgerTest is LedgerTestBase {
         ledger.commit(_input(first, keccak256("first"), 1));
         if (next > first + step) {
             vm.expectRevert(
-                abi.encodeWithSelector(SapoLedger.SapoLedgerRoundTooFar.selector, alice, next, first + step)
+                abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerRoundTooFar.selector, alice, next, first + step)
             );
             ledger.commit(_input(next, keccak256("next"), 1));
             next = first + step;
@@ -567,7 +568,7 @@ contract SapoLedgerTest is LedgerTestBase {
         vm.assume(root != bytes32(0));
         count = uint32(bound(count, uint256(ledger.MAX_ROLLOUTS_PER_ROUND()) + 1, type(uint32).max));
         vm.expectRevert(
-            abi.encodeWithSelector(SapoLedger.SapoLedgerCountTooLarge.selector, count, ledger.MAX_ROLLOUTS_PER_ROUND())
+            abi.encodeWithSelector(ISapoLedgerErrors.SapoLedgerCountTooLarge.selector, count, ledger.MAX_ROLLOUTS_PER_ROUND())
         );
         vm.prank(alice);
         ledger.commit(_input(1, root, count));

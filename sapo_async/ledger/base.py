@@ -51,12 +51,22 @@ class Ledger(Protocol):
         """Send ``node``'s commitment (directly, or relayed with its EIP-712 signature)."""
         ...
 
+    async def submit_batch(
+        self, node: LocalAccount, payloads: Sequence[CommitmentPayload]
+    ) -> list[SubmitReceipt]:
+        """Send ``node``'s commitments (ascending rounds) as one transaction
+        (``commitMany``): all land, in order, in one block, or none does. One receipt per
+        commitment (the transaction's, with that round's claims). Relayed, the node signs
+        each commitment (consecutive nonces) and the relayer sends ``commitManyBySig``."""
+        ...
+
     async def submit_many(
         self, node: LocalAccount, payloads: Sequence[CommitmentPayload]
     ) -> list[SubmitReceipt | LedgerError]:
-        """Send ``node``'s commitments (ascending rounds) without waiting for each receipt
-        before the next; one outcome (receipt or error) per one sent, stopping after the
-        first refused (a later round landing would supersede it)."""
+        """Send ``node``'s commitments (ascending rounds, at most ``MAX_BATCH`` used): the
+        longest prefix the chain accepts as one :meth:`submit_batch`, then the error of the
+        first refused (a later round landing would supersede it), so one bad round never holds
+        back those before it. One outcome per commitment sent, relayed or not."""
         ...
 
     async def settle_credit(
@@ -64,6 +74,13 @@ class Ledger(Protocol):
     ) -> SubmitReceipt:
         """Credit ``consumer``'s claim (made in its ``round_``) on ``producer``'s round
         ``producer_round``, now on chain; anyone may send it."""
+        ...
+
+    async def settle_credits(
+        self, sender: LocalAccount, claims: Sequence[tuple[str, int, str, int]]
+    ) -> list[SubmitReceipt]:
+        """:meth:`settle_credit` of each (consumer, round, producer, producer round) in one
+        transaction (``settleCredits``, 1 to ``MAX_BATCH``), all or none."""
         ...
 
     async def claim_of(self, consumer: str, round_: int, producer: str, producer_round: int) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -77,59 +77,49 @@ class Chain:
             self._chain_id = int(self.w3.eth.chain_id)
         return self._chain_id
 
-    def send_sync(self, account: LocalAccount, call: Any, headroom: int = 0) -> SubmitReceipt:
+    def send_sync(
+        self, account: LocalAccount, call: Any, headroom: int = 0, *, weight: int = 1
+    ) -> SubmitReceipt:
         """Build, sign locally, send and wait for a contract call. Caller holds the lock.
 
+        The call is simulated (its gas estimated) against the *pending* block, which holds
+        every transaction already waiting (this account's and others'). Its gas limit is the
+        estimate plus ``headroom``: a commitment estimated while a producer round it credits
+        was missing (a claim) costs more once that round lands ahead of it in the same block
+        (a credit), and without headroom runs out of gas, reverting without a reason.
+
         Args:
-            headroom: gas added to the estimate (see :meth:`send_many_sync`).
+            headroom: gas added to the estimate.
+            weight: commitments the call carries (the embedded chain, which skips the
+                estimate, gives each ``LEDGER_EMBEDDED_TX_GAS``, up to its block's limit).
 
         Raises:
-            CommitmentRejected: the call reverts (at gas estimation or once mined).
+            CommitmentRejected: the call reverts: refused by its simulation (``tx_hash``
+                None, ``reason`` the contract's error), or mined and reverted (``tx_hash``
+                set, no reason: the state moved between the simulation and the block).
+            LedgerUnavailable: the chain is unreachable, or the receipt not seen in time.
         """
-        (outcome,) = self.send_many_sync(account, [(call, headroom)])
-        if isinstance(outcome, LedgerError):
-            raise outcome
-        return outcome
+        with translate_errors():
+            nonce = self.w3.eth.get_transaction_count(account.address, "pending")
+            tx_hash = self._send_raw(account, call, nonce, headroom, weight)
+            return self._receipt(tx_hash)
 
-    def send_many_sync(
-        self, account: LocalAccount, calls: Sequence[tuple[Any, int]]
-    ) -> list[SubmitReceipt | LedgerError]:
-        """Send ``calls`` from ``account`` with consecutive nonces, without waiting for a
-        receipt between them, then wait for every receipt. Caller holds the lock.
+    def simulate_sync(self, account: LocalAccount, call: Any) -> None:
+        """Run ``call`` from ``account`` against the pending block without sending it.
+        Caller holds the lock.
 
-        Each call is simulated (its gas estimated) against the *pending* block, which holds
-        the calls sent before it, so the second of two rounds is not refused for the first
-        one's round. Its gas limit is the estimate plus its ``headroom``: a commitment
-        estimated while a producer round it credits was missing (a claim) costs more once
-        that round lands ahead of it in the same block (a credit), and without headroom runs
-        out of gas, reverting without a reason.
-
-        Returns:
-            one outcome per call sent, in order: its receipt, or the error of that call
-            (``CommitmentRejected`` for a revert, ``LedgerUnavailable`` for a receipt not
-            seen in time). Sending stops at the first call refused or not sent, whose error
-            is then the last outcome: one sent after it would supersede it on chain.
+        Raises:
+            CommitmentRejected: it would revert (``reason`` names the contract's error).
         """
-        outcomes: list[SubmitReceipt | LedgerError] = []
-        sent: list[HexBytes] = []
-        try:
-            with translate_errors():
-                nonce = self.w3.eth.get_transaction_count(account.address, "pending")
-                for i, (call, headroom) in enumerate(calls):
-                    sent.append(self._send_raw(account, call, nonce + i, headroom))
-        except LedgerError as exc:
-            refused: LedgerError | None = exc
-        else:
-            refused = None
-        for tx_hash in sent:
-            try:
-                with translate_errors():
-                    outcomes.append(self._receipt(tx_hash))
-            except LedgerError as exc:
-                return [*outcomes, exc]  # later receipts are read by the next pass
-        return outcomes if refused is None else [*outcomes, refused]
+        with translate_errors():
+            if self.kind == "embedded":
+                call.call({"from": account.address})
+            else:
+                call.estimate_gas({"from": account.address}, block_identifier="pending")
 
-    def _send_raw(self, account: LocalAccount, call: Any, nonce: int, headroom: int) -> HexBytes:
+    def _send_raw(
+        self, account: LocalAccount, call: Any, nonce: int, headroom: int, weight: int
+    ) -> HexBytes:
         params: dict[str, Any] = {
             "from": account.address,
             "nonce": nonce,
@@ -142,7 +132,9 @@ class Chain:
             # so it costs nothing). A deployment is estimated by web3 as it builds it.
             if hasattr(call, "call"):
                 call.call({"from": account.address})
-                params["gas"] = limits.LEDGER_EMBEDDED_TX_GAS
+                params["gas"] = min(
+                    limits.LEDGER_EMBEDDED_TX_GAS * weight, limits.LEDGER_EMBEDDED_BLOCK_GAS
+                )
         else:
             estimate = call.estimate_gas({"from": account.address}, block_identifier="pending")
             params["gas"] = int(estimate) + headroom
@@ -154,6 +146,7 @@ class Chain:
         receipt = self.w3.eth.wait_for_transaction_receipt(
             tx_hash, timeout=limits.LEDGER_TX_TIMEOUT_S, poll_latency=0.05
         )
+        claims = _claims_in(receipt)
         if receipt["status"] != 1:
             raise CommitmentRejected(
                 f"transaction {tx_hash.hex()} reverted", tx_hash="0x" + tx_hash.hex()
@@ -163,23 +156,26 @@ class Chain:
             block_number=int(receipt["blockNumber"]),
             gas_used=int(receipt["gasUsed"]),
             contract_address=receipt.get("contractAddress") or None,
-            claimed=_claims_in(receipt),
+            claimed=tuple((producer, r) for _, producer, r in claims),
+            claim_rounds=tuple(round_ for round_, _, _ in claims),
         )
 
 
 _USAGE_CLAIMED = keccak256(b"UsageClaimed(address,address,uint64,uint64,uint32)")
 
 
-def _claims_in(receipt: Any) -> tuple[tuple[str, int], ...]:
-    """(producer, producer round) of each ``UsageClaimed`` log of ``receipt``: topic 1 is the
-    producer, the data's first word the producer round (the event's ABI)."""
+def _claims_in(receipt: Any) -> list[tuple[int, str, int]]:
+    """(consumer round, producer, producer round) of each ``UsageClaimed`` log of
+    ``receipt``: topic 1 is the producer, topic 3 the consumer's round, the data's first word
+    the producer round (the event's ABI)."""
     found = []
     for log in receipt.get("logs") or ():
         topics = [bytes(t) for t in log["topics"]]
         if topics and topics[0] == _USAGE_CLAIMED:
             data = bytes(log["data"])
-            found.append((checksum("0x" + topics[1][-20:].hex()), int.from_bytes(data[:32])))
-    return tuple(found)
+            producer = checksum("0x" + topics[1][-20:].hex())
+            found.append((int.from_bytes(topics[3]), producer, int.from_bytes(data[:32])))
+    return found
 
 
 def _error_table() -> dict[bytes, tuple[str, list[str], list[str]]]:

@@ -10,16 +10,19 @@ about web3's exceptions and threads: every call goes through :meth:`Chain.run`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
 from sapo_async import limits
-from sapo_async.errors import LedgerError
+from sapo_async.errors import CommitmentRejected, LedgerError
 from sapo_async.ledger.artifacts import load_artifact
 from sapo_async.ledger.chain import Chain, translate_errors
-from sapo_async.ledger.signing import sign_commitment, sign_registration
+from sapo_async.ledger.evm_calls import Signed, batch_call, headroom, per_round, sign_batch
+from sapo_async.ledger.signing import sign_registration
 from sapo_async.ledger.types import (
+    MAX_BATCH,
     CommitmentPayload,
     OnChainCommitment,
     OnChainTotals,
@@ -33,11 +36,6 @@ from sapo_async.logs import get_logger
 __all__ = ["EvmLedger"]
 
 _log = get_logger("ledger")
-
-
-def _headroom(payload: CommitmentPayload) -> int:
-    """Gas above the estimate: a usage entry simulated as a claim may land as a credit."""
-    return limits.LEDGER_GAS_HEADROOM_PER_USAGE * len(payload.producers)
 
 
 class EvmLedger:
@@ -130,32 +128,106 @@ class EvmLedger:
         return await self.chain.run(self._submit_sync, node, payload)
 
     def _submit_sync(self, node: LocalAccount, payload: CommitmentPayload) -> SubmitReceipt:
-        fns = self._contract.functions
-        if self.relayer is None or self.relayer.address == node.address:
-            return self.chain.send_sync(node, fns.commit(payload.as_abi()), _headroom(payload))
-        nonce = int(fns.nonces(node.address).call())
-        signature = sign_commitment(node, self.chain.chain_id_sync(), self._address, payload, nonce)
-        return self._relay_sync(node.address, payload, nonce, signature)
+        return self._batch_sync(node, [payload])[0]
+
+    async def submit_batch(
+        self, node: LocalAccount, payloads: Sequence[CommitmentPayload]
+    ) -> list[SubmitReceipt]:
+        """Send ``node``'s commitments (ascending rounds) as one ``commitMany`` transaction
+        (one alone as ``commit``; relayed, ``commitManyBySig`` with the node's signature of
+        each round): every one lands, in order, in one block, or none does.
+
+        Returns:
+            one receipt per commitment: the transaction's hash and block, that round's
+            claims, and the transaction's gas shared evenly.
+
+        Raises:
+            LedgerUnavailable: the chain cannot be reached.
+            CommitmentRejected: a rule refused one of them, so none landed (``reason`` names
+                its custom error; ``SapoLedgerBatchLength`` for none or above ``MAX_BATCH``).
+        """
+        return await self.chain.run(self._batch_sync, node, list(payloads))
 
     async def submit_many(
         self, node: LocalAccount, payloads: Sequence[CommitmentPayload]
     ) -> list[SubmitReceipt | LedgerError]:
-        """Send several of ``node``'s commitments (ascending rounds) with consecutive nonces,
-        without waiting for each receipt (:meth:`Chain.send_many_sync`); relayed, only the
-        first is sent (the relayer's nonce may be shared with other nodes).
+        """Send up to ``MAX_BATCH`` of ``node``'s commitments (ascending rounds): the longest
+        prefix the chain accepts as one :meth:`submit_batch` (found by simulating prefixes
+        against the pending block, a binary search, when the whole is refused), then the
+        refusal of the next one. Relayed, the node signs each round (consecutive nonces) and
+        the relayer sends them as one ``commitManyBySig``.
 
         Returns:
-            one outcome per commitment sent, in order (a receipt or the error of that one);
-            sending stops at the first refused, whose error is the last outcome.
+            one outcome per commitment sent, in order: receipts, then possibly one error
+            (the first refused, or for the first of them when the batch was not seen
+            landing: mined and reverted, or the chain unreachable).
         """
-        if self.relayer is not None and self.relayer.address != node.address:
-            first = payloads[:1]
-            try:
-                return [await self.submit(node, p) for p in first]
-            except LedgerError as exc:
+        return await self.chain.run(self._many_sync, node, list(payloads[:MAX_BATCH]))
+
+    def _many_sync(
+        self, node: LocalAccount, payloads: list[CommitmentPayload]
+    ) -> list[SubmitReceipt | LedgerError]:
+        if not payloads:
+            return []
+        try:
+            signed = self._signed(node, payloads)
+            return list(self._batch_sync(node, payloads, signed))
+        except CommitmentRejected as exc:
+            if exc.tx_hash is not None:  # mined and reverted, all of it: no verdict on one
                 return [exc]
-        calls = [(self._contract.functions.commit(p.as_abi()), _headroom(p)) for p in payloads]
-        return await self.chain.run(self.chain.send_many_sync, node, calls)
+            refused = exc
+        except LedgerError as exc:
+            return [exc]
+        try:
+            good, refused = self._landing_prefix(node, payloads, signed, refused)
+            landed = self._batch_sync(node, payloads[:good], signed) if good else []
+        except LedgerError as exc:
+            return [exc]
+        return [*landed, refused]
+
+    def _landing_prefix(
+        self,
+        node: LocalAccount,
+        payloads: list[CommitmentPayload],
+        signed: Signed | None,
+        refused: CommitmentRejected,
+    ) -> tuple[int, CommitmentRejected]:
+        """The longest prefix of ``payloads`` whose batch the pending block accepts, and the
+        refusal of the one after it. A batch is refused exactly when one of its commitments
+        is, given the ones before it, so acceptance only shrinks as the prefix grows."""
+        good, bad = 0, len(payloads)  # the empty prefix is accepted, the whole one refused
+        sender = self._sender(node)
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            try:
+                call = batch_call(self._contract.functions, node.address, payloads[:mid], signed)
+                self.chain.simulate_sync(sender, call)
+            except CommitmentRejected as exc:
+                bad, refused = mid, exc
+            else:
+                good = mid
+        return good, refused
+
+    def _sender(self, node: LocalAccount) -> LocalAccount:
+        """Who sends ``node``'s transactions: the relayer, if there is one, else the node."""
+        return node if self.relayer is None else self.relayer
+
+    def _signed(self, node: LocalAccount, payloads: Sequence[CommitmentPayload]) -> Signed | None:
+        """Relayed: the node's next nonce and its signature of each commitment. Direct: None."""
+        if self._sender(node).address == node.address:
+            return None
+        nonce = int(self._contract.functions.nonces(node.address).call())
+        return sign_batch(node, self.chain.chain_id_sync(), self._address, nonce, payloads)
+
+    def _batch_sync(
+        self, node: LocalAccount, payloads: list[CommitmentPayload], signed: Signed | None = None
+    ) -> list[SubmitReceipt]:
+        signed = signed if signed is not None else self._signed(node, payloads)
+        call = batch_call(self._contract.functions, node.address, payloads, signed)
+        sender, weight = self._sender(node), len(payloads)
+        return per_round(
+            self.chain.send_sync(sender, call, headroom(payloads), weight=weight), payloads
+        )
 
     async def submit_signed(
         self, node: str, payload: CommitmentPayload, nonce: int, signature: bytes
@@ -197,6 +269,27 @@ class EvmLedger:
         )
         account = self.relayer if self.relayer is not None else sender
         return await self.chain.run(self.chain.send_sync, account, call)
+
+    async def settle_credits(
+        self, sender: LocalAccount, claims: Sequence[tuple[str, int, str, int]]
+    ) -> list[SubmitReceipt]:
+        """Settle several claims, each (consumer, round, producer, producer round), in one
+        ``settleCredits`` transaction: all or none. Sent as :meth:`settle_credit` is.
+
+        Returns:
+            one receipt per claim (the transaction's, its gas shared evenly).
+
+        Raises:
+            LedgerUnavailable: the chain cannot be reached.
+            CommitmentRejected: one claim was refused (any error of :meth:`settle_credit`),
+                so none was settled; ``SapoLedgerBatchLength`` for none or above ``MAX_BATCH``.
+        """
+        keys = [(checksum(c), r, checksum(p), pr) for c, r, p, pr in claims]
+        call = self._contract.functions.settleCredits(keys)
+        account = self.relayer if self.relayer is not None else sender
+        receipt = await self.chain.run(self.chain.send_sync, account, call, 0)
+        share = replace(receipt, gas_used=receipt.gas_used // max(1, len(keys)))
+        return [share] * len(keys)
 
     # ------------------------------------------------------------------ reads
 

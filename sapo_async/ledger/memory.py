@@ -1,7 +1,8 @@
 """In-memory backend of the ledger port: ``SapoLedger``'s rules in plain Python, no EVM.
 
-Owns a process-local copy of the contract's state (registrations, per-node rounds and
-totals, commitments, per-producer credit, EIP-712 nonces, the two event logs) and enforces
+Owns a process-local copy of the contract's state (:class:`~sapo_async.ledger.memory_state.Storage`:
+registrations, per-node rounds and totals, commitments, per-producer credit, EIP-712 nonces,
+the two event logs) and enforces
 the same rules in the same order, refusing with the same
 :class:`~sapo_async.errors.CommitmentRejected` ``reason`` the EVM backend decodes from a
 revert (``SapoLedgerRoundNotIncreasing``, ``InvalidAccountNonce``, ...). It is for unit
@@ -28,8 +29,8 @@ What it cannot mirror (the conformance suite says so where it matters):
 - gas and balances: nobody pays; ``SubmitReceipt.gas_used`` is 0;
 - transactions: ``tx_hash`` is synthetic (keccak-256 of the block number and the call),
   unique per ledger but not a hash any chain would produce;
-- blocks: each accepted call "mines" one block (like auto-mining dev chains); refused calls
-  mine none; timestamps are the wall clock;
+- blocks: each accepted call "mines" one block (a batch one in all); refused calls mine none
+  (a refused batch puts the storage back as it was); timestamps are the wall clock;
 - arithmetic-overflow panics of the 64-bit totals (they need 2**64 rollouts);
 - ``ECDSAInvalidSignatureS``: a malleable high-s signature is refused as
   ``ECDSAInvalidSignature`` when eth_keys cannot recover it, instead of by its own name;
@@ -43,25 +44,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import anyio
 from eth_account.signers.local import LocalAccount
 
 from sapo_async.errors import LedgerError
 from sapo_async.ledger.chain import reverted
-from sapo_async.ledger.memory_checks import check_abi_widths, check_usage
+from sapo_async.ledger.memory_checks import check_abi_widths, check_signer, check_usage
+from sapo_async.ledger.memory_state import Storage
 from sapo_async.ledger.merkle import verify_proof
 from sapo_async.ledger.signing import (
-    TypedData,
     commitment_typed_data,
-    recover_signer_or_none,
     registration_typed_data,
     sign_commitment,
     sign_registration,
     typed_digest,
 )
 from sapo_async.ledger.types import (
+    MAX_BATCH,
     MAX_ROLLOUTS_PER_ROUND,
     MAX_ROUND_STEP,
     CommitmentPayload,
@@ -81,21 +82,9 @@ MEMORY_CHAIN_ID = 1337
 signature made for a memory ledger is worthless on any real network."""
 
 _ZERO_ROOT = bytes(32)
-_SIGNATURE_BYTES = 65
+_CLAIM_FIELDS = ("consumer", "round", "producer", "producerRound")
 
 _log = get_logger("ledger")
-
-
-@dataclass(frozen=True, slots=True)
-class _Totals:
-    """``SapoLedger.NodeInfo``: kept for any address, registered or only credited."""
-
-    registered_at: int = 0
-    rounds_committed: int = 0
-    last_round: int = 0
-    rollouts_committed: int = 0
-    external_used: int = 0
-    credit_received: int = 0
 
 
 class MemoryLedger:
@@ -122,17 +111,7 @@ class MemoryLedger:
         self._address = checksum(address or default)
         self._chain_id = chain_id
         self.relayer = relayer
-        self._block = 0
-        self._nodes: list[str] = []
-        self._totals: dict[str, _Totals] = {}
-        self._metadata: dict[str, str] = {}
-        self._stored: dict[tuple[str, int], OnChainCommitment] = {}
-        self._rounds: dict[str, list[int]] = {}
-        self._nonces: dict[str, int] = {}
-        self._recorded: list[OnChainCommitment] = []
-        self._credited: list[UsageCredit] = []
-        self._credited_by: dict[tuple[str, str, int], int] = {}
-        self._claims: dict[tuple[str, int, str, int], int] = {}
+        self._s = Storage()
 
     @property
     def address(self) -> str:
@@ -155,15 +134,15 @@ class MemoryLedger:
         """
         await anyio.lowlevel.checkpoint()
         address = checksum(node.address)
-        if self._totals_of(address).registered_at:
+        if self._s.totals_of(address).registered_at:
             return False
         if self._direct(address):
             self._register(address, metadata)
         else:
-            nonce = self._nonces.get(address, 0)
+            nonce = self._s.nonces.get(address, 0)
             signature = sign_registration(node, self._chain_id, self._address, metadata, nonce)
             data = registration_typed_data(self._chain_id, self._address, address, metadata, nonce)
-            self._check_signer(address, data, signature)
+            check_signer(address, data, signature)
             self._use_nonce(address, nonce)
             self._register(address, metadata)
         _log.info("node_registered", node=address, ledger=self._address)
@@ -180,24 +159,57 @@ class MemoryLedger:
         """
         await anyio.lowlevel.checkpoint()
         check_abi_widths(payload)
+        return self._send(node, payload)
+
+    async def submit_batch(
+        self, node: LocalAccount, payloads: Sequence[CommitmentPayload]
+    ) -> list[SubmitReceipt]:
+        """``SapoLedger.commitMany`` (relayed, ``commitManyBySig``): ``node``'s commitments
+        in one "block", all or none.
+
+        Raises:
+            CommitmentRejected: a rule refused one of them (nothing landed), or the batch
+                holds no commitment or more than ``MAX_BATCH`` (``SapoLedgerBatchLength``).
+            LedgerError: a value does not fit the contract's integer widths.
+        """
+        await anyio.lowlevel.checkpoint()
         address = checksum(node.address)
-        if self._direct(address):
-            return self._commit(address, payload, sender=address)
-        nonce = self._nonces.get(address, 0)
-        signature = sign_commitment(node, self._chain_id, self._address, payload, nonce)
-        return self._relay(address, payload, nonce, signature)
+        if len(payloads) == 1:
+            return [await self.submit(node, payloads[0])]
+        if not 1 <= len(payloads) <= MAX_BATCH:
+            raise reverted("SapoLedgerBatchLength", length=len(payloads), max=MAX_BATCH)
+        for payload in payloads:
+            check_abi_widths(payload)
+        saved = self._s.copy()
+        try:
+            mined = self._s.mine(self._address, f"commitMany:{address}:{payloads[0].round}")
+            return [self._send(node, p, mined) for p in payloads]
+        except LedgerError:
+            self._s = saved  # the transaction reverted: none of it happened
+            raise
 
     async def submit_many(
         self, node: LocalAccount, payloads: Sequence[CommitmentPayload]
     ) -> list[SubmitReceipt | LedgerError]:
-        """:meth:`submit` each in order, stopping at the first refused (its error last)."""
-        outcomes: list[SubmitReceipt | LedgerError] = []
-        for payload in payloads:
-            try:
-                outcomes.append(await self.submit(node, payload))
-            except LedgerError as exc:  # a later round would supersede this one: stop
-                return [*outcomes, exc]
-        return outcomes
+        """The longest prefix of ``payloads`` that the rules accept, as one batch
+        (:meth:`submit_batch`), then the error of the first refused."""
+        address = checksum(node.address)
+        payloads = payloads[:MAX_BATCH]
+        saved, good, refused = self._s.copy(), 0, None
+        try:  # a dry run finds the first refused and its error (EvmLedger simulates prefixes)
+            for payload in payloads:
+                check_abi_widths(payload)
+                self._commit(address, payload, sender=address)
+                good += 1
+        except LedgerError as exc:
+            refused = exc
+        self._s = saved
+        try:
+            landed: list[SubmitReceipt | LedgerError] = []
+            landed += await self.submit_batch(node, payloads[:good]) if good else []
+        except LedgerError as exc:  # refused as a whole (relayed: a nonce or signature rule)
+            return [exc]
+        return landed if refused is None else [*landed, refused]
 
     async def submit_signed(
         self, node: str, payload: CommitmentPayload, nonce: int, signature: bytes
@@ -219,17 +231,17 @@ class MemoryLedger:
     async def commitment_of(self, node: str, round_: int) -> OnChainCommitment | None:
         """The stored commitment of ``node`` for ``round_``, or None if there is none."""
         await anyio.lowlevel.checkpoint()
-        return self._stored.get((checksum(node), round_))
+        return self._s.stored.get((checksum(node), round_))
 
     async def node_stats(self, node: str) -> OnChainTotals:
         """Running totals of ``node`` (zeros for an unknown address)."""
         await anyio.lowlevel.checkpoint()
         address = checksum(node)
-        t = self._totals_of(address)
+        t = self._s.totals_of(address)
         return OnChainTotals(
             node=address,
             registered=t.registered_at != 0,
-            metadata=self._metadata.get(address, ""),
+            metadata=self._s.metadata.get(address, ""),
             rounds_committed=t.rounds_committed,
             last_round=t.last_round if t.rounds_committed else None,
             rollouts_committed=t.rollouts_committed,
@@ -240,12 +252,12 @@ class MemoryLedger:
     async def nodes(self) -> list[str]:
         """Every registered node, in registration order."""
         await anyio.lowlevel.checkpoint()
-        return list(self._nodes)
+        return list(self._s.nodes)
 
     async def rounds_of(self, node: str) -> list[int]:
         """Rounds ``node`` committed, ascending."""
         await anyio.lowlevel.checkpoint()
-        return list(self._rounds.get(checksum(node), ()))
+        return list(self._s.rounds.get(checksum(node), ()))
 
     async def is_rollout_included(
         self, node: str, round_: int, rollout_hash: bytes, proof: Sequence[bytes]
@@ -264,12 +276,12 @@ class MemoryLedger:
     async def credit_received(self, producer: str) -> int:
         """Rollouts of ``producer`` that other nodes reported training on."""
         await anyio.lowlevel.checkpoint()
-        return self._totals_of(checksum(producer)).credit_received
+        return self._s.totals_of(checksum(producer)).credit_received
 
     async def nonce(self, node: str) -> int:
         """Next EIP-712 nonce of ``node``."""
         await anyio.lowlevel.checkpoint()
-        return self._nonces.get(checksum(node), 0)
+        return self._s.nonces.get(checksum(node), 0)
 
     async def commitment_digest(self, node: str, payload: CommitmentPayload, nonce: int) -> bytes:
         """The EIP-712 digest ``node`` signs to have ``payload`` relayed with ``nonce``."""
@@ -287,7 +299,7 @@ class MemoryLedger:
         c = checksum(consumer) if consumer is not None else None
         return [
             u
-            for u in self._credited
+            for u in self._s.credited
             if (p is None or u.producer == p) and (c is None or u.consumer == c)
         ]
 
@@ -295,70 +307,69 @@ class MemoryLedger:
         """Every ``CommitmentRecorded`` event (optionally of one node), oldest first."""
         await anyio.lowlevel.checkpoint()
         address = checksum(node) if node is not None else None
-        return [e for e in self._recorded if address is None or e.node == address]
+        return [e for e in self._s.recorded if address is None or e.node == address]
 
     # ------------------------------------------------------------------ the contract
 
     def _included(
         self, node: str, round_: int, rollout_hash: bytes, proof: Sequence[bytes], *, external: bool
     ) -> bool:
-        stored = self._stored.get((checksum(node), round_))
-        if stored is None:
+        c = self._s.stored.get((checksum(node), round_))
+        if c is None:
             return False
         root, count = (
-            (stored.external_root, stored.external_count)
-            if external
-            else (stored.rollout_root, stored.rollout_count)
+            (c.external_root, c.external_count) if external else (c.rollout_root, c.rollout_count)
         )
         return count != 0 and verify_proof(root, rollout_hash, proof)
 
     def _direct(self, node: str) -> bool:
         return self.relayer is None or checksum(self.relayer.address) == node
 
-    def _totals_of(self, address: str) -> _Totals:
-        return self._totals.get(address, _Totals())
-
-    def _mine(self, call: str) -> SubmitReceipt:
-        self._block += 1
-        tx = keccak256(f"{self._address}:{self._block}:{call}".encode())
-        return SubmitReceipt(tx_hash="0x" + tx.hex(), block_number=self._block, gas_used=0)
-
-    def _check_signer(self, node: str, data: TypedData, signature: bytes) -> None:
-        if len(signature) != _SIGNATURE_BYTES:
-            raise reverted("ECDSAInvalidSignatureLength", length=len(signature))
-        signer = recover_signer_or_none(data, signature)
-        if signer is None:
-            raise reverted("ECDSAInvalidSignature")
-        if signer != node:
-            raise reverted("SapoLedgerInvalidSigner", signer=signer, node=node)
-
     def _use_nonce(self, node: str, nonce: int) -> None:
-        current = self._nonces.get(node, 0)
+        current = self._s.nonces.get(node, 0)
         if nonce != current:
             raise reverted("InvalidAccountNonce", account=node, currentNonce=current)
-        self._nonces[node] = current + 1
+        self._s.nonces[node] = current + 1
 
     def _register(self, node: str, metadata: str) -> SubmitReceipt:
-        if self._totals_of(node).registered_at:
+        if self._s.totals_of(node).registered_at:
             raise reverted("SapoLedgerAlreadyRegistered", node=node)
-        receipt = self._mine(f"register:{node}")
-        self._totals[node] = replace(self._totals_of(node), registered_at=receipt.block_number)
-        self._metadata[node] = metadata
-        self._nodes.append(node)
+        receipt = self._s.mine(self._address, f"register:{node}")
+        self._s.totals[node] = replace(self._s.totals_of(node), registered_at=receipt.block_number)
+        self._s.metadata[node] = metadata
+        self._s.nodes.append(node)
         return receipt
 
+    def _send(
+        self, node: LocalAccount, payload: CommitmentPayload, mined: SubmitReceipt | None = None
+    ) -> SubmitReceipt:
+        """``node``'s commitment, sent by the node or relayed with its signature (next nonce)."""
+        address = checksum(node.address)
+        if self._direct(address):
+            return self._commit(address, payload, sender=address, mined=mined)
+        nonce = self._s.nonces.get(address, 0)
+        signature = sign_commitment(node, self._chain_id, self._address, payload, nonce)
+        return self._relay(address, payload, nonce, signature, mined)
+
     def _relay(
-        self, node: str, payload: CommitmentPayload, nonce: int, signature: bytes
+        self,
+        node: str,
+        payload: CommitmentPayload,
+        nonce: int,
+        signature: bytes,
+        mined: SubmitReceipt | None = None,
     ) -> SubmitReceipt:
         if self.relayer is None:
             raise LedgerError("relaying a signed commitment needs a client with a relayer")
         data = commitment_typed_data(self._chain_id, self._address, node, payload, nonce)
-        self._check_signer(node, data, signature)
+        check_signer(node, data, signature)
         self._use_nonce(node, nonce)
-        return self._commit(node, payload, sender=checksum(self.relayer.address))
+        return self._commit(node, payload, sender=checksum(self.relayer.address), mined=mined)
 
-    def _commit(self, node: str, c: CommitmentPayload, *, sender: str) -> SubmitReceipt:
-        t = self._totals_of(node)
+    def _commit(
+        self, node: str, c: CommitmentPayload, *, sender: str, mined: SubmitReceipt | None = None
+    ) -> SubmitReceipt:
+        t = self._s.totals_of(node)
         if not t.registered_at:
             raise reverted("SapoLedgerNotRegistered", node=node)
         if t.rounds_committed and c.round <= t.last_round:
@@ -379,12 +390,12 @@ class MemoryLedger:
         # whole call on the first failure; checking all of them first is the same outcome.
         # An entry whose producer round is not stored becomes a claim (`SapoLedger._credit`).
         entries = list(zip(producers, c.producer_rounds, c.counts, strict=True))
-        claims = [e for e in entries if (e[0], e[1]) not in self._stored]
-        entries = [e for e in entries if (e[0], e[1]) in self._stored]
+        claims = [e for e in entries if (e[0], e[1]) not in self._s.stored]
+        entries = [e for e in entries if (e[0], e[1]) in self._s.stored]
         for producer, producer_round, count in entries:
             self._check_credit(node, producer, producer_round, count)
         receipt = replace(
-            self._mine(f"commit:{node}:{c.round}:{sender}"),
+            mined or self._s.mine(self._address, f"commit:{node}:{c.round}:{sender}"),
             claimed=tuple((producer, producer_round) for producer, producer_round, _ in claims),
         )
         stored = OnChainCommitment(
@@ -399,48 +410,23 @@ class MemoryLedger:
             timestamp=int(time.time()),
         )
         # `last_round` only grows, so (node, round) is empty here: never overwritten.
-        self._stored[(node, c.round)] = stored
-        self._rounds.setdefault(node, []).append(c.round)
-        self._totals[node] = replace(
+        self._s.stored[(node, c.round)] = stored
+        self._s.rounds.setdefault(node, []).append(c.round)
+        self._s.totals[node] = replace(
             t,
             last_round=c.round,
             rounds_committed=t.rounds_committed + 1,
             rollouts_committed=t.rollouts_committed + c.rollout_count,
             external_used=t.external_used + c.external_count,
         )
-        self._recorded.append(stored)
+        self._s.recorded.append(stored)
         for producer, producer_round, count in claims:
-            self._claims[(node, c.round, producer, producer_round)] = count
+            self._s.claims[(node, c.round, producer, producer_round)] = count
         for producer, producer_round, count in entries:
-            self._apply_credit(
-                node, c.round, producer, producer_round, count=count, receipt=receipt
+            self._s.credit(
+                node, c.round, producer, producer_round, count=count, block=receipt.block_number
             )
         return receipt
-
-    def _apply_credit(
-        self,
-        consumer: str,
-        round_: int,
-        producer: str,
-        producer_round: int,
-        *,
-        count: int,
-        receipt: SubmitReceipt,
-    ) -> None:
-        key = (consumer, producer, producer_round)
-        self._credited_by[key] = self._credited_by.get(key, 0) + count
-        credited = self._totals_of(producer)
-        self._totals[producer] = replace(credited, credit_received=credited.credit_received + count)
-        self._credited.append(
-            UsageCredit(
-                producer,
-                consumer,
-                round_,
-                count,
-                block_number=receipt.block_number,
-                producer_round=producer_round,
-            )
-        )
 
     async def settle_credit(
         self, sender: LocalAccount, consumer: str, round_: int, producer: str, producer_round: int
@@ -448,42 +434,54 @@ class MemoryLedger:
         """``SapoLedger.settleCredit``: credit a claim now that its producer round is stored.
 
         Raises:
-            CommitmentRejected: ``SapoLedgerNothingToSettle`` (no such claim, or already
-                settled), ``SapoLedgerProducerRoundNotCommitted``,
-                ``SapoLedgerCreditExceedsShared``.
+            CommitmentRejected: ``SapoLedgerNothingToSettle`` (none, or settled already),
+                ``SapoLedgerProducerRoundNotCommitted``, ``SapoLedgerCreditExceedsShared``.
         """
-        await anyio.lowlevel.checkpoint()
-        key = (checksum(consumer), round_, checksum(producer), producer_round)
-        count = self._claims.get(key, 0)
-        if count == 0:
-            raise reverted(
-                "SapoLedgerNothingToSettle",
-                consumer=key[0],
-                round=round_,
-                producer=key[2],
-                producerRound=producer_round,
-            )
-        self._check_credit(key[0], key[2], producer_round, count)
-        del self._claims[key]
-        receipt = self._mine(f"settle:{key}:{sender.address}")
-        self._apply_credit(key[0], round_, key[2], producer_round, count=count, receipt=receipt)
+        (receipt,) = await self.settle_credits(
+            sender, [(consumer, round_, producer, producer_round)]
+        )
         return receipt
+
+    async def settle_credits(
+        self, sender: LocalAccount, claims: Sequence[tuple[str, int, str, int]]
+    ) -> list[SubmitReceipt]:
+        """``SapoLedger.settleCredits``: :meth:`settle_credit` of each claim (consumer, round,
+        producer, producer round) in one "block", all or none (``SapoLedgerBatchLength``
+        for none or above ``MAX_BATCH``)."""
+        await anyio.lowlevel.checkpoint()
+        if not 1 <= len(claims) <= MAX_BATCH:
+            raise reverted("SapoLedgerBatchLength", length=len(claims), max=MAX_BATCH)
+        saved = self._s.copy()
+        block = self._s.mine(self._address, f"settle:{claims}:{sender.address}")
+        try:
+            for key in [(checksum(c), r, checksum(p), pr) for c, r, p, pr in claims]:
+                count = self._s.claims.pop(key, 0)
+                if count == 0:
+                    fields = dict(zip(_CLAIM_FIELDS, key, strict=True))
+                    raise reverted("SapoLedgerNothingToSettle", **fields)
+                self._check_credit(key[0], key[2], key[3], count)
+                self._s.credit(*key, count=count, block=block.block_number)
+        except LedgerError:
+            self._s = saved  # the transaction reverted: none of it happened
+            raise
+        return [block] * len(claims)
 
     async def claim_of(self, consumer: str, round_: int, producer: str, producer_round: int) -> int:
         """``SapoLedger.claimOf``: unsettled rollouts of a claim (0: none, or settled)."""
         await anyio.lowlevel.checkpoint()
-        return self._claims.get((checksum(consumer), round_, checksum(producer), producer_round), 0)
+        key = (checksum(consumer), round_, checksum(producer), producer_round)
+        return self._s.claims.get(key, 0)
 
     def _check_credit(self, consumer: str, producer: str, producer_round: int, count: int) -> None:
         """``SapoLedger._credit``'s checks of one usage entry."""
-        shared = self._stored.get((producer, producer_round))
+        shared = self._s.stored.get((producer, producer_round))
         if shared is None or shared.rollout_count == 0:
             raise reverted(
                 "SapoLedgerProducerRoundNotCommitted",
                 producer=producer,
                 producerRound=producer_round,
             )
-        credited = self._credited_by.get((consumer, producer, producer_round), 0) + count
+        credited = self._s.credited_by.get((consumer, producer, producer_round), 0) + count
         if credited > shared.rollout_count:
             raise reverted(
                 "SapoLedgerCreditExceedsShared",
@@ -496,4 +494,4 @@ class MemoryLedger:
     async def credited_by(self, consumer: str, producer: str, producer_round: int) -> int:
         """``SapoLedger.creditedBy``: rollouts of ``producer``'s round ``consumer`` credited."""
         await anyio.lowlevel.checkpoint()
-        return self._credited_by.get((checksum(consumer), checksum(producer), producer_round), 0)
+        return self._s.credited_by.get((checksum(consumer), checksum(producer), producer_round), 0)

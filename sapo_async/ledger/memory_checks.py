@@ -4,19 +4,33 @@ Owns what ``SapoLedger`` checks of a ``CommitmentInput`` without reading its sto
 usage list's shape: ``SapoLedger._checkUsage``) and what web3 would refuse to encode (ABI
 widths), raising the same :class:`~sapo_async.errors.CommitmentRejected` reasons (or
 :class:`~sapo_async.errors.LedgerError`) as the EVM backend. The rules that read state
-(registration, round order, credit) stay in :mod:`sapo_async.ledger.memory`.
+(registration, round order, credit, nonces) stay in :mod:`sapo_async.ledger.memory`; the
+relayed signature's check (``SapoLedger._checkSigner``) is here too.
 """
 
 from __future__ import annotations
 
 from sapo_async.errors import LedgerError
 from sapo_async.ledger.chain import reverted
+from sapo_async.ledger.signing import TypedData, recover_signer_or_none
 from sapo_async.ledger.types import MAX_PRODUCERS, CommitmentPayload, checksum
 
-__all__ = ["check_abi_widths", "check_usage"]
+__all__ = ["check_abi_widths", "check_signer", "check_usage"]
 
 _ZERO_ROOT = bytes(32)
 _UINT = {"uint64": 2**64 - 1, "uint32": 2**32 - 1}
+_SIGNATURE_BYTES = 65
+
+
+def check_signer(node: str, data: TypedData, signature: bytes) -> None:
+    """``SapoLedger._checkSigner``: ``signature`` of ``data`` was made by ``node``'s key."""
+    if len(signature) != _SIGNATURE_BYTES:
+        raise reverted("ECDSAInvalidSignatureLength", length=len(signature))
+    signer = recover_signer_or_none(data, signature)
+    if signer is None:
+        raise reverted("ECDSAInvalidSignature")
+    if signer != node:
+        raise reverted("SapoLedgerInvalidSigner", signer=signer, node=node)
 
 
 def check_usage(node: str, c: CommitmentPayload) -> list[str]:

@@ -3,10 +3,11 @@
 Owns delivery: :meth:`Recorder.record` journals a :class:`RoundCommitment` durably and returns
 without waiting for the chain; one sender task lands pending entries in round order with
 retries and jittered exponential backoff (:class:`sapo_async.backoff.Backoff`), and resumes
-whatever a previous process left pending. It sends up to ``limits.LEDGER_PIPELINE_DEPTH`` of
-them at once (:meth:`Ledger.submit_many`: consecutive nonces, receipts awaited together, so a
-slow chain lands a backlog in one block). It does not know how rounds are made or how the
-chain is reached.
+whatever a previous process left pending. It sends up to ``limits.LEDGER_BATCH_DEPTH`` of
+them (and ``limits.LEDGER_BATCH_MAX_USAGE`` usage entries) as one transaction
+(:meth:`Ledger.submit_many`: one atomic ``commitMany``, so a slow chain lands a backlog in one
+block and no round of it can land while an earlier one is refused). It does not know how
+rounds are made or how the chain is reached.
 
 Exactly-once: rounds strictly increase per node on chain, so a resend of a round that
 already landed (say the process died after sending, before journaling the receipt) reverts.
@@ -18,16 +19,20 @@ superseded and can never land. Those last two are marked failed and logged, and 
 moves on. Nothing else fails a round but a rule the chain names: a revert without a reason
 (the state moved between the simulation and the block) is sent again until it lands, and a
 round refused as not increasing while no later round is on chain is its own earlier
-transaction still waiting in the mempool, awaited. Sending stops at the first round refused,
-so no later round sent with it can supersede it.
+transaction still waiting in the mempool, awaited. Sending stops at the first round refused:
+the rounds before it land as one batch, none after it is sent, so none can supersede it. A
+batch mined and reverted (no reason: no verdict on any one round) is followed by its first
+round sent alone, so a round that keeps reverting cannot hold the rest back unseen: alone, it
+is the one judged.
 
 No waiting on other nodes: the contract credits a producer only for a round that producer
 committed, and producers land their rounds on their own schedule. A usage entry whose
 producer round is not on chain yet does not hold the commitment back: the contract keeps it
 as a claim of this node's round, and the commitment lands at once. Once nothing of this node
-is pending, the sender settles its open claims (``settleCredit``) whose producer round is on
-chain by now, each exactly once (it reads ``claimOf`` first: 0 means credited with the
-commitment or already settled by anyone). A claim whose producer round has not come after
+is pending (or claims have waited ``settle_defer_s``), the sender settles its open claims
+whose producer round is on chain by now (:class:`~sapo_async.ledger.settlement.ClaimSettler`:
+one read per producer, ``settleCredits`` in batches), each exactly once (the chain refuses a
+settled claim as ``SapoLedgerNothingToSettle``, and it is marked settled). A claim whose producer round has not come after
 ``limits.LEDGER_CLAIM_LAPSE_S`` is no longer polled (``credit_claim_lapsed``); it stays on
 chain, and anyone may still settle it. A producer being slow never costs it credit. The one
 usage ever dropped from a journaled commitment is usage its producer's *own* commitment on
@@ -103,6 +108,8 @@ class Recorder(Actor[None]):
         retry_base_s: first backoff of a failed send.
         retry_max_s: longest backoff between failed sends.
         drain_timeout_s: how long closing waits for pending entries to land.
+        settle_defer_s: longest open credit claims wait for this node's pending
+            commitments before a settle pass runs between two batches.
     """
 
     def __init__(
@@ -115,6 +122,7 @@ class Recorder(Actor[None]):
         retry_base_s: float = limits.LEDGER_RETRY_BASE_S,
         retry_max_s: float = limits.LEDGER_RETRY_MAX_S,
         drain_timeout_s: float = limits.ACTOR_DRAIN_TIMEOUT_S,
+        settle_defer_s: float = limits.LEDGER_SETTLE_MAX_DEFER_S,
     ) -> None:
         super().__init__("recorder", mailbox_size=0, drain_timeout=drain_timeout_s)
         self._ledger = ledger
@@ -127,10 +135,12 @@ class Recorder(Actor[None]):
         self._progress = anyio.Event()
         self._registered = False
         self._chain_known = False  # True right after this recorder landed an entry itself
+        self._solo = False  # True after a batch reverted when mined: send one round next
         self._send_failures = 0
         self._last_error: str | None = None
         self._log = get_logger("recorder", node=account.address)
         self._settler = ClaimSettler(ledger, journal, account, self._log)
+        self._settle_defer_s = settle_defer_s
 
     @property
     def node(self) -> str:
@@ -303,7 +313,9 @@ class Recorder(Actor[None]):
             pending = self._journal.pending(self.node)
             try:
                 if pending:
-                    await self._land(pending[: limits.LEDGER_PIPELINE_DEPTH])
+                    if self._settler.deferred_s() >= self._settle_defer_s:
+                        await self._settler.settle_pass(yield_to_commitments=False)
+                    await self._land(self._batch(pending))
                 elif not await self._settler.settle_pass():
                     continue  # a commitment was journaled meanwhile: it goes first
             except LedgerError as exc:
@@ -343,9 +355,22 @@ class Recorder(Actor[None]):
         self._progress.set()
         self._progress = anyio.Event()
 
+    def _batch(self, pending: list[JournalEntry]) -> list[JournalEntry]:
+        """The oldest pending entries one transaction carries: at least one, at most
+        ``LEDGER_BATCH_DEPTH`` and ``LEDGER_BATCH_MAX_USAGE`` usage entries (its gas)."""
+        if self._solo:
+            return pending[:1]
+        batch, usage = pending[:1], len(pending[0].commitment.usage())
+        for entry in pending[1 : limits.LEDGER_BATCH_DEPTH]:
+            usage += len(entry.commitment.usage())
+            if usage > limits.LEDGER_BATCH_MAX_USAGE:
+                break
+            batch.append(entry)
+        return batch
+
     async def _land(self, entries: list[JournalEntry]) -> None:
-        """Land ``entries``, this node's oldest pending ones in ascending rounds, sent
-        together (consecutive nonces, receipts awaited once all are sent)."""
+        """Land ``entries``, this node's oldest pending ones in ascending rounds, as one
+        transaction (or the rounds before the first refused one)."""
         first = entries[0]
         # The pre-read is skipped only right after this recorder landed every entry it sent
         # last: nothing else sends for this node, so the next round cannot be on chain yet
@@ -364,14 +389,18 @@ class Recorder(Actor[None]):
         for entry, outcome in zip(entries, outcomes, strict=False):
             if isinstance(outcome, LedgerError):
                 failed = failed or (entry, outcome)
-            else:  # a later round may land after an earlier one reverted in its block
+            else:  # receipts only come before the first error (the rounds before it)
                 await self._landed(entry, outcome)
         if failed is None:
             self._chain_known = True  # the next pending round was sent by no one yet
+            self._solo = False
             return
         entry, exc = failed
         if not isinstance(exc, CommitmentRejected):
             raise exc  # the receipt was not seen: the next pass reads the chain first
+        # Mined and reverted as a whole: which round failed is unknown, so the first goes
+        # alone until one lands.
+        self._solo = exc.tx_hash is not None and exc.reason is None
         stored = await self._ledger.commitment_of(self.node, entry.round)
         if stored is None:
             await self._reject(entry, exc)

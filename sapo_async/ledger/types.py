@@ -24,6 +24,7 @@ from sapo_async.ledger.merkle import MerkleTree
 from sapo_async.limits import MAX_ROLLOUTS_PER_ROUND  # the contract's mirror, re-exported
 
 __all__ = [
+    "MAX_BATCH",
     "MAX_PRODUCERS",
     "MAX_ROLLOUTS_PER_ROUND",
     "MAX_ROUND_STEP",
@@ -39,6 +40,10 @@ __all__ = [
 MAX_PRODUCERS = 64
 """Mirror of ``SapoLedger.MAX_PRODUCERS``: usage entries (producer, producer round) one
 commitment may carry."""
+
+
+MAX_BATCH = 64
+"""Mirror of ``SapoLedger.MAX_BATCH``: commitments one ``commitMany`` transaction may carry."""
 
 
 MAX_ROUND_STEP = 2**32
@@ -294,7 +299,8 @@ class UsageCredit:
 
 @dataclass(frozen=True, slots=True)
 class SubmitReceipt:
-    """A mined transaction."""
+    """A mined transaction, or one commitment's part of a ``commitMany`` one (its hash and
+    block, its own claims, and ``gas_used`` the transaction's shared evenly over its rounds)."""
 
     tx_hash: str
     block_number: int
@@ -303,3 +309,6 @@ class SubmitReceipt:
     claimed: tuple[tuple[str, int], ...] = ()
     """The (producer, producer round) usage entries this transaction kept as claims
     (``UsageClaimed``: that round was not on chain yet), in log order."""
+    claim_rounds: tuple[int, ...] = ()
+    """The consumer round of each entry of ``claimed`` (a ``commitMany`` transaction holds
+    several rounds' claims); empty where the receipt is one round's own."""

@@ -2,7 +2,9 @@
 
 Every rule is tested on every backend. The memory ledger has no chain, so the one test of
 what only a chain has (a relayed node's balance and gas) is parametrized over the EVM
-backends alone (``EVM_BACKENDS``) instead of being skipped on memory.
+backends alone (``EVM_BACKENDS``) instead of being skipped on memory. A batch's atomicity
+and ``submit_many``'s accepted prefix are tested here; the rest of the batch part (each
+round's receipt, the length bounds, relayed ledgers) is in test_ledger_conformance_batch.py.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from sapo_async.ledger.types import (
     MAX_ROLLOUTS_PER_ROUND,
     MAX_ROUND_STEP,
     CommitmentPayload,
+    SubmitReceipt,
 )
 from tests.fixtures.ledger import LedgerBackend, free_port
 
@@ -59,7 +62,7 @@ async def test_every_backend_implements_the_port(ledger_backend: LedgerBackend):
     assert isinstance(await relayed_ledger(ledger_backend), Ledger)
 
 
-async def test_several_direct_commitments_land_in_order_and_sending_stops_at_a_refused_one(
+async def test_several_direct_commitments_land_as_one_batch_up_to_a_refused_one(
     ledger_backend: LedgerBackend,
 ):
     ledger = await ledger_backend.deploy("many", relayed=False)
@@ -68,10 +71,39 @@ async def test_several_direct_commitments_land_in_order_and_sending_stops_at_a_r
     rounds = [RoundCommitment(node.address, r, r, hashes(2)).payload() for r in (0, 1, 1, 2)]
     outcomes = await ledger.submit_many(node, rounds)
     assert len(outcomes) == 3  # round 2 is not sent after the refused repeat of round 1
-    assert [getattr(o, "block_number", None) is not None for o in outcomes[:2]] == [True, True]
-    assert isinstance(outcomes[2], CommitmentRejected)
-    assert outcomes[2].reason == "SapoLedgerRoundNotIncreasing"
+    first, second, refused = outcomes
+    assert isinstance(first, SubmitReceipt)
+    assert isinstance(second, SubmitReceipt)
+    assert (first.tx_hash, first.block_number) == (second.tx_hash, second.block_number)
+    assert isinstance(refused, CommitmentRejected)
+    assert refused.reason == "SapoLedgerRoundNotIncreasing"
     assert await ledger.rounds_of(node.address) == [0, 1]
+
+
+async def test_a_round_refused_inside_a_batch_refuses_the_whole_batch(
+    ledger_backend: LedgerBackend,
+):
+    ledger = await relayed_ledger(ledger_backend)  # relays for the producer, not the node
+    node, producer = ledger_backend.deployer, Account.create()
+    shared = await share(ledger, producer, 0, 4)
+    await ledger.register(node, "")
+    await ledger.submit(node, RoundCommitment(node.address, 0, 0, hashes(1)).payload())
+    repeat = [RoundCommitment(node.address, r, r, hashes(2)).payload() for r in (1, 2, 2, 3)]
+    over = [  # 3 + 3 rollouts of a producer round that shared 4: the second round is refused
+        RoundCommitment(node.address, r, r, hashes(1), {producer.address: {0: shared[:3]}})
+        for r in (1, 2)
+    ]
+    cases = [(repeat, "SapoLedgerRoundNotIncreasing"), (over, "SapoLedgerCreditExceedsShared")]
+    for batch, reason in cases:
+        payloads = [p if isinstance(p, CommitmentPayload) else p.payload() for p in batch]
+        with pytest.raises(CommitmentRejected) as info:
+            await ledger.submit_batch(node, payloads)
+        assert rejection(info) == reason
+        stats = await ledger.node_stats(node.address)
+        assert (stats.rounds_committed, stats.last_round) == (1, 0)  # nothing of the batch
+    assert await ledger.rounds_of(node.address) == [0]
+    assert await ledger.credited_by(node.address, producer.address, 0) == 0
+    assert (await ledger.node_stats(producer.address)).credit_received == 0
 
 
 async def test_register_is_idempotent_and_relayed_for_unfunded_nodes(ledger_backend: LedgerBackend):

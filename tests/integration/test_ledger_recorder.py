@@ -383,3 +383,56 @@ async def test_usage_its_producer_round_refuses_is_dropped_not_the_consumer_roun
             assert (await rec.wait_settled(2, 60)).state is EntryState.LANDED
     assert await embedded.rounds_of(consumer.address) == [1, 2]
     assert await embedded.credit_received(producer.address) == 0
+
+
+class StuckBacklogLedger:
+    """Test seam: the real ledger, but commitments from ``stuck_from`` on never land (a
+    node whose backlog is never empty, as a fast node's is at a 12 s block time)."""
+
+    def __init__(self, inner: EvmLedger, stuck_from: int) -> None:
+        self.inner = inner
+        self.stuck_from = stuck_from
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    async def submit_many(
+        self, node: LocalAccount, payloads: list[CommitmentPayload]
+    ) -> list[SubmitReceipt | LedgerError]:
+        if payloads[0].round >= self.stuck_from:
+            raise LedgerUnavailable("the batch is still waiting for its block")
+        return await self.inner.submit_many(node, payloads)
+
+
+async def test_claims_settle_while_the_nodes_own_backlog_never_empties(
+    embedded: EvmLedger, tmp_path: Path
+):
+    # Commitments go first, but a node that always has one pending settled its claims only
+    # when it stopped (4-node chaos run at 12 s blocks: 11 settled while running).
+    consumer, producer = Account.create(), Account.create()
+    shared = {r: [os.urandom(32) for _ in range(2)] for r in range(3)}
+    stuck = StuckBacklogLedger(embedded, stuck_from=3)
+    with Journal(tmp_path / "j.sqlite") as journal:
+        async with Recorder(
+            stuck,  # type: ignore[arg-type]
+            journal,
+            consumer,
+            retry_base_s=0.05,
+            retry_max_s=0.2,
+            settle_defer_s=0.5,
+        ) as rec:
+            for r in range(3):
+                external = {producer.address: {r: shared[r]}}
+                await rec.record(round_of(consumer, r, external_hashes=external))
+            await rec.wait_idle(60)
+            assert rec.statistics().claims_open == 3
+            await rec.record(round_of(consumer, 3))  # from here on, always one pending
+            async with Recorder(embedded, journal, producer) as prec:
+                for r in range(3):
+                    await prec.record(RoundCommitment(producer.address, r, r, shared[r]))
+                await prec.wait_idle(60)
+            with anyio.fail_after(30):
+                while rec.statistics().claims_open:  # a chain condition, polled
+                    await anyio.sleep(0.05)
+            assert rec.statistics().pending == 1
+    assert await embedded.credit_received(producer.address) == 6

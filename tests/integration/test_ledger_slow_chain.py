@@ -7,7 +7,9 @@ test, not by a clock: no test here sleeps or depends on the machine's speed.
 - a consumer commitment sent while the producer round it credits waits in the same block
   lands with it (the 12 s block chaos run lost a round to this race: its gas was estimated as
   a claim, it ran out of gas as a credit, and the revert carried no reason);
-- a node's backlog goes out together (consecutive nonces) and lands in one block;
+- a node's backlog goes out as one ``commitMany`` transaction and lands in one block; a round
+  refused inside it holds back neither the rounds before it (they land as a smaller batch) nor
+  those after it (they follow once the refused one is dealt with);
 - commitments a previous process sent that are still waiting in the mempool are neither
   marked failed nor sent twice: they land once, when their block comes.
 """
@@ -102,22 +104,53 @@ async def test_a_commitment_crediting_a_round_landing_in_its_block_does_not_reve
     assert await ledger.credited_by(consumer.address, producer.address, 0) == 2  # at once
 
 
-async def test_a_backlog_goes_out_together_and_lands_in_one_block(anvil: Anvil, tmp_path: Path):
+async def test_a_backlog_of_twenty_rounds_lands_as_one_transaction_in_one_block(
+    anvil: Anvil, tmp_path: Path
+):
     node = Account.create()
     ledger = await _manual_chain(anvil, node)
-    rounds = [RoundCommitment(node.address, r, r, [os.urandom(32)]) for r in range(6)]
+    rounds = [RoundCommitment(node.address, r, r, [os.urandom(32)]) for r in range(20)]
     with Journal(tmp_path / "j.sqlite") as journal:
         for c in rounds:  # a backlog, as a node left it at its last stop
             journal.append(c)
         async with Recorder(ledger, journal, node, retry_base_s=0.05) as rec:
-            await _wait_for(lambda: _in_mempool(ledger, node.address) == 6, "all six sent")
+            await _wait_for(lambda: _in_mempool(ledger, node.address) == 1, "one batch sent")
             _rpc(ledger, "evm_mine")
             await rec.wait_idle(30)
             assert rec.statistics().send_failures == 0
-        blocks = {e.block_number for e in journal.entries(node.address)}
-        assert [e.state for e in journal.entries(node.address)] == [EntryState.LANDED] * 6
-    assert len(blocks) == 1
-    assert [e.round for e in await ledger.commitments(node.address)] == list(range(6))
+        entries = journal.entries(node.address)
+        assert [e.state for e in entries] == [EntryState.LANDED] * 20
+        assert len({(e.tx_hash, e.block_number) for e in entries}) == 1  # one transaction
+    assert [e.round for e in await ledger.commitments(node.address)] == list(range(20))
+
+
+async def test_a_batch_stops_before_a_refused_round_and_the_rounds_after_it_follow(
+    anvil: Anvil, tmp_path: Path
+):
+    producer, consumer = Account.create(), Account.create()
+    ledger = await _manual_chain(anvil, producer, consumer)
+    shared = [os.urandom(32) for _ in range(2)]
+    _commit_raw(ledger, producer, RoundCommitment(producer.address, 0, 0, shared))
+    _rpc(ledger, "evm_mine")
+    # Round 2 credits one rollout more than the producer's round shared: refused by name.
+    usage = {1: shared[:1], 2: [*shared, os.urandom(32)], 3: shared[1:]}
+    rounds = [
+        RoundCommitment(consumer.address, r, r, [os.urandom(32)], {producer.address: {0: used}})
+        for r, used in usage.items()
+    ]
+    with Journal(tmp_path / "j.sqlite") as journal:
+        for c in rounds:
+            journal.append(c)
+        async with Recorder(ledger, journal, consumer, retry_base_s=0.05) as rec:
+            await _wait_for(lambda: _in_mempool(ledger, consumer.address) == 1, "round 1 sent")
+            _rpc(ledger, "evm_mine")  # round 1 alone: round 2 was refused by its simulation
+            await _wait_for(lambda: _in_mempool(ledger, consumer.address) == 1, "the rest sent")
+            _rpc(ledger, "evm_mine")  # round 2 without the refused usage, and round 3, together
+            await rec.wait_idle(30)
+        entries = journal.entries(consumer.address)
+    assert [e.state for e in entries] == [EntryState.LANDED] * 3
+    assert entries[1].block_number == entries[2].block_number != entries[0].block_number
+    assert await ledger.credited_by(consumer.address, producer.address, 0) == 2
 
 
 async def test_rounds_a_dead_process_left_in_the_mempool_land_once_and_none_fails(
@@ -144,3 +177,33 @@ async def test_rounds_a_dead_process_left_in_the_mempool_land_once_and_none_fail
         states = [e.state for e in journal.entries(node.address)]
     assert states == [EntryState.LANDED] * 4
     assert [e.round for e in await ledger.commitments(node.address)] == [0, 1, 2, 3]
+
+
+async def test_open_credit_claims_go_out_together_and_settle_in_one_block(
+    anvil: Anvil, tmp_path: Path
+):
+    # One settleCredit per block took a consumer's hundreds of claims an hour at 12 s
+    # blocks (8-node chaos run): now a pass sends them as one settleCredits transaction.
+    producer, consumer = Account.create(), Account.create()
+    ledger = await _manual_chain(anvil, producer, consumer)
+    shared = {r: [os.urandom(32) for _ in range(3)] for r in range(4)}
+    with Journal(tmp_path / "j.sqlite") as journal:
+        for r in range(4):  # each round used 2 rollouts of a producer round not on chain
+            used = {producer.address: {r: shared[r][:2]}}
+            journal.append(RoundCommitment(consumer.address, r, r, [os.urandom(32)], used))
+        async with Recorder(ledger, journal, consumer, retry_base_s=0.05) as rec:
+            await _wait_for(lambda: _in_mempool(ledger, consumer.address) == 1, "rounds sent")
+            _rpc(ledger, "evm_mine")
+            await rec.wait_idle(30)
+            assert len(journal.open_claims(consumer.address)) == 4
+            for r in range(4):
+                _commit_raw(ledger, producer, RoundCommitment(producer.address, r, r, shared[r]))
+            _rpc(ledger, "evm_mine")  # the producer rounds land; the claims can settle
+            await _wait_for(lambda: _in_mempool(ledger, consumer.address) == 1, "claims sent")
+            _rpc(ledger, "evm_mine")
+            await _wait_for(lambda: not journal.open_claims(consumer.address), "claims settled")
+            assert rec.statistics().send_failures == 0, rec.statistics().last_error
+    for r in range(4):
+        assert await ledger.credited_by(consumer.address, producer.address, r) == 2
+        assert await ledger.claim_of(consumer.address, r, producer.address, r) == 0
+    assert (await ledger.node_stats(producer.address)).credit_received == 8

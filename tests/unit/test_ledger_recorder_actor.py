@@ -214,3 +214,96 @@ async def test_a_round_refused_for_its_own_waiting_transaction_is_not_marked_sup
             entry = await rec.wait_settled(4, 10)
     assert entry.state is EntryState.LANDED, entry.last_error
     assert await ledger.rounds_of(node.address) == [4]
+
+
+class BatchRevertLedger(MemoryLedger):
+    """A node's own ledger (no relayer) on which every batch of more than one commitment is
+    mined and reverts without a reason, while a commitment alone lands: the worst case of a
+    round that keeps breaking the batches it is in."""
+
+    def __init__(self) -> None:
+        super().__init__("recorder")
+        self.batches: list[int] = []
+
+    async def submit_batch(self, node, payloads):  # type: ignore[no-untyped-def]
+        self.batches.append(len(payloads))
+        if len(payloads) > 1:
+            raise CommitmentRejected("transaction 0xab reverted", tx_hash="0xab")
+        return await super().submit_batch(node, payloads)
+
+
+async def test_rounds_go_alone_after_their_batch_reverted_without_a_reason(tmp_path: Path):
+    ledger, node = BatchRevertLedger(), Account.create()
+    with Journal(tmp_path / "j.sqlite") as journal:
+        for r in (1, 2, 3):  # a backlog left by a previous process
+            journal.append(round_of(node, r))
+        async with Recorder(ledger, journal, node, retry_base_s=0.01, retry_max_s=0.02) as rec:
+            await rec.wait_idle(10)
+            assert rec.statistics().failed == 0
+    assert await ledger.rounds_of(node.address) == [1, 2, 3]
+    assert ledger.batches[:2] == [3, 1]  # the batch reverted, its first round went alone
+
+
+async def test_a_direct_backlog_lands_as_one_batch_on_the_memory_ledger(tmp_path: Path):
+    ledger, node = MemoryLedger("recorder"), Account.create()
+    with Journal(tmp_path / "j.sqlite") as journal:
+        for r in range(5):
+            journal.append(round_of(node, r))
+        async with Recorder(ledger, journal, node) as rec:
+            await rec.wait_idle(10)
+        blocks = {e.block_number for e in journal.entries(node.address)}
+    assert len(blocks) == 1
+    assert await ledger.rounds_of(node.address) == list(range(5))
+
+
+class ReadCountingLedger(MemoryLedger):
+    """Counts the views a settle pass reads (test seam: the memory ledger's rules)."""
+
+    reads = 0
+
+    async def claim_of(self, *key):  # type: ignore[no-untyped-def]
+        self.reads += 1
+        return await super().claim_of(*key)
+
+    async def commitment_of(self, node: str, round_: int) -> OnChainCommitment | None:
+        self.reads += 1
+        return await super().commitment_of(node, round_)
+
+    async def node_stats(self, node: str):  # type: ignore[no-untyped-def]
+        self.reads += 1
+        return await super().node_stats(node)
+
+
+async def test_a_settle_pass_reads_the_chain_once_per_producer_not_per_claim(tmp_path: Path):
+    # Two views per open claim per pass held the embedded chain's one lock for tens of seconds
+    # on a busy node (README swarm: 30-round backlogs, a round 116 s from journal to chain).
+    ledger, node, producer = ReadCountingLedger("recorder"), Account.create(), Account.create()
+    await ledger.register(node)
+    await ledger.register(producer)
+    claims = 40
+    used = [  # each round claims 1 rollout of the producer's round r, not on chain yet
+        RoundCommitment(
+            node.address, r, r, [os.urandom(32)], {producer.address: {r: [os.urandom(32)]}}
+        )
+        for r in range(claims)
+    ]
+    with Journal(tmp_path / "j.sqlite") as journal:
+        for c in used:
+            receipt = await ledger.submit(node, c.payload())
+            journal.append(c)
+            journal.mark_landed(
+                node.address, c.round, tx_hash=None, block_number=1, claimed=receipt.claimed
+            )
+        for r in range(claims // 2):  # then half of the producer rounds land
+            own = RoundCommitment(producer.address, r, r, [os.urandom(32)])
+            await ledger.submit(producer, own.payload())
+        async with Recorder(ledger, journal, node) as rec:
+            rec_stats = rec.statistics()
+            assert rec_stats.claims_open == claims
+            ledger.reads, before = 0, rec._settler.passes
+            await rec.wait_credit_settled(30)
+            passes = rec._settler.passes - before + 1  # the pass under way when reads were reset
+            stats = rec.statistics()
+    assert (stats.claims_settled, stats.claims_open) == (claims // 2, claims // 2)
+    assert await ledger.credit_received(producer.address) == claims // 2
+    assert ledger.reads <= passes  # one producer: one read a pass, whatever the claims
