@@ -30,15 +30,16 @@ committed, and producers land their rounds on their own schedule. A usage entry 
 producer round is not on chain yet does not hold the commitment back: the contract keeps it
 as a claim of this node's round, and the commitment lands at once. Once nothing of this node
 is pending (or claims have waited ``settle_defer_s``), the sender settles its open claims
-whose producer round is on chain by now (:class:`~sapo_async.ledger.settlement.ClaimSettler`:
-one read per producer, ``settleCredits`` in batches), each exactly once (the chain refuses a
-settled claim as ``SapoLedgerNothingToSettle``, and it is marked settled). A claim whose producer round has not come after
-``limits.LEDGER_CLAIM_LAPSE_S`` is no longer polled (``credit_claim_lapsed``); it stays on
-chain, and anyone may still settle it. A producer being slow never costs it credit. The one
-usage ever dropped from a journaled commitment is usage its producer's *own* commitment on
-chain refuses (that round shared nothing, or fewer rollouts than this node used: a publish
-the server acked while the producer saw it fail): the round then lands without it
-(``credit_refused_by_producer_round``) instead of failing.
+whose producer round is on chain by now
+(:class:`~sapo_async.ledger.settlement.ClaimSettler`: one read per producer,
+``settleCredits`` in batches), each exactly once (the chain refuses a settled claim as
+``SapoLedgerNothingToSettle``, and it is marked settled). A claim whose producer round has
+not come after ``limits.LEDGER_CLAIM_LAPSE_S`` is no longer polled
+(``credit_claim_lapsed``); it stays on chain, and anyone may still settle it. A producer
+being slow never costs it credit. The one usage ever dropped from a journaled commitment is
+usage its producer's *own* commitment on chain refuses (that round shared nothing, or fewer
+rollouts than this node used: a publish the server acked while the producer saw it fail):
+the round then lands without it (``credit_refused_by_producer_round``) instead of failing.
 
 Life cycle (:class:`~sapo_async.actors.Actor`): created -> starting -> running -> draining
 -> stopped (or failed, surfacing as ActorFailed). Drain gives the sender up to
