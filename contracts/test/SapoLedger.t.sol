@@ -3,10 +3,11 @@ pragma solidity ^0.8.24;
 
 import {SapoLedger} from "../src/SapoLedger.sol";
 import {ISapoLedgerErrors} from "../src/ISapoLedgerErrors.sol";
+import {ISapoLedgerEvents} from "../src/ISapoLedgerEvents.sol";
 import {Nonces} from "@openzeppelin/contracts/utils/Nonces.sol";
 import {LedgerTestBase} from "./LedgerTestBase.sol";
 
-contract SapoLedgerTest is LedgerTestBase {
+contract SapoLedgerTest is LedgerTestBase, ISapoLedgerEvents {
     SapoLedger internal ledger;
     uint256 internal constant ALICE_PK = 0xA11CE;
     uint256 internal constant BOB_PK = 0xB0B;
@@ -15,17 +16,6 @@ contract SapoLedgerTest is LedgerTestBase {
     address internal bob;
     address internal carol;
     address internal relayer = address(0xBEEF);
-
-    event CommitmentRecorded(
-        address indexed node,
-        uint64 indexed round,
-        uint64 policyVersion,
-        bytes32 rolloutRoot,
-        uint32 rolloutCount,
-        bytes32 externalRoot,
-        uint32 externalCount,
-        address relayer
-    );
 
     function setUp() public {
         ledger = new SapoLedger(keccak256("test-swarm"));

@@ -6,38 +6,17 @@ batch gets back, the batch's length bounds, and relayed ledgers.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from eth_account import Account
-from eth_account.signers.local import LocalAccount
 
 from sapo_async.errors import CommitmentRejected
-from sapo_async.ledger import EvmLedger, Ledger, MemoryLedger, RoundCommitment
+from sapo_async.ledger import RoundCommitment
 from sapo_async.ledger.types import MAX_BATCH, SubmitReceipt
 from tests.fixtures.ledger import LedgerBackend
+from tests.integration.test_ledger_conformance import anyio_backend, hashes, relayed_ledger, share
 
 pytestmark = [pytest.mark.anyio, pytest.mark.evm]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-def hashes(n: int) -> list[bytes]:
-    return [os.urandom(32) for _ in range(n)]
-
-
-async def relayed_ledger(backend: LedgerBackend) -> EvmLedger | MemoryLedger:
-    return await backend.deploy("conformance-batch")
-
-
-async def share(ledger: Ledger, node: LocalAccount, round_: int, n: int) -> list[bytes]:
-    own = hashes(n)
-    await ledger.register(node)
-    await ledger.submit(node, RoundCommitment(node.address, round_, round_, own).payload())
-    return own
+__all__ = ["anyio_backend"]  # the fixture, shared with the other half of the suite
 
 
 async def test_a_batch_lands_every_round_in_one_transaction_with_its_own_claims(
