@@ -62,6 +62,7 @@ from sapo_async.fabric.transport.embedded import NatsOptions  # noqa: E402
 from sapo_async.fabric.transport.jetstream import JetStreamTransport, StreamSettings  # noqa: E402
 from sapo_async.ledger import deploy_ledger, fund, rpc_chain  # noqa: E402
 from sapo_async.ledger.anvil import AnvilProcess  # noqa: E402
+from sapo_async.ledger.evm import EvmLedger  # noqa: E402
 from sapo_async.ledger.journal import Journal  # noqa: E402
 from sapo_async.ledger.recorder import Recorder  # noqa: E402
 from sapo_async.ops.devnet import ANVIL_DEV_KEY  # noqa: E402
@@ -441,7 +442,10 @@ class Chaos:
         """Land what the nodes left pending, as each node's next start would: every node's
         journal with its own key, all at once. Tiny nodes finish rounds faster than the chain
         takes commitments, so the SIGTERM drain can leave a backlog; it is journaled, not
-        lost. Once every node's rounds are on chain, each settles its open credit claims."""
+        lost. Once every node's rounds are on chain, each settles its open credit claims.
+        Each node gets its own connection, as its own process would: a connection holds its
+        lock while it waits for a receipt, so one shared by eight recorders landed one
+        transaction per block for the whole swarm (at 12 s blocks the drain outlasted 600 s)."""
         landed = {node.index: anyio.Event() for node in self.nodes}
         all_landed = anyio.Event()
 
@@ -452,8 +456,9 @@ class Chaos:
                 with Journal(node.data / "journal" / "journal.sqlite") as journal:
                     if not journal.pending(node.address) and not journal.open_claims(node.address):
                         return
+                    own = EvmLedger(rpc_chain(self.anvil.url), ledger.address)
                     async with Recorder(
-                        ledger, journal, account, retry_base_s=0.05, retry_max_s=1.0
+                        own, journal, account, retry_base_s=0.05, retry_max_s=1.0
                     ) as rec:
                         await rec.wait_idle(600)
                         landed[node.index].set()
@@ -474,8 +479,6 @@ class Chaos:
 
     async def audit(self) -> dict[str, Any]:
         chain = rpc_chain(self.anvil.url)
-        from sapo_async.ledger.evm import EvmLedger
-
         ledger = EvmLedger(chain, self.contract)
         await self._final_drain(ledger)
         stream = await self._stream_ids()

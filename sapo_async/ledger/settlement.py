@@ -119,11 +119,28 @@ class ClaimSettler:
         except CommitmentRejected as exc:
             if exc.reason == "InvalidAccountNonce":
                 raise
+            # Usually a claim settled meanwhile (or credited with its commitment, when a
+            # restart found the round on chain without its receipt): read those claims and
+            # send the rest as one batch again, not one transaction per claim (a block each).
+            rest = [c for c in claims if await self._still_open(c)]
+            if len(rest) < len(claims):
+                if rest:
+                    await self._settle_batch(rest)
+                return
             for claim in claims:  # which one was refused is the chain's to say, one by one
                 await self._settle(claim)
             return
         for claim, receipt in zip(claims, receipts, strict=True):
             await self._settled(claim, receipt.tx_hash)
+
+    async def _still_open(self, claim: CreditClaim) -> bool:
+        """Whether ``claim`` is still open on chain and its producer round there; journals it
+        settled if the chain has nothing left of it."""
+        key = (claim.node, claim.round, claim.producer, claim.producer_round)
+        if await self._ledger.claim_of(*key) == 0:
+            await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.SETTLED)
+            return False
+        return await self._ledger.commitment_of(claim.producer, claim.producer_round) is not None
 
     async def _settle(self, claim: CreditClaim) -> None:
         key = (claim.node, claim.round, claim.producer, claim.producer_round)

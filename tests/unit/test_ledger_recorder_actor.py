@@ -307,3 +307,50 @@ async def test_a_settle_pass_reads_the_chain_once_per_producer_not_per_claim(tmp
     assert (stats.claims_settled, stats.claims_open) == (claims // 2, claims // 2)
     assert await ledger.credit_received(producer.address) == claims // 2
     assert ledger.reads <= passes  # one producer: one read a pass, whatever the claims
+
+
+class SettleCountingLedger(MemoryLedger):
+    """Counts settlement transactions (test seam: the memory ledger's rules)."""
+
+    batches: list[int]
+    singles = 0
+
+    async def settle_credits(self, sender, claims):  # type: ignore[no-untyped-def]
+        self.batches.append(len(claims))
+        return await super().settle_credits(sender, claims)
+
+    async def settle_credit(self, sender, *key):  # type: ignore[no-untyped-def]
+        self.singles += 1
+        return await super().settle_credit(sender, *key)
+
+
+async def test_a_claim_settled_by_someone_else_does_not_split_the_batch_into_one_per_claim(
+    tmp_path: Path,
+):
+    # A batch refused for one claim went one transaction per claim: at 12 s blocks the
+    # 8-node chaos run's final drain outlasted 600 s.
+    ledger, node, producer = SettleCountingLedger("recorder"), Account.create(), Account.create()
+    ledger.batches = []
+    await ledger.register(node)
+    await ledger.register(producer)
+    with Journal(tmp_path / "j.sqlite") as journal:
+        for r in range(5):
+            used = {producer.address: {r: [os.urandom(32)]}}
+            c = RoundCommitment(node.address, r, r, [os.urandom(32)], used)
+            receipt = await ledger.submit(node, c.payload())
+            journal.append(c)
+            journal.mark_landed(
+                node.address, r, tx_hash=None, block_number=1, claimed=receipt.claimed
+            )
+        for r in range(5):
+            own = RoundCommitment(producer.address, r, r, [os.urandom(32)])
+            await ledger.submit(producer, own.payload())
+        await ledger.settle_credit(producer, node.address, 2, producer.address, 2)  # anyone may
+        ledger.singles, ledger.batches = 0, []
+        async with Recorder(ledger, journal, node) as rec:
+            await rec.wait_credit_settled(30)
+            stats = rec.statistics()
+    assert (stats.claims_settled, stats.claims_open) == (5, 0)
+    assert ledger.batches == [5, 4]  # refused for the settled claim, then the rest at once
+    assert ledger.singles == 0
+    assert await ledger.credit_received(producer.address) == 5
