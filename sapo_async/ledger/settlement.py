@@ -67,8 +67,9 @@ class ClaimSettler:
         """One pass over the open claims; False if it stopped early for a new commitment
         (never, with ``yield_to_commitments`` False: the recorder's bound on deferral).
         The claims ready to settle (producer round on chain, not credited yet) go in
-        ``settleCredits`` batches of up to ``MAX_BATCH``; a batch refused as a whole is
-        settled one claim at a time, so one refused claim holds back no other.
+        ``settleCredits`` batches of up to ``MAX_BATCH``; a batch refused as a whole goes
+        again without the claims the chain no longer holds, and one claim at a time only
+        when every claim of it still stands, so one refused claim holds back no other.
 
         Raises:
             LedgerError: the chain could not be reached (the pass is retried whole).
