@@ -135,13 +135,19 @@ class ClaimSettler:
             await self._settled(claim, receipt.tx_hash)
 
     async def _still_open(self, claim: CreditClaim) -> bool:
-        """Whether ``claim`` is still open on chain and its producer round there; journals it
-        settled if the chain has nothing left of it."""
+        """Whether ``claim`` (ready: its producer's last round reached it) can still be
+        settled; journals it settled if the chain has nothing left of it, and lapsed if its
+        producer round was skipped (a later round of the producer is on chain, so it can
+        never come: polled on, it would be refused with every batch, forever)."""
         key = (claim.node, claim.round, claim.producer, claim.producer_round)
         if await self._ledger.claim_of(*key) == 0:
             await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.SETTLED)
             return False
-        return await self._ledger.commitment_of(claim.producer, claim.producer_round) is not None
+        if await self._ledger.commitment_of(claim.producer, claim.producer_round) is None:
+            await self._journal.write(self._journal.settle_claim, *key, state=ClaimState.LAPSED)
+            self._claim_log(claim).info("credit_claim_lapsed", reason="producer_round_skipped")
+            return False
+        return True
 
     async def _settle(self, claim: CreditClaim) -> None:
         key = (claim.node, claim.round, claim.producer, claim.producer_round)

@@ -18,7 +18,7 @@ from sapo_async.actors import ActorState
 from sapo_async.errors import ActorFailed, ActorStopped, CommitmentRejected
 from sapo_async.ledger import MemoryLedger, OnChainCommitment, RoundCommitment
 from sapo_async.ledger.chain import reverted
-from sapo_async.ledger.journal import EntryState, Journal
+from sapo_async.ledger.journal import ClaimState, EntryState, Journal
 from sapo_async.ledger.recorder import Recorder
 from tests.fixtures.ledger import SlowFsyncJournal
 
@@ -354,3 +354,31 @@ async def test_a_claim_settled_by_someone_else_does_not_split_the_batch_into_one
     assert ledger.batches == [5, 4]  # refused for the settled claim, then the rest at once
     assert ledger.singles == 0
     assert await ledger.credit_received(producer.address) == 5
+
+
+async def test_claims_on_producer_rounds_that_were_skipped_lapse_instead_of_staying_open(
+    tmp_path: Path,
+):
+    # Two claims on rounds the producer skipped (its later round landed) made every batch of
+    # them refused, read and dropped for the pass, and never closed: open forever.
+    ledger, node, producer = MemoryLedger("recorder"), Account.create(), Account.create()
+    await ledger.register(node)
+    await ledger.register(producer)
+    with Journal(tmp_path / "j.sqlite") as journal:
+        for r in (3, 4, 5):
+            used = {producer.address: {r: [os.urandom(32)]}}
+            c = RoundCommitment(node.address, r, r, [os.urandom(32)], used)
+            receipt = await ledger.submit(node, c.payload())
+            journal.append(c)
+            journal.mark_landed(
+                node.address, r, tx_hash=None, block_number=1, claimed=receipt.claimed
+            )
+        own = RoundCommitment(producer.address, 5, 5, [os.urandom(32)])  # 3 and 4 skipped
+        await ledger.submit(producer, own.payload())
+        async with Recorder(ledger, journal, node) as rec:
+            await rec.wait_credit_settled(30)
+            stats = rec.statistics()
+        states = journal.claim_counts(node.address)
+    assert (stats.claims_settled, stats.claims_open) == (1, 0)
+    assert states[ClaimState.LAPSED] == 2
+    assert await ledger.credit_received(producer.address) == 1
