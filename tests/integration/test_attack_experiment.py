@@ -13,6 +13,7 @@ from sapo_async.cli.main import build_app
 from sapo_async.experiment.attack.inject import MARKER, Inject
 from sapo_async.experiment.attack.length import Length
 from sapo_async.experiment.attack.runner import AttackSpec, run_one
+from sapo_async.experiment.attack.tokens import Tokens
 
 pytestmark = [pytest.mark.slow]
 
@@ -65,6 +66,12 @@ def test_attack_quick_measures_each_attack_with_defences_off_and_on(tmp_path, mo
         assert all(len(v) == 3 for v in r["payload_base"].values())
     assert 0.0 <= summary["attacks"]["inject"]["payload_no_attack_on"] <= 1.0
     assert "payload_no_attack_on" not in summary["attacks"]["absurd"]
+    # Every run records what honest completions said after their answer tag, per round, so
+    # a detector written later can be applied to it.
+    assert all(len(r["tails"]) == 3 for r in runs)
+    assert all(
+        isinstance(t, str) and t.strip() == t and t for r in runs for ts in r["tails"] for t in ts
+    )
 
 
 def test_attack_rejects_an_unknown_attack(tmp_path):
@@ -105,6 +112,10 @@ def test_inject_marker_survives_smollm2_tokens_and_is_detected():
     ids = tokenizer.encode(text, add_special_tokens=False)
     assert tokenizer.decode(ids) == text
     assert Inject().carries_payload(tokenizer.decode(ids), "12")
+    # So does the tokens attack's run of digits and operators.
+    for text in (" <answer>12</answer> 3(/.=", " <answer>12</answer> -7*8"):
+        round_trip = tokenizer.decode(tokenizer.encode(text, add_special_tokens=False))
+        assert Tokens().carries_payload(round_trip, "12")
     # The length attack's pad counts SmolLM2's tokens (a run of spaces is one token).
     limit = 32
     padded = Length(limit, tokenizer).padded("12")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 
 import pytest
 
@@ -15,6 +16,8 @@ from sapo_async.experiment.attack.length import Length
 from sapo_async.experiment.attack.measure import RoundClock, process_cpu_s
 from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure
 from sapo_async.experiment.attack.summary import markdown_table, slope, summarise
+from sapo_async.experiment.attack.tokens import Tokens
+from tests.fixtures.fabric import make_account, make_group
 
 
 class _Clock:
@@ -178,3 +181,34 @@ def test_honest_reward_is_also_compared_with_the_same_nodes_sharing_nothing():
     # Without the no-sharing run the comparison is left out, not made up.
     partial = summarise(spec, runs[:2] + runs[3:], seconds=1.0)["attacks"]["inject"]
     assert "honest_reward_ratio_on_solo" not in partial
+
+
+@pytest.mark.parametrize(
+    ("text", "payload"),
+    [
+        (" <answer>7</answer> 3(/.=", True),  # what the attack sends
+        (" <answer>7</answer>\n 12 + 9 =", True),  # its alphabet, spaced out
+        (" <answer>7</answer>", False),
+        (" <answer>7</answer>  ", False),
+        (" <answer>7</answer> 3.", False),  # shorter than any run the attack sends
+        # Honest text after the tag (the old detector, "anything after the tag", counted
+        # these: 0.031 of honest SmolLM2 completions with no attack, issue 23).
+        (" <answer>7</answer>\nThe answer is 7.", False),
+        (" <answer>7</answer> because 3+4=7", False),
+        (" 3+4=7 so 7", False),  # no closing tag
+    ],
+)
+def test_the_tokens_detector_counts_the_attacks_alphabet_run_not_any_text_after_the_tag(
+    text, payload
+):
+    assert Tokens().carries_payload(text, "7") is payload
+
+
+def test_every_forged_tokens_completion_with_the_right_answer_is_detected():
+    account = make_account(0)
+    group = make_group(account, completions=8)  # its answer is "4"
+    rng = random.Random(0)
+    for _ in range(50):
+        (forged,) = Tokens().forge(group, account, rng)
+        texts = [c.text for c in forged.group.completions]
+        assert [Tokens().carries_payload(t, group.answer) for t in texts] == [True, False] * 4

@@ -18,15 +18,15 @@ from msgspec.structs import replace
 
 from sapo_async.fabric.publisher import Publisher, PublishReceipt
 from sapo_async.fabric.transport.base import Transport
-from sapo_async.tasks.reward import text_after_answer
+from sapo_async.tasks.prompt import ANSWER_CLOSE
 from sapo_async.wire import Completion, RolloutGroup
 
 __all__ = [
     "Attack",
     "AttackPublisher",
     "Forged",
-    "payload_after_answer",
     "retext",
+    "tail_after_answer",
     "wrong_answer",
 ]
 
@@ -61,9 +61,10 @@ def wrong_answer(answer: str) -> str:
         return "0"
 
 
-def payload_after_answer(text: str) -> bool:
-    """True when anything but whitespace follows the last closing answer tag."""
-    return text_after_answer(text)
+def tail_after_answer(text: str) -> str | None:
+    """What follows the last closing answer tag, stripped (None: no closing tag)."""
+    end = text.rfind(ANSWER_CLOSE)
+    return None if end < 0 else text[end + len(ANSWER_CLOSE) :].strip()
 
 
 def retext(group: RolloutGroup, texts: Sequence[str], **changes: Any) -> RolloutGroup:

@@ -26,9 +26,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from sapo_async.experiment.attack.base import tail_after_answer
 from sapo_async.experiment.attack.spec import (
     ATTACKS,
     RATIO_ATTACKS,
+    TAIL_CHARS,
     AttackSpec,
     RunMeasure,
     make_attack,
@@ -209,6 +211,8 @@ async def _run_rounds(
             hits = sum(detector.carries_payload(t, a) for t, a in texts)
             m.payload_base.setdefault(name, []).append(hits / max(len(texts), 1))
         m.length.append(sum(lengths) / max(len(lengths), 1))
+        tails = (tail_after_answer(t) for t, _ in texts)
+        m.tails.append([tail[:TAIL_CHARS] for tail in tails if tail])
 
 
 def _honest_verdicts(nodes: list[Any], honest: list[int]) -> tuple[int, int]:

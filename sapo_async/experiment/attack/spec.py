@@ -20,11 +20,22 @@ from sapo_async.experiment.attack.tokens import Tokens
 from sapo_async.experiment.attack.wrong import Wrong
 from sapo_async.tasks.spec import FamilySpec
 
-__all__ = ["ATTACKS", "RATIO_ATTACKS", "AttackSpec", "RunMeasure", "make_attack", "quick"]
+__all__ = [
+    "ATTACKS",
+    "RATIO_ATTACKS",
+    "TAIL_CHARS",
+    "AttackSpec",
+    "RunMeasure",
+    "make_attack",
+    "quick",
+]
 
 ATTACKS = ("inject", "tokens", "length", "flood", "absurd", "wrong")
 
 RATIO_ATTACKS = frozenset({"length", "flood", "absurd"})
+
+TAIL_CHARS = 64
+"""How much of the text after an honest completion's answer tag a run records."""
 """Attacks measured as a ratio to the no-attack run; the others as a payload rate."""
 
 PROMPT_STYLES = ("auto", "compact", "instruct")
@@ -177,6 +188,9 @@ class RunMeasure:
             ``wrong``), per round, the fraction of honest own completions its detector
             matches with no attacker present (the payload rate's floor).
         length: per round, the honest own completions' mean length (tokens).
+        tails: per round, what the honest own completions hold after their last closing
+            answer tag, where anything (stripped, at most :data:`TAIL_CHARS` characters):
+            a payload detector written later can be applied to a recorded run.
         round_s: per round, CPU seconds of the run's process without the attackers' own
             share and train (process time: robust to other jobs on a shared machine).
             Kept for comparison with earlier results; it undercounts a flood, since honest
@@ -208,6 +222,7 @@ class RunMeasure:
     payload: list[float] = field(default_factory=list)
     payload_base: dict[str, list[float]] = field(default_factory=dict)
     length: list[float] = field(default_factory=list)
+    tails: list[list[str]] = field(default_factory=list)
     round_s: list[float] = field(default_factory=list)
     round_cpu_s: list[float] = field(default_factory=list)
     server_cpu_s: list[float] = field(default_factory=list)
