@@ -8,7 +8,8 @@ the payload. Each policy here answers one question, takes data and returns data:
 * :class:`Calibration` and :func:`screen`: measured on the node's *own* completions per
   family, is an external completion plausible under the node's own model (its mean token
   log-prob, and the mean of its few least likely tokens) and not needlessly long (rewarded
-  completions against the node's own rewarded lengths)? [``implausible``, ``too_long``].
+  completions against the node's own rewarded lengths) and not padded with a repeated
+  pattern? [``implausible``, ``too_long``, ``repetitive``].
   A family the node has not calibrated yet is not judged at all: its peers' groups wait
   in the buffer (:meth:`Thresholds.judges`);
 * :class:`Quarantine`: has a producer had too many of its groups dropped? Then refuse it
@@ -39,8 +40,13 @@ __all__ = [
     "Thresholds",
     "length_buckets",
     "low_mean",
+    "repeated_span",
     "screen",
 ]
+
+REPETITION_MAX_PERIOD = 4
+"""The longest token pattern :func:`repeated_span` looks for: ``" ."`` padding is one
+SmolLM2 token, ``" . ,"`` two, a padding phrase a few more."""
 
 CALIBRATION_WINDOW = 2048
 """Own completions remembered per family: a few dozen rounds of B x L = 64, recent enough to
@@ -77,6 +83,25 @@ def length_buckets(max_tokens: int) -> tuple[int, ...]:
     while out[-1] < max_tokens:
         out.append(out[-1] * 2)
     return tuple(out)
+
+
+def repeated_span(token_ids: Sequence[int], max_period: int = REPETITION_MAX_PERIOD) -> int:
+    """The most tokens a pattern of 1 to ``max_period`` tokens covers by repeating itself.
+
+    A stretch where every token equals the one ``p`` positions before it is a pattern of
+    ``p`` tokens repeated; the span counts the pattern's first copy too. The length
+    attack's pad (``" ."`` to the completion cap) spans nearly the whole completion (31 of
+    SmolLM2's 32 tokens); honest text rarely repeats itself past a few tokens (a model
+    stuck in a loop does, and earns nothing for it).
+    """
+    best = 0
+    for p in range(1, max_period + 1):
+        run = 0
+        for i in range(p, len(token_ids)):
+            run = run + 1 if token_ids[i] == token_ids[i - p] else 0
+            if run:
+                best = max(best, run + p)
+    return best
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -171,6 +196,9 @@ class Thresholds:
         max_tokens: the node's own completion cap (``max_new_tokens``, plus the EOS token):
             the round's size bound, checked on every candidate before :func:`screen`.
         plausibility / length_guard: which checks are on.
+        low_tokens: ``plausibility_low_tokens``.
+        repetition_limit: a pushed-up completion whose :func:`repeated_span` reaches this
+            many tokens is dropped (0: off; needs no calibration and no forward pass).
     """
 
     families: dict[str, FamilyThresholds]
@@ -178,6 +206,7 @@ class Thresholds:
     plausibility: bool
     length_guard: bool
     low_tokens: int = 0
+    repetition_limit: int = 0
 
     @property
     def needs_logprobs(self) -> bool:
@@ -256,6 +285,7 @@ class Calibration:
             spec.plausibility,
             spec.length_guard,
             spec.plausibility_low_tokens,
+            spec.repetition_limit,
         )
 
     def _floor(self, values: Sequence[float]) -> float:
@@ -268,12 +298,15 @@ class CompletionView:
     """What :func:`screen` needs of one external completion, under the node's own model.
 
     Attributes:
-        logprobs: per-token log-probs of the re-tokenised completion (EOS included).
+        logprobs: per-token log-probs of the re-tokenised completion (EOS included; empty
+            when no check that reads them is on).
         reward: the node's own verifier's reward.
+        token_ids: the re-tokenised completion (what the repetition check reads).
     """
 
     logprobs: Sequence[float]
     reward: float
+    token_ids: Sequence[int] = ()
 
 
 def screen(
@@ -294,6 +327,8 @@ def screen(
     """
     family_limits = limits.families.get(family, FamilyThresholds(None, None))
     for c in completions:
+        if limits.repetition_limit and repeated_span(c.token_ids) >= limits.repetition_limit:
+            return RejectReason.REPETITIVE
         tokens = len(c.logprobs)
         if (
             limits.length_guard

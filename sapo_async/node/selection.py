@@ -5,13 +5,13 @@ this node's verifier (re-deriving its task), build its one view
 (:class:`~sapo_async.node.view.CandidateView`: the receiver's tokens once, its log-probs at
 most once per completion), check it in this order on that view: the size bound in the
 receiver's tokens [``completion_too_many_tokens``], the token check
-[``token_mismatch``], plausibility and the length guard
-(:func:`~sapo_async.node.defence.screen`) [``implausible``, ``too_long``], an experiment's
-external filter such as F-TIS's ratio [``ratio_extreme``]; and let the pure sampler pick J.
-The trainer gets the view's group (the receiver's own ids), so nothing tokenises or runs the
-candidate again before the gradient step. The view is lazy: with the defences off (and no
-external filter) a candidate is tokenised only if the sampler chose it, and no candidate is
-run through the model. Staleness is not checked here: the collector owns
+[``token_mismatch``], plausibility, the length guard and the repetition check
+(:func:`~sapo_async.node.defence.screen`) [``implausible``, ``too_long``, ``repetitive``],
+an experiment's external filter such as F-TIS's ratio [``ratio_extreme``]; and let the pure
+sampler pick J. The trainer gets the view's group (the receiver's own ids), so nothing
+tokenises or runs the candidate again before the gradient step. The view is lazy: with the
+defences off (and no external filter) a candidate is tokenised only if the sampler chose it,
+and no candidate is run through the model. Staleness is not checked here: the collector owns
 both bounds (age and round lag), so its buffer holds only fresh groups.
 
 Threads: :func:`select_groups` may run in a worker thread, so it never touches the
@@ -198,10 +198,14 @@ def select_groups(
                 for i in pushed
             ):
                 raise _Screened(RejectReason.TOKEN_MISMATCH)
-            if limits.needs_logprobs and pushed:
-                lps = view.logprobs(pushed)
+            if (limits.needs_logprobs or limits.repetition_limit) and pushed:
+                lps = (
+                    [lp.tolist() for lp in view.logprobs(pushed)]
+                    if limits.needs_logprobs
+                    else [[] for _ in pushed]
+                )
                 views = [
-                    CompletionView(lp.tolist(), scored.completions[i].reward)
+                    CompletionView(lp, scored.completions[i].reward, view.token_ids[i])
                     for i, lp in zip(pushed, lps, strict=True)
                 ]
                 reason = screen(b.group.task.family, views, limits)

@@ -458,6 +458,12 @@ class DefenceSpec(Settings):
         default=1.5, ge=1, description="Longest rewarded completion, times own rewarded length..."
     )
     length_quantile: float = Field(default=0.95, gt=0, le=1, description="...at this quantile.")
+    repetition_limit: int = Field(
+        default=12,
+        ge=0,
+        description="Drop a rewarded completion that repeats a pattern of 1 to "
+        "4 tokens over this many tokens (padding; 0: off).",
+    )
     calibration_min: int = Field(
         default=32,
         ge=1,

@@ -65,6 +65,8 @@ class RejectReason(StrEnum):
     IMPLAUSIBLE = "implausible"
     TOO_LONG = "too_long"
     """A rewarded completion is longer than the length guard allows for its family."""
+    REPETITIVE = "repetitive"
+    """A rewarded completion repeats a short token pattern over ``repetition_limit`` tokens."""
     RATIO_EXTREME = "ratio_extreme"
 
 
@@ -78,6 +80,7 @@ AFTER_ADMISSION: tuple[RejectReason, ...] = (
     RejectReason.TOKEN_MISMATCH,
     RejectReason.IMPLAUSIBLE,
     RejectReason.TOO_LONG,
+    RejectReason.REPETITIVE,
     RejectReason.RATIO_EXTREME,
 )
 """The checks the round runs on groups the collector admitted (drops), in the order the

@@ -14,6 +14,8 @@ from sapo_async.experiment.attack.inject import MARKER, Inject
 from sapo_async.experiment.attack.length import Length
 from sapo_async.experiment.attack.runner import AttackSpec, run_one
 from sapo_async.experiment.attack.tokens import Tokens
+from sapo_async.node.defence import repeated_span
+from sapo_async.node.spec import DefenceSpec
 
 pytestmark = [pytest.mark.slow]
 
@@ -119,7 +121,10 @@ def test_inject_marker_survives_smollm2_tokens_and_is_detected():
     # The length attack's pad counts SmolLM2's tokens (a run of spaces is one token).
     limit = 32
     padded = Length(limit, tokenizer).padded("12")
-    assert len(tokenizer.encode(padded, add_special_tokens=False)) + 1 in (limit - 1, limit)
+    ids = tokenizer.encode(padded, add_special_tokens=False)
+    assert len(ids) + 1 in (limit - 1, limit)
+    # ... and the repetition check sees the pad in SmolLM2's tokens.
+    assert repeated_span(ids) >= DefenceSpec().repetition_limit
 
 
 @pytest.mark.real_model

@@ -250,3 +250,34 @@ async def test_peers_groups_wait_until_the_node_has_calibrated_their_family() ->
     second = await node.train_round(await node.share_round())
     assert second.external_held == 0
     assert second.external_scored > 0
+
+
+@pytest.mark.timeout(300)
+async def test_a_right_answer_padded_with_a_repeated_pattern_drops_its_group() -> None:
+    """Issue 23: the length attack pads the right answer with ``" ."`` to the cap. The pad
+    is likely under the model once seen twice, and at a 32-token cap it is within the
+    length guard, so honest SmolLM2 nodes learned it (honest reward 0.29 of no attack).
+    The repetition check drops the group; the same answers unpadded are trained on."""
+    broker = MemoryBroker()
+    # Room for the pad under the size bound (it is the round's own cap).
+    node, peer = await _node(0, broker, max_new_tokens=48), await _node(1, broker)
+    group = (await _peer_groups(peer))[0]
+    right, wrong = f" <answer>{group.answer}</answer>", " <answer>77</answer>"
+    padded = " ." * 6 + right  # the tiny tokenizer: a token a character, 12 tokens of pad
+
+    def with_texts(first: str, producer_round: int) -> RolloutGroup:
+        texts = (first, wrong, first, wrong)
+        return replace(
+            group,
+            producer_round=producer_round,
+            completions=tuple(Completion(text=t, finish_reason="stop") for t in texts),
+        )
+
+    assert node.collector.ingest(_signed(peer, with_texts(padded, group.producer_round)))
+    report = await node.train_round(await node.share_round())
+    assert report.external_failed == {"repetitive": 1}
+    assert report.external_total == 0
+    assert node.collector.ingest(_signed(peer, with_texts(right, group.producer_round + 1)))
+    report = await node.train_round(await node.share_round())
+    assert report.external_failed == {}
+    assert report.external_total == 1

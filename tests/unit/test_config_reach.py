@@ -189,6 +189,7 @@ DEFENCE: dict[str, Any] = {
     "length_guard": False,
     "length_factor": 2.0,
     "length_quantile": 0.5,
+    "repetition_limit": 5,
     "calibration_min": 4,
     "quarantine_rate": 0.9,
     "quarantine_min_events": 3,

@@ -6,6 +6,7 @@ from sapo_async.node.defence import (
     Calibration,
     CompletionView,
     Quarantine,
+    repeated_span,
     screen,
 )
 from sapo_async.node.spec import DefenceSpec
@@ -176,3 +177,25 @@ def test_length_buckets_reach_the_cap() -> None:
 
     assert length_buckets(33) == (8, 16, 32, 64)
     assert length_buckets(8) == (8,)
+
+
+def test_repeated_span_counts_the_tokens_a_short_pattern_covers() -> None:
+    assert repeated_span([]) == 0
+    assert repeated_span([1, 2, 3, 4, 5]) == 0
+    assert repeated_span([7] * 10) == 10
+    assert repeated_span([1, 2] + [5, 6] * 6 + [3]) == 12  # a two-token pattern, six times
+    assert repeated_span([9, 1, 2, 3, 4, 1, 2, 3, 4, 8]) == 8  # period 4
+    assert repeated_span([1, 2, 3, 4, 5] * 3) == 0  # period 5: beyond the patterns looked for
+    assert repeated_span([1, 2, 3, 4, 5] * 3, max_period=5) == 15
+
+
+def test_screen_drops_a_rewarded_completion_padded_with_a_repeated_pattern() -> None:
+    limits = Calibration(DefenceSpec(repetition_limit=12), max_new_tokens=32).thresholds()
+    answer = [40, 41, 42, 43]
+    padded = CompletionView([], 1.0, [17, 18] * 6 + answer)  # " ." x 6 in pairs of tokens
+    short_pad = CompletionView([], 1.0, [17, 18] * 5 + answer)
+    honest = CompletionView([], 1.0, [3, 1, 4, 1, 5, 9, 2, 6, *answer])
+    assert screen("chain_sum", [honest, short_pad], limits) is None
+    assert screen("chain_sum", [honest, padded], limits) == "repetitive"
+    off = Calibration(DefenceSpec(repetition_limit=0), max_new_tokens=32).thresholds()
+    assert screen("chain_sum", [padded], off) is None
