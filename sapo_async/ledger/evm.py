@@ -248,8 +248,8 @@ class EvmLedger:
     ) -> SubmitReceipt:
         if self.relayer is None:
             raise LedgerError("relaying a signed commitment needs a client with a relayer")
-        call = self._contract.functions.commitBySig(node, payload.as_abi(), nonce, signature)
-        return self.chain.send_sync(self.relayer, call)
+        call = batch_call(self._contract.functions, node, [payload], (nonce, [signature]))
+        return self.chain.send_sync(self.relayer, call, headroom([payload]))
 
     async def settle_credit(
         self, sender: LocalAccount, consumer: str, round_: int, producer: str, producer_round: int

@@ -18,13 +18,18 @@ from sapo_async.errors import ConfigError
 from sapo_async.tasks.prompt import ANSWER_CLOSE, extract_answer
 from sapo_async.tasks.source import TaskItem, score_entry
 
-__all__ = ["Verifier", "text_after_answer"]
+__all__ = ["Verifier", "answer_tail", "text_after_answer"]
+
+
+def answer_tail(text: str) -> str | None:
+    """What follows the last closing answer tag, stripped (None: no closing tag)."""
+    end = text.rfind(ANSWER_CLOSE)
+    return None if end < 0 else text[end + len(ANSWER_CLOSE) :].strip()
 
 
 def text_after_answer(text: str) -> bool:
     """True when anything but whitespace follows the last closing answer tag."""
-    end = text.rfind(ANSWER_CLOSE)
-    return end >= 0 and bool(text[end + len(ANSWER_CLOSE) :].strip())
+    return bool(answer_tail(text))
 
 
 @dataclass(frozen=True, slots=True)

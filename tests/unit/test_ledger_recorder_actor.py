@@ -274,6 +274,31 @@ class ReadCountingLedger(MemoryLedger):
         return await super().node_stats(node)
 
 
+async def land_claiming(
+    ledger: MemoryLedger,
+    journal: Journal,
+    node: LocalAccount,
+    producer: LocalAccount,
+    rounds: range | tuple[int, ...],
+) -> None:
+    """Land ``node``'s ``rounds``, each claiming one rollout of ``producer``'s same round
+    (not on chain yet), and journal them landed with their claims."""
+    for r in rounds:
+        used = {producer.address: {r: [os.urandom(32)]}}
+        c = RoundCommitment(node.address, r, r, [os.urandom(32)], used)
+        receipt = await ledger.submit(node, c.payload())
+        journal.append(c)
+        journal.mark_landed(node.address, r, tx_hash=None, block_number=1, claimed=receipt.claimed)
+
+
+async def land_own(ledger: MemoryLedger, producer: LocalAccount, rounds: range | tuple[int, ...]):
+    """Land ``producer``'s own ``rounds`` (no claims)."""
+    for r in rounds:
+        await ledger.submit(
+            producer, RoundCommitment(producer.address, r, r, [os.urandom(32)]).payload()
+        )
+
+
 async def test_a_settle_pass_reads_the_chain_once_per_producer_not_per_claim(tmp_path: Path):
     # Two views per open claim per pass held the embedded chain's one lock for tens of seconds
     # on a busy node (README swarm: 30-round backlogs, a round 116 s from journal to chain).
@@ -281,22 +306,9 @@ async def test_a_settle_pass_reads_the_chain_once_per_producer_not_per_claim(tmp
     await ledger.register(node)
     await ledger.register(producer)
     claims = 40
-    used = [  # each round claims 1 rollout of the producer's round r, not on chain yet
-        RoundCommitment(
-            node.address, r, r, [os.urandom(32)], {producer.address: {r: [os.urandom(32)]}}
-        )
-        for r in range(claims)
-    ]
     with Journal(tmp_path / "j.sqlite") as journal:
-        for c in used:
-            receipt = await ledger.submit(node, c.payload())
-            journal.append(c)
-            journal.mark_landed(
-                node.address, c.round, tx_hash=None, block_number=1, claimed=receipt.claimed
-            )
-        for r in range(claims // 2):  # then half of the producer rounds land
-            own = RoundCommitment(producer.address, r, r, [os.urandom(32)])
-            await ledger.submit(producer, own.payload())
+        await land_claiming(ledger, journal, node, producer, range(claims))
+        await land_own(ledger, producer, range(claims // 2))  # then half of them land
         async with Recorder(ledger, journal, node) as rec:
             rec_stats = rec.statistics()
             assert rec_stats.claims_open == claims
@@ -334,17 +346,8 @@ async def test_a_claim_settled_by_someone_else_does_not_split_the_batch_into_one
     await ledger.register(node)
     await ledger.register(producer)
     with Journal(tmp_path / "j.sqlite") as journal:
-        for r in range(5):
-            used = {producer.address: {r: [os.urandom(32)]}}
-            c = RoundCommitment(node.address, r, r, [os.urandom(32)], used)
-            receipt = await ledger.submit(node, c.payload())
-            journal.append(c)
-            journal.mark_landed(
-                node.address, r, tx_hash=None, block_number=1, claimed=receipt.claimed
-            )
-        for r in range(5):
-            own = RoundCommitment(producer.address, r, r, [os.urandom(32)])
-            await ledger.submit(producer, own.payload())
+        await land_claiming(ledger, journal, node, producer, range(5))
+        await land_own(ledger, producer, range(5))
         await ledger.settle_credit(producer, node.address, 2, producer.address, 2)  # anyone may
         ledger.singles, ledger.batches = 0, []
         async with Recorder(ledger, journal, node) as rec:
@@ -365,16 +368,8 @@ async def test_claims_on_producer_rounds_that_were_skipped_lapse_instead_of_stay
     await ledger.register(node)
     await ledger.register(producer)
     with Journal(tmp_path / "j.sqlite") as journal:
-        for r in (3, 4, 5):
-            used = {producer.address: {r: [os.urandom(32)]}}
-            c = RoundCommitment(node.address, r, r, [os.urandom(32)], used)
-            receipt = await ledger.submit(node, c.payload())
-            journal.append(c)
-            journal.mark_landed(
-                node.address, r, tx_hash=None, block_number=1, claimed=receipt.claimed
-            )
-        own = RoundCommitment(producer.address, 5, 5, [os.urandom(32)])  # 3 and 4 skipped
-        await ledger.submit(producer, own.payload())
+        await land_claiming(ledger, journal, node, producer, (3, 4, 5))
+        await land_own(ledger, producer, (5,))  # 3 and 4 skipped
         async with Recorder(ledger, journal, node) as rec:
             await rec.wait_credit_settled(30)
             stats = rec.statistics()

@@ -18,7 +18,6 @@ from msgspec.structs import replace
 
 from sapo_async.fabric.publisher import Publisher, PublishReceipt
 from sapo_async.fabric.transport.base import Transport
-from sapo_async.tasks.prompt import ANSWER_CLOSE
 from sapo_async.wire import Completion, RolloutGroup
 
 __all__ = [
@@ -26,7 +25,6 @@ __all__ = [
     "AttackPublisher",
     "Forged",
     "retext",
-    "tail_after_answer",
     "wrong_answer",
 ]
 
@@ -59,12 +57,6 @@ def wrong_answer(answer: str) -> str:
         return str(int(answer) + 1)
     except ValueError:
         return "0"
-
-
-def tail_after_answer(text: str) -> str | None:
-    """What follows the last closing answer tag, stripped (None: no closing tag)."""
-    end = text.rfind(ANSWER_CLOSE)
-    return None if end < 0 else text[end + len(ANSWER_CLOSE) :].strip()
 
 
 def retext(group: RolloutGroup, texts: Sequence[str], **changes: Any) -> RolloutGroup:

@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sapo_async.experiment.attack.base import tail_after_answer
+from sapo_async.experiment.attack.base import Attack
 from sapo_async.experiment.attack.spec import (
     ATTACKS,
     RATIO_ATTACKS,
@@ -36,6 +36,7 @@ from sapo_async.experiment.attack.spec import (
     make_attack,
     quick,
 )
+from sapo_async.tasks.reward import answer_tail
 
 __all__ = ["ATTACKS", "AttackSpec", "RunMeasure", "make_attack", "quick", "run_matrix", "run_one"]
 
@@ -205,14 +206,17 @@ async def _run_rounds(
         m.round_total_wall_s.append(times.wall_s)
         if times.server_cpu_s is not None:
             m.server_cpu_s.append(times.server_cpu_s)
-        hits = sum(attack.carries_payload(t, a) for t, a in texts) if attack else 0
-        m.payload.append(hits / max(len(texts), 1))
+        m.payload.append(_payload_rate(attack, texts) if attack else 0.0)
         for name, detector in detectors.items():
-            hits = sum(detector.carries_payload(t, a) for t, a in texts)
-            m.payload_base.setdefault(name, []).append(hits / max(len(texts), 1))
+            m.payload_base.setdefault(name, []).append(_payload_rate(detector, texts))
         m.length.append(sum(lengths) / max(len(lengths), 1))
-        tails = (tail_after_answer(t) for t, _ in texts)
+        tails = (answer_tail(t) for t, _ in texts)
         m.tails.append([tail[:TAIL_CHARS] for tail in tails if tail])
+
+
+def _payload_rate(detector: Attack, texts: list[tuple[str, str]]) -> float:
+    """The share of (completion, answer) pairs ``detector`` finds its payload in."""
+    return sum(detector.carries_payload(t, a) for t, a in texts) / max(len(texts), 1)
 
 
 def _honest_verdicts(nodes: list[Any], honest: list[int]) -> tuple[int, int]:

@@ -14,7 +14,8 @@ import random
 
 from eth_account.signers.local import LocalAccount
 
-from sapo_async.experiment.attack.base import Forged, retext, tail_after_answer, wrong_answer
+from sapo_async.experiment.attack.base import Forged, retext, wrong_answer
+from sapo_async.tasks.reward import answer_tail
 from sapo_async.wire import RolloutGroup
 
 ALPHABET = "0123456789+-*/()=."
@@ -36,5 +37,5 @@ class Tokens:
         return [Forged(retext(group, texts), account)]
 
     def carries_payload(self, text: str, answer: str) -> bool:
-        tail = "".join((tail_after_answer(text) or "").split())
+        tail = "".join((answer_tail(text) or "").split())
         return len(tail) >= MIN_RUN and all(c in ALPHABET for c in tail)
