@@ -39,8 +39,16 @@ def test_attack_quick_measures_each_attack_with_defences_off_and_on(tmp_path, mo
     assert summary["sharing_gain_on"] > 0
     assert summary["sharing_gain_off"] > 0
     runs = json.loads((out / "runs.json").read_text())
-    # none off/on, 4/0, and each attack off/on: 3 + 2 x 2 runs of 3 rounds.
-    assert len(runs) == 7
+    # none off/on, 4/0, each attack off/on, and the 3 honest nodes alone: 3 + 2 x 2 + 1 runs
+    # of 3 rounds.
+    assert len(runs) == 8
+    alone = [r for r in runs if r["config"] == "1/1@3"]
+    assert [(r["attack"], r["defences"], r["honest"]) for r in alone] == [
+        ("none", False, [0, 1, 2])
+    ]
+    assert len(alone[0]["rewards"]) == 3  # a swarm of three: no attacker slot
+    for row in summary["attacks"].values():
+        assert row["honest_reward_ratio_on_honest_only"] > 0
     assert all(len(r["round_s"]) == 3 for r in runs)
     absurd_on = next(r for r in runs if r["attack"] == "absurd" and r["defences"])
     absurd_off = next(r for r in runs if r["attack"] == "absurd" and not r["defences"])

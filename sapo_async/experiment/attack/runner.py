@@ -17,6 +17,8 @@ Each run is one process (two at a time), one torch thread each.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import multiprocessing
 import time
@@ -33,6 +35,7 @@ from sapo_async.experiment.attack.spec import (
     TAIL_CHARS,
     AttackSpec,
     RunMeasure,
+    config_label,
     make_attack,
     quick,
 )
@@ -42,19 +45,38 @@ __all__ = ["ATTACKS", "AttackSpec", "RunMeasure", "make_attack", "quick", "run_m
 
 
 def run_one(
-    spec: AttackSpec, attack: str, defences: bool, seed: int, config: tuple[int, int]
+    spec: AttackSpec,
+    attack: str,
+    defences: bool,
+    seed: int,
+    config: tuple[int, int],
+    *,
+    swarm_nodes: int | None = None,
 ) -> RunMeasure:
-    """Run one (attack or ``"none"``, defences, seed, I/J) in this process (blocking)."""
+    """Run one (attack or ``"none"``, defences, seed, I/J) in this process (blocking);
+    ``swarm_nodes``: a no-attack swarm of that many nodes instead of the matrix's."""
     from sapo_async.experiment.worker import run_blocking
 
-    return run_blocking(_run_one, spec, attack, defences, seed, config, log_level="ERROR")
+    if swarm_nodes is not None:  # the honest-only control: no attacker runs in it
+        if attack != "none":
+            raise ValueError("a swarm of another size is a no-attack control")
+        attackers = min(spec.attackers, swarm_nodes - 1)
+        spec = dataclasses.replace(spec, nodes=swarm_nodes, attackers=attackers)
+    label = config_label(config, swarm_nodes)
+    run = functools.partial(_run_one, label=label)
+    return run_blocking(run, spec, attack, defences, seed, config, log_level="ERROR")
 
 
 async def _run_one(
-    spec: AttackSpec, attack_name: str, defences: bool, seed: int, config: tuple[int, int]
+    spec: AttackSpec,
+    attack_name: str,
+    defences: bool,
+    seed: int,
+    config: tuple[int, int],
+    *,
+    label: str,
 ) -> RunMeasure:
     import copy
-    import dataclasses
     import resource
 
     from sapo_async.experiment.attack.base import AttackPublisher
@@ -121,7 +143,7 @@ async def _run_one(
 
         return attacker
 
-    m = RunMeasure(attack_name, defences, seed, f"{local}/{external}", honest)
+    m = RunMeasure(attack_name, defences, seed, label, honest)
     m.rewards = [[] for _ in range(spec.nodes)]
     async with lockstep(
         common,
@@ -246,22 +268,32 @@ _DEFENCE_REASONS = frozenset(
 )
 
 
-def _job(args: tuple[AttackSpec, str, bool, int, tuple[int, int]]) -> RunMeasure:
-    return run_one(*args)
+Job = tuple[AttackSpec, str, bool, int, tuple[int, int], int | None]
+"""One run's arguments to :func:`run_one`."""
 
 
-def jobs_of(spec: AttackSpec) -> list[tuple[AttackSpec, str, bool, int, tuple[int, int]]]:
-    """Every run of the matrix: attacks x defences x seeds, no-attack runs, and 8/0."""
+def _job(args: Job) -> RunMeasure:
+    spec, attack, defences, seed, config, swarm_nodes = args
+    return run_one(spec, attack, defences, seed, config, swarm_nodes=swarm_nodes)
+
+
+def jobs_of(spec: AttackSpec) -> list[Job]:
+    """Every run of the matrix: attacks x defences x seeds, the no-attack runs (the swarm
+    sharing, ``B/0`` sharing nothing, and its honest nodes alone sharing among themselves).
+    """
     ij = (spec.local, spec.external)
     solo = (spec.local + spec.external, 0)
-    out = []
+    honest = spec.nodes - spec.attackers
+    out: list[Job] = []
     for seed in spec.seeds:
         for on in (False, True):
-            out.append((spec, "none", on, seed, ij))
-        out.append((spec, "none", False, seed, solo))
+            out.append((spec, "none", on, seed, ij, None))
+        out.append((spec, "none", False, seed, solo, None))
         for attack in spec.attacks:
             for on in (False, True):
-                out.append((spec, attack, on, seed, ij))
+                out.append((spec, attack, on, seed, ij, None))
+        if honest >= 2:
+            out.append((spec, "none", False, seed, ij, honest))
     return out
 
 
@@ -292,7 +324,7 @@ def run_matrix(
     out_dir.mkdir(parents=True, exist_ok=True)
     results = _load_runs(out_dir / "runs.jsonl", spec)
     done = {(r.attack, r.defences, r.seed, r.config) for r in results}
-    jobs = [j for j in jobs_of(spec) if (j[1], j[2], j[3], f"{j[4][0]}/{j[4][1]}") not in done]
+    jobs = [j for j in jobs_of(spec) if (j[1], j[2], j[3], config_label(j[4], j[5])) not in done]
     t0 = time.perf_counter()
 
     def finished(m: RunMeasure) -> None:

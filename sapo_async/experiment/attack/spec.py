@@ -26,6 +26,7 @@ __all__ = [
     "TAIL_CHARS",
     "AttackSpec",
     "RunMeasure",
+    "config_label",
     "make_attack",
     "quick",
 ]
@@ -33,6 +34,14 @@ __all__ = [
 ATTACKS = ("inject", "tokens", "length", "flood", "absurd", "wrong")
 
 RATIO_ATTACKS = frozenset({"length", "flood", "absurd"})
+
+
+def config_label(config: tuple[int, int], nodes: int | None = None) -> str:
+    """A run's ``config``: ``"I/J"``, and ``"I/J@n"`` for a swarm of ``n`` nodes other
+    than the matrix's (the honest-only control: the attack runs' honest nodes alone)."""
+    label = f"{config[0]}/{config[1]}"
+    return label if nodes is None else f"{label}@{nodes}"
+
 
 TAIL_CHARS = 64
 """How much of the text after an honest completion's answer tag a run records."""
@@ -180,7 +189,7 @@ class RunMeasure:
         attack: the attack (``"none"`` for the no-attack run).
         defences: defences on.
         seed: swarm seed.
-        config: ``"I/J"``.
+        config: ``"I/J"`` (``"I/J@n"``: a swarm of ``n`` nodes, see :func:`config_label`).
         honest: indices of the honest nodes.
         rewards: ``rewards[node][round]`` for every node (attackers included).
         payload: per round, the fraction of honest own completions carrying the payload.

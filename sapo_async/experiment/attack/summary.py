@@ -23,7 +23,9 @@ over the seeds whose no-attack runs measured it.
 the no-attack swarm, where every peer is honest (more sharing than an attacked swarm can
 give them); ``honest_reward_ratio_on_solo`` compares them with the same nodes sharing
 nothing (the ``B/0`` no-attack run): at 1 or above, sharing under attack with the defences
-on still paid.
+on still paid; ``honest_reward_ratio_on_honest_only`` compares them with the same honest
+nodes in a swarm of their own (the ``I/J@n`` no-attack run: the attackers absent rather than
+refused), what a perfect defence would leave them.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sapo_async.experiment.attack.spec import RATIO_ATTACKS, AttackSpec, RunMeasure
+from sapo_async.experiment.attack.spec import RATIO_ATTACKS, AttackSpec, RunMeasure, config_label
 from sapo_async.node.report import drop_rates
 from sapo_async.wire.reasons import AFTER_ADMISSION
 
@@ -130,6 +132,7 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
     """
     ij = f"{spec.local}/{spec.external}"
     solo = f"{spec.local + spec.external}/0"
+    honest_only = config_label((spec.local, spec.external), spec.nodes - spec.attackers)
     key = {(r.attack, r.defences, r.seed, r.config): r for r in runs}
     attacks: dict[str, Any] = {}
     for attack in spec.attacks:
@@ -166,6 +169,15 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
                     "honest_reward_ratio_on_solo": _honest_reward(on, honest) / max(alone, 1e-12),
                     "honest_reward_ratio_off_solo": _honest_reward(off, honest) / max(alone, 1e-12),
                 }
+            if ("none", False, seed, honest_only) in key:
+                # The honest nodes in a swarm of their own: the attackers absent.
+                own = _honest_reward(key[("none", False, seed, honest_only)], honest)
+                per_seed[str(seed)] |= {
+                    "honest_reward_ratio_on_honest_only": _honest_reward(on, honest)
+                    / max(own, 1e-12),
+                    "honest_reward_ratio_off_honest_only": _honest_reward(off, honest)
+                    / max(own, 1e-12),
+                }
             for name, base in (
                 ("payload_no_attack_off", base_off),
                 ("payload_no_attack_on", base_on),
@@ -177,8 +189,12 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
         if not per_seed:
             continue
         metrics = ["asr_off", "asr_on", "honest_reward_ratio_on", "honest_reward_ratio_off"]
-        if all("honest_reward_ratio_on_solo" in s for s in per_seed.values()):
-            metrics += ["honest_reward_ratio_on_solo", "honest_reward_ratio_off_solo"]
+        for control in ("solo", "honest_only"):
+            if all(f"honest_reward_ratio_on_{control}" in s for s in per_seed.values()):
+                metrics += [
+                    f"honest_reward_ratio_on_{control}",
+                    f"honest_reward_ratio_off_{control}",
+                ]
         if attack in ("flood", "absurd"):
             metrics += COST_METRICS
         # Measured since the no-attack runs record each detector's rate: over the seeds
@@ -283,8 +299,8 @@ def markdown_table(summary: dict[str, Any]) -> str:
     lines = [
         "| attack | measure | defences off | defences on | target on | honest reward on "
         "/ no-attack | honest reward off / no-attack | honest reward on / no sharing "
-        "| trained from attackers off / on |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| honest reward on / honest nodes alone | trained from attackers off / on |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for attack, row in summary["attacks"].items():
         target = TARGETS.get(attack)
@@ -297,7 +313,8 @@ def markdown_table(summary: dict[str, Any]) -> str:
             f"{row['asr_on']:.3f}{_floor(row)} | "
             f"{'-' if target is None else f'<= {target:g}'}{met} | "
             f"{row['honest_reward_ratio_on']:.2f} | {row['honest_reward_ratio_off']:.2f} | "
-            f"{_cell(row.get('honest_reward_ratio_on_solo'))} | {off} / {on} |"
+            f"{_cell(row.get('honest_reward_ratio_on_solo'))} | "
+            f"{_cell(row.get('honest_reward_ratio_on_honest_only'))} | {off} / {on} |"
         )
     lines += [
         "",
