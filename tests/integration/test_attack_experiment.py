@@ -65,6 +65,12 @@ def test_attack_quick_measures_each_attack_with_defences_off_and_on(tmp_path, mo
     assert summary["sizes"]["nodes"] == 4
     assert all(len(r["round_cpu_s"]) == 3 and len(r["server_cpu_s"]) == 3 for r in runs)
     assert all(c >= o for r in runs for c, o in zip(r["round_cpu_s"], r["round_s"], strict=True))
+    # The honest nodes' own CPU: the attackers' work taken out, their ingest charged back.
+    for r in runs:
+        assert len(r["round_cpu_honest_s"]) == 3
+        assert all(
+            0 <= h <= c for h, c in zip(r["round_cpu_honest_s"], r["round_cpu_s"], strict=True)
+        )
     for row in summary["attacks"].values():
         assert len(row["payload_by_round_off"]) == 3
         assert "payload_slope_off" in row

@@ -47,6 +47,32 @@ def test_round_clock_counts_cpu_spent_during_the_attackers_steps():
     assert times.server_cpu_s == pytest.approx(0.25)
 
 
+def test_round_clock_charges_each_collectors_ingest_to_its_own_node():
+    # In one process the attackers' forging and signing are counted in the round's CPU;
+    # the tiny flood read 3.7x that way over the in-memory transport (issue 23).
+    cpu = _Clock()
+    clock = RoundClock(cpu=cpu, wall=_Clock())
+
+    def ingest(cost: float) -> float:
+        cpu.now += cost
+        return cost
+
+    honest_ingest = clock.collector(ingest, honest=True)
+    attacker_ingest = clock.collector(ingest, honest=False)
+    clock.start()
+    cpu.now += 1.0  # an honest node's own share
+    honest_ingest(0.25)  # outside the attackers' steps: already the honest nodes'
+    with clock.attacker():
+        cpu.now += 3.0  # the attacker forges and signs its copies
+        assert honest_ingest(0.5) == 0.5  # honest collectors ingest them meanwhile
+        attacker_ingest(0.125)  # inside its own step: already the attacker's
+    attacker_ingest(0.75)  # an attacker's collector outside its step: not honest work
+    times = clock.stop()
+    assert times.cpu_s == pytest.approx(5.625)
+    assert times.cpu_without_attackers_s == pytest.approx(2.0)
+    assert times.cpu_honest_s == pytest.approx(1.0 + 0.25 + 0.5)
+
+
 def test_round_clock_without_a_server_records_no_server_cpu():
     clock = RoundClock()
     clock.start()

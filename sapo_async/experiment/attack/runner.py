@@ -186,6 +186,9 @@ async def _run_rounds(
     attackers = {nodes[i].address for i in range(first_attacker, spec.nodes)}
     pid = swarm.server_pid
     clock = RoundClock(server=(lambda: process_cpu_s(pid)) if pid is not None else lambda: None)
+    for i, node in enumerate(nodes):  # each collector's work charged to its own node
+        collector = node.collector
+        collector.ingest = clock.collector(collector.ingest, honest=i < first_attacker)
     for _r in range(spec.rounds):
         clock.start()
         shared = []
@@ -223,6 +226,7 @@ async def _run_rounds(
             m.rewards[i].append(0.0)
         times = clock.stop()
         m.round_cpu_s.append(times.cpu_s)
+        m.round_cpu_honest_s.append(times.cpu_honest_s)
         m.round_s.append(times.cpu_without_attackers_s)
         m.round_wall_s.append(times.wall_without_attackers_s)
         m.round_total_wall_s.append(times.wall_s)

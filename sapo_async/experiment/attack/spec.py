@@ -206,6 +206,9 @@ class RunMeasure:
             collectors ingest the flood in the same event loop while the attackers publish.
         round_cpu_s: per round, CPU seconds of the run's process over the whole round,
             nothing subtracted (what the flood and absurd measures use).
+        round_cpu_honest_s: per round, the honest nodes' own CPU seconds: the round less
+            the attackers' own work, each collector's ingest charged to its node
+            (:class:`~sapo_async.experiment.attack.measure.RoundClock`).
         server_cpu_s: per round, CPU seconds of the nats-server process (empty in memory).
         round_wall_s: wall-clock seconds of the round without the attackers' share and train.
         round_total_wall_s: wall-clock seconds of the whole round (what sizes a matrix).
@@ -234,6 +237,7 @@ class RunMeasure:
     tails: list[list[str]] = field(default_factory=list)
     round_s: list[float] = field(default_factory=list)
     round_cpu_s: list[float] = field(default_factory=list)
+    round_cpu_honest_s: list[float] = field(default_factory=list)
     server_cpu_s: list[float] = field(default_factory=list)
     round_wall_s: list[float] = field(default_factory=list)
     round_total_wall_s: list[float] = field(default_factory=list)

@@ -12,8 +12,10 @@ seeds). Runs recorded before the whole-round measure existed fall back to the ol
 Beside ``asr``, per attack: the per-round payload rate with the defences off, averaged
 over seeds (``payload_by_round_off``), its least-squares slope per round and its first-
 and last-half means, so a rising payload shows; for ``flood`` and ``absurd`` the CPU
-ratios (``cpu_ratio_off`` / ``cpu_ratio_on``, the same as ``asr``), the old measure's
-(``round_s_ratio_*``) and the nats-server's (``server_cpu_ratio_*``, where measured).
+ratios (``cpu_ratio_off`` / ``cpu_ratio_on``, the same as ``asr``), the honest nodes' own
+CPU's (``honest_cpu_ratio_*``: the attackers' work in the same process taken out, NaN for
+runs recorded before it), the old measure's (``round_s_ratio_*``) and the nats-server's
+(``server_cpu_ratio_*``, where measured).
 
 For the payload attacks, ``payload_no_attack_on`` / ``_off``: the same detector's rate on
 honest completions in the no-attack run (text after the answer tag is also honest text),
@@ -103,6 +105,8 @@ def _trend(runs: Sequence[RunMeasure]) -> dict[str, Any]:
 COST_METRICS = (
     "cpu_ratio_off",
     "cpu_ratio_on",
+    "honest_cpu_ratio_off",
+    "honest_cpu_ratio_on",
     "round_s_ratio_off",
     "round_s_ratio_on",
     "server_cpu_ratio_off",
@@ -117,6 +121,8 @@ def _cost(
     return {
         "cpu_ratio_off": _ratio(_cpu(off), _cpu(base_off)),
         "cpu_ratio_on": _ratio(_cpu(on), _cpu(base_on)),
+        "honest_cpu_ratio_off": _ratio(off.round_cpu_honest_s, base_off.round_cpu_honest_s),
+        "honest_cpu_ratio_on": _ratio(on.round_cpu_honest_s, base_on.round_cpu_honest_s),
         "round_s_ratio_off": _ratio(off.round_s, base_off.round_s),
         "round_s_ratio_on": _ratio(on.round_s, base_on.round_s),
         "server_cpu_ratio_off": _ratio(off.server_cpu_s, base_off.server_cpu_s),
