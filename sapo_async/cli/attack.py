@@ -74,6 +74,13 @@ def attack(
         help="With the defences on, text after the closing answer tag scores 0 "
         "([defence] answer_ends_completion); default output directory gets -strict.",
     ),
+    cut_after_answer: bool = typer.Option(
+        False,
+        "--cut-after-answer",
+        help="With the defences on, peers' completions are screened and trained only "
+        "through their closing answer tag ([defence] cut_after_answer); default output "
+        "directory gets -cut.",
+    ),
     workers: int = typer.Option(4, min=1, help="Runs in parallel (one process each)."),
     quick: bool = typer.Option(
         False, "--quick", help="Seconds-long smoke version (tests); options given still apply."
@@ -114,6 +121,7 @@ def attack(
             tasks=task_setting,
             transport=transport,
             strict_end=strict_end,
+            cut_after_answer=cut_after_answer,
         )
         if quick:
             spec = runner.quick(spec)
@@ -124,6 +132,7 @@ def attack(
         raise typer.BadParameter(message, param_hint=f"'{option}'") from None
     if out is None:
         name = ("attack-real" if spec.real else "attack") + ("-strict" if strict_end else "")
+        name += "-cut" if cut_after_answer else ""
         out = Path(f"runs/{name}-quick" if quick else f"docs/results/{name}")
 
     def progress(m: runner.RunMeasure) -> None:

@@ -36,20 +36,14 @@ __all__ = ["RatioFilter", "completion_log_ratios"]
 
 def completion_log_ratios(view: CandidateView) -> list[float]:
     """Mean per-token log importance ratio (receiver over behaviour) of each completion
-    whose peer ids spell its text (the token check) and carry behaviour log-probs."""
-    comps = view.scored.completions
-    measured = [
-        i
-        for i, c in enumerate(comps)
-        if view.peer_ids_match(i)
-        and c.behaviour_logprobs
-        and len(c.behaviour_logprobs) == len(view.token_ids[i])
-    ]
+    whose peer ids spell its text (the token check) and carry behaviour log-probs (over the
+    ids trained on: cut after the answer where the view cuts)."""
+    measured = [i for i in range(len(view.token_ids)) if view.behaviour_logprobs(i)]
     if not measured:
         return []
     out: list[float] = []
     for i, mine in zip(measured, view.logprobs(measured), strict=True):
-        theirs = torch.tensor(comps[i].behaviour_logprobs or (), dtype=torch.float32)
+        theirs = torch.tensor(view.behaviour_logprobs(i) or (), dtype=torch.float32)
         out.append(float((mine.float() - theirs.to(mine.device)).mean()))
     return out
 

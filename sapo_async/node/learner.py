@@ -62,6 +62,9 @@ class LearnerSettings:
         format_reward: optional bonus for using the answer tags (0 = off).
         strict_answer_end: text after the closing answer tag scores 0 (``[defence]
             answer_ends_completion`` while the defences are active).
+        cut_after_answer: peers' completions are screened and trained only through their
+            closing answer tag (``[defence] cut_after_answer`` while the defences are active;
+            :class:`~sapo_async.node.view.CandidateView`).
         trainer: GRPO settings; the trainer gets :meth:`trainer_config`, whose
             ``max_completion_tokens`` is ``sampling.max_new_tokens``.
     """
@@ -82,6 +85,7 @@ class LearnerSettings:
     chat_template: bool = False
     format_reward: float = 0.0
     strict_answer_end: bool = False
+    cut_after_answer: bool = False
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
     def trainer_config(self) -> TrainerConfig:
@@ -99,6 +103,7 @@ class LearnerSettings:
         prompt_style: PromptStyle,
         chat_template: bool,
         strict_answer_end: bool = False,
+        cut_after_answer: bool = False,
     ) -> LearnerSettings:
         """The settings a node's :class:`~sapo_async.node.spec.TrainingSpec` asks for."""
         return cls(
@@ -115,6 +120,7 @@ class LearnerSettings:
             prompt_style=prompt_style,
             chat_template=chat_template,
             strict_answer_end=strict_answer_end,
+            cut_after_answer=cut_after_answer,
             trainer=training.trainer,
         )
 
@@ -358,6 +364,7 @@ def build_learner(
         chat_template=style == "instruct"
         and getattr(loaded.tokenizer, "chat_template", None) is not None,
         strict_answer_end=spec.defence.active and spec.defence.answer_ends_completion,
+        cut_after_answer=spec.defence.active and spec.defence.cut_after_answer,
     )
     params = sum(p.numel() for p in loaded.model.parameters())
     gen_dtype = generation_dtype(policy.generation_dtype, params=params, device=policy.device)

@@ -134,6 +134,7 @@ def candidate_view(learner: Learner, scored: ScoredGroup) -> CandidateView:
         tokenizer=learner.tokenizer,
         tokenizer_id=learner.tokenizer_id,
         add_special_tokens=not learner.settings.chat_template,
+        cut_after_answer=learner.settings.cut_after_answer,
     )
 
 
@@ -189,7 +190,7 @@ def select_groups(
             # Every completion is trained on (the low ones pushed down), so the size bound
             # holds for all of them, in this node's tokens, before any forward pass.
             bound = size_bound(limits, same_tokenizer=view.same_tokenizer)
-            if any(len(ids) > bound for ids in view.token_ids):
+            if any(len(ids) > bound for ids in view.sent_token_ids):
                 raise _Screened(RejectReason.COMPLETION_TOO_MANY_TOKENS)
             # A same-tokenizer peer's ids must spell its text: what the trainer uses
             # (the view's ids) is then what the peer sent and what every check read.

@@ -451,6 +451,11 @@ class DefenceSpec(Settings):
         description="Score 0 for text after the closing answer tag, own and peers' "
         "(where injected payloads sit).",
     )
+    cut_after_answer: bool = Field(
+        default=False,
+        description="Screen and train a peer's completion only through its closing "
+        "answer tag (the verifier never read what follows).",
+    )
     length_guard: bool = Field(
         default=True, description="Drop needlessly long rewarded completions."
     )

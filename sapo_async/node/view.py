@@ -30,6 +30,15 @@ then "2" where the tokenizer writes "12". Both refuse what the check is for, a r
 tokens say something the text (what every verifier scored) does not; the new one keeps the
 honest peer's ids and behaviour log-probs, so the trainer trains on what was sampled.
 
+With ``cut_after_answer`` (``[defence] cut_after_answer``) a completion with text after
+its last closing answer tag is trained, and screened, only through that tag: the verifier
+read the answer, never what follows, and the inject and tokens attacks put their payload
+there (a right answer then carries it up with a positive advantage). The cut keeps the
+reward, keeps a same-tokenizer peer's own ids and behaviour log-probs where a prefix of
+them spells the cut text, and appends no stop token (the model is not taught to stop there,
+only not taught the tail). :attr:`CandidateView.sent_token_ids` stay whole, for the size
+bound.
+
 Threads: built and read in one worker thread (the round's selection); not shared.
 """
 
@@ -43,6 +52,7 @@ from typing import Any
 from sapo_async.node.plausibility import token_logprobs_batch
 from sapo_async.policy.generation.transformers_backend import stop_token_ids
 from sapo_async.policy.grpo.batch import ScoredGroup, TokenSource
+from sapo_async.tasks.prompt import ANSWER_CLOSE
 
 __all__ = ["CandidateView"]
 
@@ -56,6 +66,8 @@ class CandidateView:
         tokenizer: this node's tokenizer (EOS required; nothing is tokenised until read).
         tokenizer_id: its digest (a peer with the same digest may send matching ids).
         add_special_tokens: as the node's generator tokenises prompts.
+        cut_after_answer: train and screen each completion only through its last closing
+            answer tag (see the module docstring).
     """
 
     def __init__(
@@ -66,6 +78,7 @@ class CandidateView:
         tokenizer: Any,
         tokenizer_id: str,
         add_special_tokens: bool,
+        cut_after_answer: bool = False,
     ) -> None:
         self.scored = scored
         self.same_tokenizer = scored.tokenizer_id == tokenizer_id
@@ -73,6 +86,7 @@ class CandidateView:
         self._tokenizer = tokenizer
         self._tokenizer_id = tokenizer_id
         self._add_special_tokens = add_special_tokens
+        self._cut_after_answer = cut_after_answer
         eos = tokenizer.eos_token_id
         pad = tokenizer.pad_token_id
         self._eos = None if eos is None else int(eos)
@@ -88,10 +102,11 @@ class CandidateView:
         return tuple(enc["input_ids"])
 
     @functools.cached_property
-    def token_ids(self) -> tuple[tuple[int, ...], ...]:
+    def sent_token_ids(self) -> tuple[tuple[int, ...], ...]:
         """Each completion's ids in the receiver's tokenizer, the stop token included: the
         peer's own where they spell the text (:meth:`peer_ids_match`), else the text
-        tokenised here (worked out on first read, all completions at once)."""
+        tokenised here (worked out on first read, all completions at once). Whole, never
+        cut: what the size bound reads."""
         ids: list[tuple[int, ...]] = []
         for i, c in enumerate(self.scored.completions):
             if self._spelled[i]:
@@ -102,6 +117,58 @@ class CandidateView:
                 own.append(self._eos)
             ids.append(tuple(own))
         return tuple(ids)
+
+    @functools.cached_property
+    def token_ids(self) -> tuple[tuple[int, ...], ...]:
+        """The ids screened and trained on: :attr:`sent_token_ids`, cut after the answer
+        where ``cut_after_answer`` applies (:meth:`cut_text`)."""
+        return tuple(ids for ids, _ in self._trained)
+
+    def cut_text(self, i: int) -> str | None:
+        """Completion ``i``'s text through its last closing answer tag, when the cut is on
+        and anything but whitespace follows the tag (else None: trained whole)."""
+        if not self._cut_after_answer:
+            return None
+        text = self.scored.completions[i].text
+        end = text.rfind(ANSWER_CLOSE)
+        if end < 0 or not text[end + len(ANSWER_CLOSE) :].strip():
+            return None
+        return text[: end + len(ANSWER_CLOSE)]
+
+    def behaviour_logprobs(self, i: int) -> tuple[float, ...] | None:
+        """The producer's behaviour log-probs of :attr:`token_ids` ``[i]``: kept only where
+        its ids are the ones trained on (the token check), cut with them."""
+        return self._trained[i][1]
+
+    @functools.cached_property
+    def _trained(self) -> tuple[tuple[tuple[int, ...], tuple[float, ...] | None], ...]:
+        out: list[tuple[tuple[int, ...], tuple[float, ...] | None]] = []
+        for i, c in enumerate(self.scored.completions):
+            sent = self.sent_token_ids[i]
+            lps = c.behaviour_logprobs
+            kept = tuple(lps) if self._spelled[i] and lps and len(lps) == len(sent) else None
+            cut = self.cut_text(i)
+            if cut is None:
+                out.append((sent, kept))
+                continue
+            n = self._prefix_spelling(sent, cut) if self._spelled[i] else None
+            if n is not None:
+                out.append((sent[:n], kept[:n] if kept is not None else None))
+            else:
+                own = self._tokenizer(cut, add_special_tokens=False)["input_ids"]
+                out.append((tuple(own), None))
+        return tuple(out)
+
+    def _prefix_spelling(self, ids: Sequence[int], text: str) -> int | None:
+        """The n for which ``ids[:n]`` decodes to ``text`` exactly (None: a token straddles
+        the cut, or none does)."""
+        for n in range(1, len(ids) + 1):
+            decoded = self._tokenizer.decode(list(ids[:n]), skip_special_tokens=False)
+            if decoded == text:
+                return n
+            if len(decoded) > len(text):
+                return None
+        return None
 
     @functools.cached_property
     def _spelled(self) -> tuple[bool, ...]:
@@ -148,15 +215,18 @@ class CandidateView:
 
     def trained_group(self) -> ScoredGroup:
         """The group the trainer gets: the receiver's own ids (``TokenSource.RECEIVER``),
-        with the peer's behaviour log-probs kept only where its ids were exactly ours."""
+        with the peer's behaviour log-probs kept only where its ids were exactly ours, and
+        a completion cut after its answer (:meth:`cut_text`) as its cut text, unstopped."""
         completions = []
         for i, c in enumerate(self.scored.completions):
-            keep = self.peer_ids_match(i) and c.behaviour_logprobs is not None
+            cut = self.cut_text(i)
             completions.append(
                 dataclasses.replace(
                     c,
+                    text=c.text if cut is None else cut,
+                    finish_reason=c.finish_reason if cut is None else "length",
                     token_ids=self.token_ids[i],
-                    behaviour_logprobs=c.behaviour_logprobs if keep else None,
+                    behaviour_logprobs=self.behaviour_logprobs(i),
                 )
             )
         return dataclasses.replace(

@@ -281,3 +281,38 @@ async def test_a_right_answer_padded_with_a_repeated_pattern_drops_its_group() -
     report = await node.train_round(await node.share_round())
     assert report.external_failed == {}
     assert report.external_total == 1
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("cut", [True, False])
+async def test_a_payload_after_the_answer_is_not_trained_on_with_the_cut(
+    cut: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: the tokens attack (the right answer, then a run of digits and operators)
+    passed the plausibility floor on SmolLM2 and reached 13 % of honest completions with
+    the defences on. With ``cut_after_answer`` the trainer gets the right answer and not the
+    run, at the same reward; without it, the run is trained on."""
+    broker = MemoryBroker()
+    # Plausibility off: the cut alone decides what is trained, whatever the tiny model
+    # thinks of the run.
+    node = await _node(0, broker, cut_after_answer=cut, plausibility=False)
+    peer = await _node(1, broker)
+    group = (await _peer_groups(peer))[0]
+    right, wrong = f" <answer>{group.answer}</answer>", " <answer>77</answer>"
+    texts = (right + " 7*(3=", wrong, right + " 7*(3=", wrong)
+    forged = replace(
+        group, completions=tuple(Completion(text=t, finish_reason="stop") for t in texts)
+    )
+    trained: list[Any] = []
+    real_train = node.learner.train
+    monkeypatch.setattr(node.learner, "train", lambda gs: trained.extend(gs) or real_train(gs))
+    assert node.collector.ingest(_signed(peer, forged)) is not None
+    report = await node.train_round(await node.share_round())
+    assert report.external_total == 1
+    (external,) = [g for g in trained if g.producer == peer.publisher._account.address]  # type: ignore[attr-defined]
+    tokenizer = node.learner.tokenizer
+    for c, sent in zip(external.completions, texts, strict=True):
+        spelled = tokenizer.decode(list(c.token_ids), skip_special_tokens=True)
+        assert ("7*(3=" in spelled) is (sent != wrong and not cut)
+        assert ("7*(3=" in c.text) is (sent != wrong and not cut)
+    assert [c.reward for c in external.completions] == [1.0, 0.0, 1.0, 0.0]

@@ -31,9 +31,9 @@ class _Tokenizer:
 class _Model(torch.nn.Module):
     """A causal LM of one parameter, on ``device``; records its inputs' devices."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, vocab: int = VOCAB) -> None:
         super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(VOCAB, VOCAB, device=device))
+        self.weight = torch.nn.Parameter(torch.zeros(vocab, vocab, device=device))
         self.seen: list[tuple[torch.device, int]] = []
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
@@ -158,3 +158,101 @@ def test_a_run_that_spells_other_text_or_hides_a_special_token_fails_the_token_c
     for c in view.trained_group().completions:
         assert c.token_ids == (*tok("12", add_special_tokens=False)["input_ids"], eos)
         assert c.behaviour_logprobs is None
+
+
+def _tail_view(tokenizer: Any, text: str, *, cut: bool) -> CandidateView:
+    ids = (*tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id)
+    group = ScoredGroup(
+        prompt="12 + 30 =",
+        completions=(
+            ScoredCompletion(
+                text, 1.0, "stop", token_ids=ids, behaviour_logprobs=tuple(-0.1 * k for k in ids)
+            ),
+        ),
+        tokenizer_id="tok",
+        producer="0xpeer",
+    )
+    return CandidateView(
+        group,
+        model=_Model("cpu", vocab=len(tokenizer)),
+        tokenizer=tokenizer,
+        tokenizer_id="tok",
+        add_special_tokens=False,
+        cut_after_answer=cut,
+    )
+
+
+def test_a_completion_is_trained_only_through_its_answer_when_the_cut_is_on() -> None:
+    # The tokens attack: the right answer, then a run the verifier never read (issue 23:
+    # with the defences on it still reached 13 % of honest SmolLM2 completions).
+    tok = _bpe()
+    text = " <answer>42</answer> 12+30=42"
+    view = _tail_view(tok, text, cut=True)
+    whole = view.sent_token_ids[0]
+    assert view.cut_text(0) == " <answer>42</answer>"
+    assert tok.decode(list(view.token_ids[0])) == " <answer>42</answer>"
+    # A prefix of the peer's own ids, with its behaviour log-probs cut alike.
+    n = len(view.token_ids[0])
+    assert view.token_ids[0] == whole[:n]
+    assert n < len(whole) - 1
+    assert view.behaviour_logprobs(0) == tuple(-0.1 * k for k in whole[:n])
+    trained = view.trained_group().completions[0]
+    assert (trained.text, trained.finish_reason) == (view.cut_text(0), "length")
+    assert trained.reward == 1.0
+    assert trained.token_ids == view.token_ids[0]
+    assert trained.behaviour_logprobs == view.behaviour_logprobs(0)
+    assert [lp.shape[0] for lp in view.logprobs([0])] == [n]  # screened as trained
+
+
+def test_without_the_cut_or_without_a_tail_the_completion_is_trained_whole() -> None:
+    tok = _bpe()
+    off = _tail_view(tok, " <answer>42</answer> 12+30=42", cut=False)
+    assert off.cut_text(0) is None
+    assert off.token_ids == off.sent_token_ids
+    assert off.trained_group().completions[0].text == " <answer>42</answer> 12+30=42"
+    for text in (" <answer>42</answer>  \n", " 12 + 30 = 42"):  # whitespace, no tag
+        on = _tail_view(tok, text, cut=True)
+        assert on.cut_text(0) is None
+        assert on.token_ids == on.sent_token_ids
+        assert on.trained_group().completions[0].finish_reason == "stop"
+
+
+class _Pieces:
+    """Ids are pieces of text; ``">x"`` is one piece, as a BPE merge across the tag's end."""
+
+    pieces = ("<pad>", "<eos>", ">x", *sorted(set(" <answer>42/x")))
+    eos_token_id, pad_token_id, all_special_ids = 1, 0, (0, 1)
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": [self.pieces.index(ch) for ch in text]}
+
+    def __len__(self) -> int:
+        return len(self.pieces)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return "".join(self.pieces[i] for i in ids)
+
+
+def test_a_cut_inside_a_peers_token_is_retokenised_and_keeps_no_behaviour_log_probs() -> None:
+    tok = _Pieces()
+    text = " <answer>42</answer>x"
+    sent = (*tok(text[:-2])["input_ids"], 2, 1)  # "...</answer" then ">x", then EOS
+    group = ScoredGroup(
+        prompt="24 answer",
+        completions=(ScoredCompletion(text, 1.0, "stop", sent, tuple([-0.5] * len(sent))),),
+        tokenizer_id="tok",
+        producer="0xpeer",
+    )
+    view = CandidateView(
+        group,
+        model=_Model("cpu"),
+        tokenizer=tok,
+        tokenizer_id="tok",
+        add_special_tokens=False,
+        cut_after_answer=True,
+    )
+    assert view.peer_ids_match(0)  # the peer's ids spell the whole text
+    assert view.sent_token_ids[0] == sent
+    assert view.token_ids[0] == tuple(tok(" <answer>42</answer>")["input_ids"])
+    assert view.behaviour_logprobs(0) is None
+    assert view.trained_group().completions[0].behaviour_logprobs is None

@@ -186,6 +186,7 @@ DEFENCE: dict[str, Any] = {
     "plausibility_margin": 2.5,
     "plausibility_low_tokens": 5,
     "answer_ends_completion": True,
+    "cut_after_answer": True,
     "length_guard": False,
     "length_factor": 2.0,
     "length_quantile": 0.5,
@@ -339,3 +340,18 @@ def test_answer_ends_completion_reaches_the_verifier_while_defences_are_active(
     defence = {"answer_ends_completion": True, "active": active}
     learner = build_learner(_build({"defence": defence}, tmp_path).spec)
     assert learner.verifier.strict_end is strict
+
+
+@pytest.mark.parametrize(("active", "cut"), [(True, True), (False, False)])
+def test_cut_after_answer_reaches_the_candidate_view_while_defences_are_active(
+    tmp_path: Path, active: bool, cut: bool
+) -> None:
+    from sapo_async.node.learner import build_learner
+    from sapo_async.node.selection import candidate_view
+    from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup
+
+    defence = {"cut_after_answer": True, "active": active}
+    learner = build_learner(_build({"defence": defence}, tmp_path).spec)
+    group = ScoredGroup("1+1=", (ScoredCompletion(" <answer>2</answer> 7+7", 1.0),), "tok", "0xp")
+    view = candidate_view(learner, group)
+    assert (view.cut_text(0) == " <answer>2</answer>") is cut

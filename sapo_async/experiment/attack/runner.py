@@ -106,6 +106,7 @@ async def _run_one(
         seed=seed,
         defence_active=defences,
         defence_answer_ends_completion=spec.strict_end,
+        defence_cut_after_answer=spec.cut_after_answer,
         **extra,
     )
 

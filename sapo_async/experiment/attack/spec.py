@@ -89,6 +89,8 @@ class AttackSpec:
             ``"memory"`` (the in-process broker).
         strict_end: with the defences on, text after the closing answer tag scores 0
             (``[defence] answer_ends_completion``).
+        cut_after_answer: with the defences on, peers' completions are screened and
+            trained only through their closing answer tag (``[defence] cut_after_answer``).
     """
 
     attacks: tuple[str, ...] = ATTACKS
@@ -109,6 +111,7 @@ class AttackSpec:
     prompt_style: str = "auto"
     transport: str = "nats"
     strict_end: bool = False
+    cut_after_answer: bool = False
 
     def __post_init__(self) -> None:
         from sapo_async.experiment.lockstep import TRANSPORTS
