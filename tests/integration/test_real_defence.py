@@ -65,3 +65,53 @@ def test_smollm2_refuses_the_injected_marker_and_keeps_honest_completions() -> N
     assert honest_refused <= 1, f"{honest_refused} of 16 honest completions refused"
     # What made the fix necessary: the mean alone admits the payload.
     assert forged_mean_passes >= 3
+
+
+@pytest.mark.timeout(900)
+def test_smollm2_trains_a_peers_completion_only_through_its_answer_with_the_cut() -> None:
+    """``cut_after_answer`` on SmolLM2's own BPE: the tokens attack's run after a right
+    answer is cut at the tag, keeping a prefix of the peer's own ids and its behaviour
+    log-probs; honest sampled completions keep their ids whole where nothing follows the
+    tag, and are cut the same way where something does."""
+    from dataclasses import replace
+
+    from sapo_async.node.selection import candidate_view
+    from sapo_async.policy.grpo.batch import ScoredCompletion, TokenSource
+    from sapo_async.tasks.reward import answer_tail
+
+    spec = NodeSpec.build(
+        model="smollm2-135m",
+        tasks=list(preset("cpu_easy")),
+        questions_per_round=2,
+        completions_per_question=4,
+        max_new_tokens=32,
+        local=1,
+        external=1,
+        defence_cut_after_answer=True,
+    )
+    learner = build_learner(spec)
+    tok, eos = learner.tokenizer, learner.tokenizer.eos_token_id
+    generated = anyio.run(learner.generate, 0)
+    for g, own in zip(generated, learner.score_local(generated), strict=True):
+        text = f" <answer>{g.item.answer}</answer> 7*(3="
+        ids = (*tok(text, add_special_tokens=False)["input_ids"], eos)
+        forged = ScoredCompletion(text, 1.0, "stop", ids, tuple(-1.0 - k for k in range(len(ids))))
+        honest = tuple(
+            replace(s, token_ids=tuple(c.token_ids or ()), behaviour_logprobs=tuple(c.logprobs))
+            for s, c in zip(own.completions, g.result.completions, strict=True)
+        )
+        peer = replace(own, completions=(forged, *honest), token_source=TokenSource.TEXT)
+        view = candidate_view(learner, peer)
+        assert view.peer_ids_match(0)
+        n = len(view.token_ids[0])
+        assert view.token_ids[0] == ids[:n]
+        assert tok.decode(list(ids[:n])) == f" <answer>{g.item.answer}</answer>"
+        assert view.behaviour_logprobs(0) == tuple(-1.0 - k for k in range(n))
+        for i, c in enumerate(honest, start=1):
+            assert view.peer_ids_match(i)
+            if answer_tail(c.text):
+                assert view.cut_text(i) is not None
+                assert tok.decode(list(view.token_ids[i])) == view.cut_text(i)
+            else:
+                assert view.token_ids[i] == view.sent_token_ids[i] == c.token_ids
+                assert view.behaviour_logprobs(i) == c.behaviour_logprobs
