@@ -34,10 +34,12 @@ With ``cut_after_answer`` (``[defence] cut_after_answer``) a completion with tex
 its last closing answer tag is trained, and screened, only through that tag: the verifier
 read the answer, never what follows, and the inject and tokens attacks put their payload
 there (a right answer then carries it up with a positive advantage). The cut keeps the
-reward, keeps a same-tokenizer peer's own ids and behaviour log-probs where a prefix of
-them spells the cut text, and appends no stop token (the model is not taught to stop there,
-only not taught the tail). :attr:`CandidateView.sent_token_ids` stay whole, for the size
-bound.
+reward and ends the completion there: the cut text tokenised here plus the stop token, as
+a completion that stopped after its answer (what the prompt asks for). Without the stop
+token, SmolLM2 nodes that trained on the cut answers learned to answer and then keep
+talking to the cap (docs/security.md). The rows are this node's own tokenisation, so
+no behaviour log-probs are kept (as for a peer with another tokenizer).
+:attr:`CandidateView.sent_token_ids` stay whole, for the size bound.
 
 Threads: built and read in one worker thread (the round's selection); not shared.
 """
@@ -137,7 +139,7 @@ class CandidateView:
 
     def behaviour_logprobs(self, i: int) -> tuple[float, ...] | None:
         """The producer's behaviour log-probs of :attr:`token_ids` ``[i]``: kept only where
-        its ids are the ones trained on (the token check), cut with them."""
+        its ids are the ones trained on (the token check); None for a cut completion."""
         return self._trained[i][1]
 
     @functools.cached_property
@@ -145,30 +147,17 @@ class CandidateView:
         out: list[tuple[tuple[int, ...], tuple[float, ...] | None]] = []
         for i, c in enumerate(self.scored.completions):
             sent = self.sent_token_ids[i]
-            lps = c.behaviour_logprobs
-            kept = tuple(lps) if self._spelled[i] and lps and len(lps) == len(sent) else None
             cut = self.cut_text(i)
             if cut is None:
+                lps = c.behaviour_logprobs
+                kept = tuple(lps) if self._spelled[i] and lps and len(lps) == len(sent) else None
                 out.append((sent, kept))
                 continue
-            n = self._prefix_spelling(sent, cut) if self._spelled[i] else None
-            if n is not None:
-                out.append((sent[:n], kept[:n] if kept is not None else None))
-            else:
-                own = self._tokenizer(cut, add_special_tokens=False)["input_ids"]
-                out.append((tuple(own), None))
+            own = list(self._tokenizer(cut, add_special_tokens=False)["input_ids"])
+            if self._eos is not None:
+                own.append(self._eos)
+            out.append((tuple(own), None))
         return tuple(out)
-
-    def _prefix_spelling(self, ids: Sequence[int], text: str) -> int | None:
-        """The n for which ``ids[:n]`` decodes to ``text`` exactly (None: a token straddles
-        the cut, or none does)."""
-        for n in range(1, len(ids) + 1):
-            decoded = self._tokenizer.decode(list(ids[:n]), skip_special_tokens=False)
-            if decoded == text:
-                return n
-            if len(decoded) > len(text):
-                return None
-        return None
 
     @functools.cached_property
     def _spelled(self) -> tuple[bool, ...]:
@@ -216,7 +205,7 @@ class CandidateView:
     def trained_group(self) -> ScoredGroup:
         """The group the trainer gets: the receiver's own ids (``TokenSource.RECEIVER``),
         with the peer's behaviour log-probs kept only where its ids were exactly ours, and
-        a completion cut after its answer (:meth:`cut_text`) as its cut text, unstopped."""
+        a completion cut after its answer (:meth:`cut_text`) as its cut text, stopped."""
         completions = []
         for i, c in enumerate(self.scored.completions):
             cut = self.cut_text(i)
@@ -224,7 +213,7 @@ class CandidateView:
                 dataclasses.replace(
                     c,
                     text=c.text if cut is None else cut,
-                    finish_reason=c.finish_reason if cut is None else "length",
+                    finish_reason=c.finish_reason if cut is None else "stop",
                     token_ids=self.token_ids[i],
                     behaviour_logprobs=self.behaviour_logprobs(i),
                 )

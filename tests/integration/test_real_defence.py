@@ -69,10 +69,10 @@ def test_smollm2_refuses_the_injected_marker_and_keeps_honest_completions() -> N
 
 @pytest.mark.timeout(900)
 def test_smollm2_trains_a_peers_completion_only_through_its_answer_with_the_cut() -> None:
-    """``cut_after_answer`` on SmolLM2's own BPE: the tokens attack's run after a right
-    answer is cut at the tag, keeping a prefix of the peer's own ids and its behaviour
-    log-probs; honest sampled completions keep their ids whole where nothing follows the
-    tag, and are cut the same way where something does."""
+    """``cut_after_answer`` on SmolLM2's own BPE and chat template: the tokens attack's run
+    after a right answer is cut at the tag and the completion stopped there; honest sampled
+    completions keep their ids and behaviour log-probs where nothing follows the tag, and
+    are cut the same way where something does."""
     from dataclasses import replace
 
     from sapo_async.node.selection import candidate_view
@@ -103,15 +103,15 @@ def test_smollm2_trains_a_peers_completion_only_through_its_answer_with_the_cut(
         peer = replace(own, completions=(forged, *honest), token_source=TokenSource.TEXT)
         view = candidate_view(learner, peer)
         assert view.peer_ids_match(0)
-        n = len(view.token_ids[0])
-        assert view.token_ids[0] == ids[:n]
-        assert tok.decode(list(ids[:n])) == f" <answer>{g.item.answer}</answer>"
-        assert view.behaviour_logprobs(0) == tuple(-1.0 - k for k in range(n))
+        *body, stop = view.token_ids[0]
+        assert stop == eos
+        assert tok.decode(body) == f" <answer>{g.item.answer}</answer>"
+        assert view.behaviour_logprobs(0) is None
         for i, c in enumerate(honest, start=1):
             assert view.peer_ids_match(i)
             if answer_tail(c.text):
                 assert view.cut_text(i) is not None
-                assert tok.decode(list(view.token_ids[i])) == view.cut_text(i)
+                assert tok.decode(list(view.token_ids[i][:-1])) == view.cut_text(i)
             else:
                 assert view.token_ids[i] == view.sent_token_ids[i] == c.token_ids
                 assert view.behaviour_logprobs(i) == c.behaviour_logprobs

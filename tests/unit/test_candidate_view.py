@@ -188,20 +188,21 @@ def test_a_completion_is_trained_only_through_its_answer_when_the_cut_is_on() ->
     tok = _bpe()
     text = " <answer>42</answer> 12+30=42"
     view = _tail_view(tok, text, cut=True)
-    whole = view.sent_token_ids[0]
     assert view.cut_text(0) == " <answer>42</answer>"
-    assert tok.decode(list(view.token_ids[0])) == " <answer>42</answer>"
-    # A prefix of the peer's own ids, with its behaviour log-probs cut alike.
-    n = len(view.token_ids[0])
-    assert view.token_ids[0] == whole[:n]
-    assert n < len(whole) - 1
-    assert view.behaviour_logprobs(0) == tuple(-0.1 * k for k in whole[:n])
+    # The cut text tokenised here, stopped: answered, then done.
+    cut_ids = (
+        *tok(" <answer>42</answer>", add_special_tokens=False)["input_ids"],
+        tok.eos_token_id,
+    )
+    assert view.token_ids[0] == cut_ids
+    assert len(view.sent_token_ids[0]) > len(cut_ids)  # the size bound reads the whole
+    assert view.behaviour_logprobs(0) is None
     trained = view.trained_group().completions[0]
-    assert (trained.text, trained.finish_reason) == (view.cut_text(0), "length")
+    assert (trained.text, trained.finish_reason) == (view.cut_text(0), "stop")
     assert trained.reward == 1.0
-    assert trained.token_ids == view.token_ids[0]
-    assert trained.behaviour_logprobs == view.behaviour_logprobs(0)
-    assert [lp.shape[0] for lp in view.logprobs([0])] == [n]  # screened as trained
+    assert trained.token_ids == cut_ids
+    assert trained.behaviour_logprobs is None
+    assert [lp.shape[0] for lp in view.logprobs([0])] == [len(cut_ids)]  # screened as trained
 
 
 def test_without_the_cut_or_without_a_tail_the_completion_is_trained_whole() -> None:
@@ -215,44 +216,3 @@ def test_without_the_cut_or_without_a_tail_the_completion_is_trained_whole() -> 
         assert on.cut_text(0) is None
         assert on.token_ids == on.sent_token_ids
         assert on.trained_group().completions[0].finish_reason == "stop"
-
-
-class _Pieces:
-    """Ids are pieces of text; ``">x"`` is one piece, as a BPE merge across the tag's end."""
-
-    pieces = ("<pad>", "<eos>", ">x", *sorted(set(" <answer>42/x")))
-    eos_token_id, pad_token_id, all_special_ids = 1, 0, (0, 1)
-
-    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
-        return {"input_ids": [self.pieces.index(ch) for ch in text]}
-
-    def __len__(self) -> int:
-        return len(self.pieces)
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        return "".join(self.pieces[i] for i in ids)
-
-
-def test_a_cut_inside_a_peers_token_is_retokenised_and_keeps_no_behaviour_log_probs() -> None:
-    tok = _Pieces()
-    text = " <answer>42</answer>x"
-    sent = (*tok(text[:-2])["input_ids"], 2, 1)  # "...</answer" then ">x", then EOS
-    group = ScoredGroup(
-        prompt="24 answer",
-        completions=(ScoredCompletion(text, 1.0, "stop", sent, tuple([-0.5] * len(sent))),),
-        tokenizer_id="tok",
-        producer="0xpeer",
-    )
-    view = CandidateView(
-        group,
-        model=_Model("cpu"),
-        tokenizer=tok,
-        tokenizer_id="tok",
-        add_special_tokens=False,
-        cut_after_answer=True,
-    )
-    assert view.peer_ids_match(0)  # the peer's ids spell the whole text
-    assert view.sent_token_ids[0] == sent
-    assert view.token_ids[0] == tuple(tok(" <answer>42</answer>")["input_ids"])
-    assert view.behaviour_logprobs(0) is None
-    assert view.trained_group().completions[0].behaviour_logprobs is None
