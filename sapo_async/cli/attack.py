@@ -78,8 +78,8 @@ def attack(
         False,
         "--cut-after-answer",
         help="With the defences on, peers' completions are screened and trained only "
-        "through their closing answer tag ([defence] cut_after_answer); default output "
-        "directory gets -cut.",
+        "through their closing answer tag ([defence] cut_after_answer, on in a node by "
+        "default; off here so recorded matrices resume); default output directory gets -cut.",
     ),
     workers: int = typer.Option(4, min=1, help="Runs in parallel (one process each)."),
     quick: bool = typer.Option(

@@ -452,9 +452,9 @@ class DefenceSpec(Settings):
         "(where injected payloads sit).",
     )
     cut_after_answer: bool = Field(
-        default=False,
+        default=True,
         description="Screen and train a peer's completion only through its closing "
-        "answer tag (the verifier never read what follows).",
+        "answer tag, stopped there (the verifier never read what follows).",
     )
     length_guard: bool = Field(
         default=True, description="Drop needlessly long rewarded completions."

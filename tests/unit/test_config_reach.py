@@ -186,7 +186,7 @@ DEFENCE: dict[str, Any] = {
     "plausibility_margin": 2.5,
     "plausibility_low_tokens": 5,
     "answer_ends_completion": True,
-    "cut_after_answer": True,
+    "cut_after_answer": False,
     "length_guard": False,
     "length_factor": 2.0,
     "length_quantile": 0.5,

@@ -91,6 +91,8 @@ class AttackSpec:
             (``[defence] answer_ends_completion``).
         cut_after_answer: with the defences on, peers' completions are screened and
             trained only through their closing answer tag (``[defence] cut_after_answer``).
+            A node's default is on; here it is off by default so that the matrices
+            recorded before it existed keep their meaning (and resume).
     """
 
     attacks: tuple[str, ...] = ATTACKS
