@@ -122,6 +122,29 @@ def test_flood_measure_is_the_whole_round_cpu_against_the_no_attack_run():
     assert summary["sizes"]["nodes"] == 3
 
 
+def test_the_honest_cpu_measure_is_per_honest_node():
+    """The no-attack run has every node honest, an attack run only ``nodes - attackers``:
+    the honest nodes' own CPU compared whole read 0.47x for a SmolLM2 flood (2 honest nodes
+    against 4) and 1.20x for the tiny one (6 against 8) where each honest node spent 0.94x
+    and 1.60x of its no-attack CPU."""
+    spec = AttackSpec(attacks=("flood",), seeds=(0,), nodes=4, attackers=2, rounds=2)
+    runs = []
+    for attack, defences, honest, per_node in [
+        ("none", False, [0, 1, 2, 3], 1.0),
+        ("none", True, [0, 1, 2, 3], 1.0),
+        ("flood", False, [0, 1], 1.5),
+        ("flood", True, [0, 1], 1.1),
+    ]:
+        m = RunMeasure(attack, defences, 0, "2/2", honest, rewards=[[1.0, 1.0]] * len(honest))
+        m.round_cpu_s = m.round_s = [4.0, 4.0]
+        m.round_cpu_honest_s = [per_node * len(honest)] * 2
+        m.payload = [0.0, 0.0]
+        runs.append(m)
+    flood = summarise(spec, runs, seconds=1.0)["attacks"]["flood"]
+    assert flood["honest_cpu_ratio_off"] == pytest.approx(1.5)
+    assert flood["honest_cpu_ratio_on"] == pytest.approx(1.1)
+
+
 def test_slope_of_a_line_is_its_gradient():
     assert slope([1.0, 3.0, 5.0]) == pytest.approx(2.0)
     assert slope([4.0]) == 0.0

@@ -13,9 +13,9 @@ Beside ``asr``, per attack: the per-round payload rate with the defences off, av
 over seeds (``payload_by_round_off``), its least-squares slope per round and its first-
 and last-half means, so a rising payload shows; for ``flood`` and ``absurd`` the CPU
 ratios (``cpu_ratio_off`` / ``cpu_ratio_on``, the same as ``asr``), the honest nodes' own
-CPU's (``honest_cpu_ratio_*``: the attackers' work in the same process taken out, NaN for
-runs recorded before it), the old measure's (``round_s_ratio_*``) and the nats-server's
-(``server_cpu_ratio_*``, where measured).
+CPU's per honest node (``honest_cpu_ratio_*``: the attackers' work in the same process
+taken out, NaN for runs recorded before it), the old measure's (``round_s_ratio_*``) and
+the nats-server's (``server_cpu_ratio_*``, where measured).
 
 For the payload attacks, ``payload_no_attack_on`` / ``_off``: the same detector's rate on
 honest completions in the no-attack run (text after the answer tag is also honest text),
@@ -114,6 +114,12 @@ COST_METRICS = (
 )
 
 
+def _per_honest(run: RunMeasure) -> list[float]:
+    """The honest nodes' own CPU per round, per honest node: the no-attack run has every
+    node honest, an attack run only ``nodes - attackers``."""
+    return [cpu / max(len(run.honest), 1) for cpu in run.round_cpu_honest_s]
+
+
 def _cost(
     off: RunMeasure, on: RunMeasure, base_off: RunMeasure, base_on: RunMeasure
 ) -> dict[str, float]:
@@ -121,8 +127,8 @@ def _cost(
     return {
         "cpu_ratio_off": _ratio(_cpu(off), _cpu(base_off)),
         "cpu_ratio_on": _ratio(_cpu(on), _cpu(base_on)),
-        "honest_cpu_ratio_off": _ratio(off.round_cpu_honest_s, base_off.round_cpu_honest_s),
-        "honest_cpu_ratio_on": _ratio(on.round_cpu_honest_s, base_on.round_cpu_honest_s),
+        "honest_cpu_ratio_off": _ratio(_per_honest(off), _per_honest(base_off)),
+        "honest_cpu_ratio_on": _ratio(_per_honest(on), _per_honest(base_on)),
         "round_s_ratio_off": _ratio(off.round_s, base_off.round_s),
         "round_s_ratio_on": _ratio(on.round_s, base_on.round_s),
         "server_cpu_ratio_off": _ratio(off.server_cpu_s, base_off.server_cpu_s),
