@@ -36,8 +36,8 @@ __all__ = ["RatioFilter", "completion_log_ratios"]
 
 def completion_log_ratios(view: CandidateView) -> list[float]:
     """Mean per-token log importance ratio (receiver over behaviour) of each completion
-    whose peer ids spell its text (the token check) and carry behaviour log-probs (over the
-    ids trained on: cut after the answer where the view cuts)."""
+    whose peer ids spell its text (the token check) and carry behaviour log-probs that the
+    trainer keeps (a completion cut after its answer keeps none, so it is not measured)."""
     measured = [i for i in range(len(view.token_ids)) if view.behaviour_logprobs(i)]
     if not measured:
         return []

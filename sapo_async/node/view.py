@@ -55,6 +55,7 @@ from sapo_async.node.plausibility import token_logprobs_batch
 from sapo_async.policy.generation.transformers_backend import stop_token_ids
 from sapo_async.policy.grpo.batch import ScoredGroup, TokenSource
 from sapo_async.tasks.prompt import ANSWER_CLOSE
+from sapo_async.tasks.reward import text_after_answer
 
 __all__ = ["CandidateView"]
 
@@ -132,10 +133,9 @@ class CandidateView:
         if not self._cut_after_answer:
             return None
         text = self.scored.completions[i].text
-        end = text.rfind(ANSWER_CLOSE)
-        if end < 0 or not text[end + len(ANSWER_CLOSE) :].strip():
+        if not text_after_answer(text):
             return None
-        return text[: end + len(ANSWER_CLOSE)]
+        return text[: text.rfind(ANSWER_CLOSE) + len(ANSWER_CLOSE)]
 
     def behaviour_logprobs(self, i: int) -> tuple[float, ...] | None:
         """The producer's behaviour log-probs of :attr:`token_ids` ``[i]``: kept only where
