@@ -10,8 +10,9 @@ the payload. Each policy here answers one question, takes data and returns data:
   log-prob, and the mean of its few least likely tokens) and not needlessly long (rewarded
   completions against the node's own rewarded lengths) and not padded with a repeated
   pattern? [``implausible``, ``too_long``, ``repetitive``].
-  A family the node has not calibrated yet is not judged at all: its peers' groups wait
-  in the buffer (:meth:`Thresholds.judges`);
+  A family with too few own completions is judged by the floors of all the node's own
+  completions pooled; before the pool has enough, not at all: its peers' groups wait in
+  the buffer (:meth:`Thresholds.judges`);
 * :class:`Quarantine`: has a producer had too many of its groups dropped? Then refuse it
   for a while, before its signature is even checked [``quarantined``; the check is
   :class:`~sapo_async.node.admission.QuarantineCheck`, the verdicts come from the round].
@@ -199,6 +200,9 @@ class Thresholds:
         low_tokens: ``plausibility_low_tokens``.
         repetition_limit: a pushed-up completion whose :func:`repeated_span` reaches this
             many tokens is dropped (0: off; needs no calibration and no forward pass).
+        pooled: the plausibility floors of all own completions together, for a family
+            with too few of its own (None: the pool is short too, or the check is off;
+            never a length limit: rewarded lengths differ too much between families).
     """
 
     families: dict[str, FamilyThresholds]
@@ -207,6 +211,7 @@ class Thresholds:
     length_guard: bool
     low_tokens: int = 0
     repetition_limit: int = 0
+    pooled: FamilyThresholds | None = None
 
     @property
     def needs_logprobs(self) -> bool:
@@ -215,19 +220,31 @@ class Thresholds:
 
     def judges(self, family: str) -> bool:
         """Whether peers' groups of ``family`` may be screened now: always with
-        plausibility off, else once the node has calibrated it on its own completions.
+        plausibility off, else once the node has calibrated it on its own completions, or
+        has enough own completions of all families together (:attr:`pooled`).
 
-        An uncalibrated family is not judged, so its groups must not be trained on yet
-        (the caller holds them in the buffer): admitting them unscreened let SmolLM2's
-        first four rounds (B x L = 8, calibration_min 32) train on an attacker's payload,
-        after which the poisoned model found the payload plausible (docs/security.md).
-        The length guard does not hold groups: a node that rarely earns a reward may take
-        many rounds to measure its rewarded lengths; the size bound applies meanwhile.
+        An unjudged family's groups must not be trained on yet (the caller holds them in
+        the buffer): admitting them unscreened let SmolLM2's first four rounds (B x L = 8,
+        calibration_min 32) train on an attacker's payload, after which the poisoned model
+        found the payload plausible (docs/security.md). The pool shortens the wait where
+        families are mixed: with three families and 8 own completions a round, each family
+        alone needs about 12 rounds, the pool 4. The length guard does not hold groups: a
+        node that rarely earns a reward may take many rounds to measure its rewarded
+        lengths; the size bound applies meanwhile.
         """
         if not self.plausibility:
             return True
-        limits = self.families.get(family)
-        return limits is not None and limits.min_mean_logprob is not None
+        return self.limits(family).min_mean_logprob is not None
+
+    def limits(self, family: str) -> FamilyThresholds:
+        """The limits that apply to ``family``: its own; the pooled plausibility floors
+        (with its own length limit) while it has too few own completions; else none."""
+        own = self.families.get(family, FamilyThresholds(None, None))
+        if own.min_mean_logprob is not None or self.pooled is None:
+            return own
+        return FamilyThresholds(
+            self.pooled.min_mean_logprob, own.max_rewarded_tokens, self.pooled.low_floors
+        )
 
 
 class Calibration:
@@ -286,6 +303,23 @@ class Calibration:
             spec.length_guard,
             spec.plausibility_low_tokens,
             spec.repetition_limit,
+            self._pooled() if spec.plausibility else None,
+        )
+
+    def _pooled(self) -> FamilyThresholds | None:
+        """The plausibility floors of every own completion, all families together (None
+        while there are fewer than ``calibration_min``)."""
+        lps = [v for window in self._logprob.values() for v in window]
+        if len(lps) < self.spec.calibration_min:
+            return None
+        lows = {
+            b: [v for per_family in self._low.values() for v in per_family.get(b, ())]
+            for b in self._buckets
+        }
+        return FamilyThresholds(
+            self._floor(lps),
+            None,
+            tuple((b, self._floor(lows[b])) for b in sorted(lows) if lows[b]),
         )
 
     def _floor(self, values: Sequence[float]) -> float:
@@ -325,7 +359,7 @@ def screen(
     group's lowest reward are pushed down, not up, and are not screened: an honest group's
     unlikely wrong answers would otherwise be false positives.
     """
-    family_limits = limits.families.get(family, FamilyThresholds(None, None))
+    family_limits = limits.limits(family)
     for c in completions:
         if limits.repetition_limit and repeated_span(c.token_ids) >= limits.repetition_limit:
             return RejectReason.REPETITIVE

@@ -69,9 +69,12 @@ def test_screen_drops_needlessly_long_rewarded_completions_but_not_long_wrong_on
     assert screen("chain_sum", [CompletionView([-0.5] * 18, 0.0)], limits) is None
 
 
-def test_screen_applies_nothing_calibrated_to_a_family_it_has_not_measured() -> None:
+def test_a_family_it_has_not_measured_gets_the_pooled_floor_and_no_length_limit() -> None:
     limits = _calibrated().thresholds()
-    assert screen("arc_1d", [CompletionView([-9.0] * 10, 1.0)], limits) is None
+    assert screen("arc_1d", [CompletionView([-9.0] * 10, 1.0)], limits) == "implausible"
+    # Rewarded lengths differ between families: chain_sum's 5-7 tokens bound nothing else.
+    assert screen("chain_sum", [CompletionView([-0.5] * 16, 1.0)], limits) == "too_long"
+    assert screen("arc_1d", [CompletionView([-0.5] * 16, 1.0)], limits) is None
 
 
 def test_switched_off_checks_do_not_drop() -> None:
@@ -146,6 +149,37 @@ def test_only_a_calibrated_family_is_judged() -> None:
     assert cal.thresholds().judges("chain_sum")
     off = Calibration(DefenceSpec(calibration_min=8, plausibility=False), max_new_tokens=16)
     assert off.thresholds().judges("chain_sum")
+
+
+def test_mixed_families_are_judged_by_the_pooled_floor_until_each_is_calibrated() -> None:
+    """With three families and 8 own completions a round, each family alone needed about 12
+    rounds to calibrate, and its peers' groups waited that long (the SmolLM2 table's 2/2
+    arm, 30 rounds); all own completions together reach calibration_min in 4. Until a
+    family has its own floor, the pool's floor screens its groups."""
+    cal = Calibration(DefenceSpec(calibration_min=8), max_new_tokens=16)
+    families = ("chain_sum", "products", "basic_arithmetic")
+    for i in range(7):
+        cal.observe(families[i % 3], [-0.5] * 6, 0.0)
+    assert not cal.thresholds().judges("products")  # 7 own completions in all: no pool yet
+    cal.observe("chain_sum", [-0.5] * 6, 0.0)
+    limits = cal.thresholds()
+    assert all(limits.judges(f) for f in (*families, "arc_1d"))  # 8 in all; none has 8
+    assert not limits.families["products"].min_mean_logprob  # not its own floor
+    own_like = CompletionView([-0.55] * 6, 1.0)
+    marker = CompletionView([-0.5] * 3 + [-8.0] * 3, 1.0)
+    assert screen("products", [own_like], limits) is None
+    assert screen("products", [own_like, marker], limits) == "implausible"
+    # A family's own floor replaces the pool's once it has calibration_min completions.
+    for _ in range(8):
+        cal.observe("products", [-3.0] * 6, 0.0)
+    limits = cal.thresholds()
+    assert limits.families["products"].min_mean_logprob is not None
+    assert screen("products", [CompletionView([-3.2] * 6, 1.0)], limits) is None
+    assert screen("products", [CompletionView([-4.5] * 6, 1.0)], limits) == "implausible"
+    off = Calibration(DefenceSpec(calibration_min=8, plausibility=False), max_new_tokens=16)
+    for i in range(8):
+        off.observe(families[i % 3], [-0.5] * 6, 0.0)
+    assert off.thresholds().pooled is None
 
 
 def test_a_short_payload_meets_the_floor_of_its_own_length_not_of_long_own_completions() -> None:
