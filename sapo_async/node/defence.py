@@ -227,8 +227,8 @@ class Thresholds:
         the buffer): admitting them unscreened let SmolLM2's first four rounds (B x L = 8,
         calibration_min 32) train on an attacker's payload, after which the poisoned model
         found the payload plausible (docs/security.md). The pool shortens the wait where
-        families are mixed: with three families and 8 own completions a round, each family
-        alone needs about 12 rounds, the pool 4. The length guard does not hold groups: a
+        families are mixed: with three families and 16 own completions a round, each
+        family alone needs about 6 rounds, the pool 2. The length guard does not hold groups: a
         node that rarely earns a reward may take many rounds to measure its rewarded
         lengths; the size bound applies meanwhile.
         """

@@ -152,10 +152,10 @@ def test_only_a_calibrated_family_is_judged() -> None:
 
 
 def test_mixed_families_are_judged_by_the_pooled_floor_until_each_is_calibrated() -> None:
-    """With three families and 8 own completions a round, each family alone needed about 12
-    rounds to calibrate, and its peers' groups waited that long (the SmolLM2 table's 2/2
-    arm, 30 rounds); all own completions together reach calibration_min in 4. Until a
-    family has its own floor, the pool's floor screens its groups."""
+    """With three families and 16 own completions a round (the SmolLM2 table, 30 rounds),
+    each family alone needed about 6 rounds to calibrate, and its peers' groups waited that
+    long; all own completions together reach calibration_min in 2. Until a family has its
+    own floor, the pool's floor screens its groups."""
     cal = Calibration(DefenceSpec(calibration_min=8), max_new_tokens=16)
     families = ("chain_sum", "products", "basic_arithmetic")
     for i in range(7):
