@@ -40,6 +40,7 @@ Invariants:
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections import OrderedDict
@@ -168,6 +169,10 @@ class Collector(Actor[None]):
         self._owner: int | None = None
         self._trained: OrderedDict[bytes, float] = OrderedDict()
         self._buffer: OrderedDict[bytes, BufferedGroup] = OrderedDict()
+        # (created_at_ms, hash) of buffered groups, oldest first: what age eviction pops
+        # instead of scanning the whole buffer after every fetch (entries of groups already
+        # taken or dropped are skipped when they surface, and compacted away in bulk).
+        self._by_age: list[tuple[int, bytes]] = []
         self._seen: OrderedDict[bytes, float] = OrderedDict()
         self._newest_round: dict[str, int] = {}
         self._counts = Counters()
@@ -324,6 +329,7 @@ class Collector(Actor[None]):
                 del self._buffer[key]
                 self._counts.evicted["round"] += 1
         self._buffer[item.rollout_hash] = item
+        heapq.heappush(self._by_age, (item.group.created_at_ms, item.rollout_hash))
         while len(self._buffer) > self._max_groups:
             self._buffer.popitem(last=False)
             self._counts.evicted["count"] += 1
@@ -350,9 +356,14 @@ class Collector(Actor[None]):
         while self._trained and next(iter(self._trained.values())) < horizon:
             self._trained.popitem(last=False)
         cutoff_ms = (self._clock() - self._max_age_s) * 1000
-        for key in [k for k, b in self._buffer.items() if b.group.created_at_ms < cutoff_ms]:
-            del self._buffer[key]
-            self._counts.evicted["age"] += 1
+        by_age = self._by_age
+        while by_age and by_age[0][0] < cutoff_ms:
+            _, key = heapq.heappop(by_age)
+            if self._buffer.pop(key, None) is not None:
+                self._counts.evicted["age"] += 1
+        if len(by_age) > 2 * len(self._buffer) + 1024:
+            self._by_age = [(b.group.created_at_ms, k) for k, b in self._buffer.items()]
+            heapq.heapify(self._by_age)
 
     # --- reading -------------------------------------------------------------------------
 

@@ -121,6 +121,31 @@ def test_buffer_is_bounded_by_count_and_by_age() -> None:
     assert collector.statistics().evicted == {"count": 2, "age": 3}
 
 
+def test_age_eviction_goes_by_each_groups_own_time_stamp_not_by_arrival() -> None:
+    """Eviction pops the oldest time stamps first (a heap, not a scan of the whole buffer
+    after every fetch); a group taken or dropped before it ages is not counted again, and
+    the many entries a flood's taken groups leave behind are compacted away."""
+    clock = Clock()
+    collector = new_collector(buffer_max_age_s=60, clock=clock)
+    now_ms = int(clock.now * 1000)
+    for i, age_s in enumerate((10, 50, 30, 5)):  # arrives young, old, middle, youngest
+        group = make_group(PEER, index=i, created_at_ms=now_ms - age_s * 1000)
+        assert collector.ingest(wire(group))
+    clock.now += 20  # ages 30, 70, 50, 25: only the second is past 60 s
+    assert [b.group.task.index for b in collector.candidates()] == [0, 2, 3]
+    collector.take([b.rollout_hash for b in collector.candidates() if b.group.task.index == 2])
+    clock.now += 20  # 50, -, 70 (taken), 45
+    assert [b.group.task.index for b in collector.candidates()] == [0, 3]
+    assert collector.statistics().evicted == {"age": 1, "taken": 1}
+    for i in range(4, 1500):  # admitted and taken at once: only the heap remembers them
+        collector.take([collector.ingest(wire(make_group(PEER, index=i))).rollout_hash])  # type: ignore[union-attr]
+    assert [b.group.task.index for b in collector.candidates()] == [0, 3]
+    assert len(collector._by_age) <= 2 * 2 + 1024
+    clock.now += 60
+    assert collector.candidates() == []
+    assert collector.statistics().evicted == {"age": 3, "taken": 1497}
+
+
 def test_candidates_list_every_buffered_group_minus_excluded_producers() -> None:
     collector = new_collector(include_own=True)
     for i in range(6):

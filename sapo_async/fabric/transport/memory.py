@@ -153,8 +153,15 @@ class MemoryBroker:
     def _expire(self, stream: _Stream, now: float) -> None:
         while stream.messages and now - stream.messages[0].published_at > self.max_age:
             stream.bytes -= len(stream.messages.popleft().data)
-        for msg_id in [m for m, (_, t) in stream.dedup.items() if now - t > self.duplicate_window]:
-            del stream.dedup[msg_id]
+        # Ids are remembered in the order they were stored (their times ascend), so the
+        # expired ones are at the front: a scan of every id on every store and fetch made
+        # a flood of thousands of ids quadratic (the tiny attack matrix's flood).
+        dedup = stream.dedup
+        while dedup:
+            msg_id, (_, t) = next(iter(dedup.items()))
+            if now - t <= self.duplicate_window:
+                break
+            del dedup[msg_id]
 
 
 @dataclass(frozen=True, slots=True)
