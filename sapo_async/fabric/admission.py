@@ -19,6 +19,7 @@ buffer and its replay sets; content checks happen later, in the round.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -134,7 +135,9 @@ class ShapeCheck:
             ids, lps = completion.token_ids, completion.logprobs
             if ids is not None and lps is not None and len(ids) != len(lps):
                 raise RejectedInput(bad, "token_ids and logprobs differ in length")
-            if lps is not None and any(not (lp <= 0.0) for lp in lps):
+            # max and sum in C, not a generator per value (every flood message pays this
+            # before the producer-round cap): NaN survives a sum, +inf fails the max.
+            if lps and (not (max(lps) <= 0.0) or math.isnan(sum(lps))):
                 raise RejectedInput(bad, "a log-probability is positive or NaN")
 
 

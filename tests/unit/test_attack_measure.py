@@ -212,13 +212,15 @@ def test_honest_reward_is_also_compared_with_the_same_nodes_sharing_nothing():
 
     runs = [
         run("none", False, 2.0),
-        run("none", True, 2.0),
+        run("none", True, 1.25),
         run("none", False, 0.5, "2/0"),
         run("inject", False, 0.25),
         run("inject", True, 1.0),
     ]
     inject = summarise(spec, runs, seconds=1.0)["attacks"]["inject"]
     assert inject["honest_reward_ratio_on"] == pytest.approx(0.5)
+    # Against the no-attack run with the same defences: the attack's own cost.
+    assert inject["honest_reward_ratio_on_same"] == pytest.approx(0.8)
     assert inject["honest_reward_ratio_on_solo"] == pytest.approx(2.0)
     assert inject["honest_reward_ratio_off_solo"] == pytest.approx(0.5)
     assert "payload_no_attack_on" not in inject  # runs recorded before the floor existed
@@ -226,7 +228,7 @@ def test_honest_reward_is_also_compared_with_the_same_nodes_sharing_nothing():
     floored = summarise(spec, runs, seconds=1.0)
     assert floored["attacks"]["inject"]["payload_no_attack_on"] == pytest.approx(0.25)
     assert "(no attack 0.250)" in markdown_table(floored)
-    assert "| 2.00 |" in markdown_table(summarise(spec, runs, seconds=1.0))
+    assert "| 0.50 | 0.80 | 0.12 | 2.00 |" in markdown_table(summarise(spec, runs, seconds=1.0))
     # Without the no-sharing run the comparison is left out, not made up.
     partial = summarise(spec, runs[:2] + runs[3:], seconds=1.0)["attacks"]["inject"]
     assert "honest_reward_ratio_on_solo" not in partial

@@ -86,6 +86,31 @@ def test_group_failing_a_check_is_rejected_with_its_reason(
     assert collector.statistics().rejected == {reason: 1}
 
 
+@pytest.mark.parametrize(
+    ("logprobs", "reason"),
+    [
+        ([-0.5, -1.0, -0.1], None),
+        ([-0.5, float("-inf"), 0.0], None),
+        ([-0.5, 0.25, -0.1], "invalid_group"),
+        ([float("nan"), -1.0, -0.1], "invalid_group"),
+        ([-1.0, -0.1, float("nan")], "invalid_group"),
+        ([-1.0, float("inf"), float("-inf")], "invalid_group"),
+    ],
+)
+def test_a_positive_or_nan_behaviour_log_prob_is_refused(
+    logprobs: list[float], reason: str | None
+) -> None:
+    group = make_group(PEER)
+    completions = [
+        msgspec.structs.replace(c, token_ids=[1, 2, 3], logprobs=logprobs)
+        for c in group.completions
+    ]
+    collector = new_collector()
+    admitted = collector.ingest(wire(msgspec.structs.replace(group, completions=completions)))
+    assert (admitted is None) == (reason is not None)
+    assert collector.statistics().rejected == ({reason: 1} if reason else {})
+
+
 def test_message_id_that_is_not_the_rollout_hash_is_rejected() -> None:
     collector = new_collector()
     assert collector.ingest(wire(make_group(PEER)), msg_id="00" * 32) is None

@@ -21,13 +21,17 @@ For the payload attacks, ``payload_no_attack_on`` / ``_off``: the same detector'
 honest completions in the no-attack run (text after the answer tag is also honest text),
 over the seeds whose no-attack runs measured it.
 
-``honest_reward_ratio_on`` compares the honest nodes under attack with the same nodes in
-the no-attack swarm, where every peer is honest (more sharing than an attacked swarm can
-give them); ``honest_reward_ratio_on_solo`` compares them with the same nodes sharing
-nothing (the ``B/0`` no-attack run): at 1 or above, sharing under attack with the defences
-on still paid; ``honest_reward_ratio_on_honest_only`` compares them with the same honest
-nodes in a swarm of their own (the ``I/J@n`` no-attack run: the attackers absent rather than
-refused), what a perfect defence would leave them.
+``honest_reward_ratio_on`` compares the honest nodes under attack with the same nodes in the
+no-attack swarm with the defences off, where every peer is honest (more sharing than an
+attacked swarm can give them, and none of the defences' own cost);
+``honest_reward_ratio_on_same`` with the no-attack swarm with the defences on (what the
+attack itself costs a defended node: the two runs share seed, questions and defences, so
+they stay close where nothing of the attackers' is trained on, where the defences-off
+reference moves with the defended run's own noise); ``honest_reward_ratio_on_solo`` compares
+them with the same nodes sharing nothing (the ``B/0`` no-attack run): at 1 or above, sharing
+under attack with the defences on still paid; ``honest_reward_ratio_on_honest_only``
+compares them with the same honest nodes in a swarm of their own (the ``I/J@n`` no-attack
+run: the attackers absent rather than refused), what a perfect defence would leave them.
 """
 
 from __future__ import annotations
@@ -161,6 +165,8 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
                 "asr_on": _asr(attack, on, base_on),
                 "honest_reward_ratio_on": _honest_reward(on, honest)
                 / max(_honest_reward(base_off, honest), 1e-12),
+                "honest_reward_ratio_on_same": _honest_reward(on, honest)
+                / max(_honest_reward(base_on, honest), 1e-12),
                 "honest_reward_ratio_off": _honest_reward(off, honest)
                 / max(_honest_reward(base_off, honest), 1e-12),
                 "trained_from_attackers_off": off.trained_external.get("attacker", 0),
@@ -200,7 +206,13 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
                 per_seed[str(seed)] |= _cost(off, on, base_off, base_on)
         if not per_seed:
             continue
-        metrics = ["asr_off", "asr_on", "honest_reward_ratio_on", "honest_reward_ratio_off"]
+        metrics = [
+            "asr_off",
+            "asr_on",
+            "honest_reward_ratio_on",
+            "honest_reward_ratio_on_same",
+            "honest_reward_ratio_off",
+        ]
         for control in ("solo", "honest_only"):
             if all(f"honest_reward_ratio_on_{control}" in s for s in per_seed.values()):
                 metrics += [
@@ -310,9 +322,10 @@ def markdown_table(summary: dict[str, Any]) -> str:
     """The results table of docs/security.md, from ``summary.json``'s contents."""
     lines = [
         "| attack | measure | defences off | defences on | target on | honest reward on "
-        "/ no-attack | honest reward off / no-attack | honest reward on / no sharing "
-        "| honest reward on / honest nodes alone | trained from attackers off / on |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "/ no-attack (off) | honest reward on / no-attack (on) | honest reward off / "
+        "no-attack | honest reward on / no sharing | honest reward on / honest nodes alone "
+        "| trained from attackers off / on |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for attack, row in summary["attacks"].items():
         target = TARGETS.get(attack)
@@ -324,7 +337,9 @@ def markdown_table(summary: dict[str, Any]) -> str:
             f"| `{attack}` | {_short_kind(attack)} | {row['asr_off']:.3f} | "
             f"{row['asr_on']:.3f}{_floor(row)} | "
             f"{'-' if target is None else f'<= {target:g}'}{met} | "
-            f"{row['honest_reward_ratio_on']:.2f} | {row['honest_reward_ratio_off']:.2f} | "
+            f"{row['honest_reward_ratio_on']:.2f} | "
+            f"{_cell(row.get('honest_reward_ratio_on_same'))} | "
+            f"{row['honest_reward_ratio_off']:.2f} | "
             f"{_cell(row.get('honest_reward_ratio_on_solo'))} | "
             f"{_cell(row.get('honest_reward_ratio_on_honest_only'))} | {off} / {on} |"
         )
