@@ -124,6 +124,18 @@ def test_paper_preset_derives_every_family_at_a_far_index() -> None:
     assert families == {f.family for f in PAPER_PRESET}
 
 
+@pytest.mark.parametrize("name", ["real_mix", "real_sparse"])
+def test_real_model_presets_derive_every_family_and_score_its_answer(name: str) -> None:
+    families = preset(name)
+    source = TaskSource(families, swarm_seed=5)
+    items = [source.item("train", 3, 7, s) for s in range(48)]
+    assert {it.ref.family for it in items} == {f.family for f in families}
+    v = Verifier()
+    for it in items:
+        assert v.score(it, format_target(it.answer, tagged=True)) == 1.0
+        assert v.score(it, format_target(it.answer, tagged=False)) == 0.0
+
+
 def test_task_source_rejects_unknown_families_and_bad_weights() -> None:
     with pytest.raises(ConfigError, match="unknown"):
         TaskSource([FamilySpec("no_such_family")])
