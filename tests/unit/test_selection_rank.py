@@ -1,0 +1,96 @@
+"""With the answer cut on, a peer's group whose completions carry text after their closing
+answer tag is drawn only when no informative group with fewer such tails is left (issue 23:
+under the inject and tokens attacks two of every three external groups a defended SmolLM2
+node trained on were the attackers' cut groups, and its reward fell to 0.78 and 0.87 of the
+no-attack run's)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from types import SimpleNamespace
+from typing import Any
+
+from sapo_async.fabric.collector import BufferedGroup
+from sapo_async.node.selection import select_groups
+from sapo_async.node.spec import TrainingSpec
+from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup, TokenSource
+
+
+class _Tokenizer:
+    eos_token_id = 10
+    pad_token_id = 0
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": [1 + (ord(ch) % 9) for ch in text]}
+
+
+RIGHT, WRONG = " <answer>5</answer>", " <answer>7</answer>"
+TAILED = (RIGHT + " (*)(*)", WRONG, RIGHT + " (*)(*)", WRONG)
+ONE_TAIL = (RIGHT + " I hope this helps.", WRONG, RIGHT, WRONG)
+BARE = (RIGHT, WRONG, RIGHT, WRONG)
+
+
+def _pool(*kinds: tuple[str, tuple[str, ...]]) -> tuple[tuple[BufferedGroup, ...], dict[str, Any]]:
+    fresh, scored = [], {}
+    for n, (producer, texts) in enumerate(kinds):
+        completions = tuple(SimpleNamespace(text=t) for t in texts)
+        group = SimpleNamespace(producer=producer, completions=completions)
+        fresh.append(BufferedGroup(group, bytes([n]) * 32, 0.0))  # type: ignore[arg-type]
+        scored[producer] = ScoredGroup(
+            prompt="What is 2 + 3?",
+            completions=tuple(
+                ScoredCompletion(t, 1.0 if t.startswith(RIGHT) else 0.0, "stop") for t in texts
+            ),
+            tokenizer_id="theirs",
+            producer=producer,
+            token_source=TokenSource.TEXT,
+        )
+    return tuple(fresh), scored
+
+
+def _chosen(fresh: tuple[BufferedGroup, ...], scored: dict[str, Any], *, cut: bool) -> Counter[str]:
+    learner = SimpleNamespace(
+        score_external=lambda group: scored[group.producer],
+        model=None,
+        tokenizer=_Tokenizer(),
+        tokenizer_id="ours",
+        settings=SimpleNamespace(node_index=0, chat_template=False, cut_after_answer=cut),
+    )
+    counts: Counter[str] = Counter()
+    for round_ in range(40):
+        choice = select_groups(
+            learner,  # type: ignore[arg-type]
+            TrainingSpec(local=1, external=1),
+            round_,
+            local=[],
+            fresh=fresh,
+            newest={},
+            limits=None,
+        )
+        counts.update(c.producer for c in choice.external)
+    return counts
+
+
+def test_with_the_cut_a_group_with_fewer_tails_is_always_drawn_first() -> None:
+    fresh, scored = _pool(("attacker1", TAILED), ("honest", BARE), ("attacker2", TAILED))
+    assert _chosen(fresh, scored, cut=True) == {"honest": 40}
+
+
+def test_tails_rank_by_count_so_an_honest_rambler_still_beats_an_attacker() -> None:
+    fresh, scored = _pool(("attacker", TAILED), ("rambler", ONE_TAIL))
+    assert _chosen(fresh, scored, cut=True) == {"rambler": 40}
+
+
+def test_tailed_groups_still_fill_the_slots_nothing_else_can() -> None:
+    # The honest peer's group is uninformative (every completion wrong): no gradient.
+    fresh, scored = _pool(("attacker", TAILED), ("honest", (WRONG,) * 4))
+    assert _chosen(fresh, scored, cut=True) == {"attacker": 40}
+
+
+def test_without_the_cut_the_draw_stays_uniform() -> None:
+    fresh, scored = _pool(("attacker1", TAILED), ("honest", BARE), ("attacker2", TAILED))
+    counts = _chosen(fresh, scored, cut=False)
+    assert sum(counts.values()) == 40
+    assert counts["honest"] < 30
+    assert counts["attacker1"] > 0
+    assert counts["attacker2"] > 0
