@@ -81,6 +81,13 @@ def attack(
         "through their closing answer tag ([defence] cut_after_answer, on in a node by "
         "default; off here so recorded matrices resume); default output directory gets -cut.",
     ),
+    drop_after_answer: bool = typer.Option(
+        False,
+        "--drop-after-answer",
+        help="With the defences on, peers' completions with text after their closing answer "
+        "tag are left out of training ([defence] drop_after_answer); default output "
+        "directory gets -drop.",
+    ),
     workers: int = typer.Option(4, min=1, help="Runs in parallel (one process each)."),
     quick: bool = typer.Option(
         False, "--quick", help="Seconds-long smoke version (tests); options given still apply."
@@ -122,6 +129,7 @@ def attack(
             transport=transport,
             strict_end=strict_end,
             cut_after_answer=cut_after_answer,
+            drop_after_answer=drop_after_answer,
         )
         if quick:
             spec = runner.quick(spec)
@@ -133,6 +141,7 @@ def attack(
     if out is None:
         name = ("attack-real" if spec.real else "attack") + ("-strict" if strict_end else "")
         name += "-cut" if cut_after_answer else ""
+        name += "-drop" if drop_after_answer else ""
         out = Path(f"runs/{name}-quick" if quick else f"docs/results/{name}")
 
     def progress(m: runner.RunMeasure) -> None:

@@ -65,6 +65,9 @@ class LearnerSettings:
         cut_after_answer: peers' completions are screened and trained only through their
             closing answer tag (``[defence] cut_after_answer`` while the defences are active;
             :class:`~sapo_async.node.view.CandidateView`).
+        drop_after_answer: peers' completions with text after their closing answer tag
+            are left out of training (``[defence] drop_after_answer`` while the defences
+            are active; :func:`~sapo_async.node.selection.select_groups`).
         trainer: GRPO settings; the trainer gets :meth:`trainer_config`, whose
             ``max_completion_tokens`` is ``sampling.max_new_tokens``.
     """
@@ -86,6 +89,7 @@ class LearnerSettings:
     format_reward: float = 0.0
     strict_answer_end: bool = False
     cut_after_answer: bool = False
+    drop_after_answer: bool = False
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
     def trainer_config(self) -> TrainerConfig:
@@ -104,6 +108,7 @@ class LearnerSettings:
         chat_template: bool,
         strict_answer_end: bool = False,
         cut_after_answer: bool = False,
+        drop_after_answer: bool = False,
     ) -> LearnerSettings:
         """The settings a node's :class:`~sapo_async.node.spec.TrainingSpec` asks for."""
         return cls(
@@ -121,6 +126,7 @@ class LearnerSettings:
             chat_template=chat_template,
             strict_answer_end=strict_answer_end,
             cut_after_answer=cut_after_answer,
+            drop_after_answer=drop_after_answer,
             trainer=training.trainer,
         )
 
@@ -365,6 +371,7 @@ def build_learner(
         and getattr(loaded.tokenizer, "chat_template", None) is not None,
         strict_answer_end=spec.defence.active and spec.defence.answer_ends_completion,
         cut_after_answer=spec.defence.active and spec.defence.cut_after_answer,
+        drop_after_answer=spec.defence.active and spec.defence.drop_after_answer,
     )
     params = sum(p.numel() for p in loaded.model.parameters())
     gen_dtype = generation_dtype(policy.generation_dtype, params=params, device=policy.device)

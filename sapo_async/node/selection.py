@@ -28,6 +28,7 @@ Deliberately does not know about NATS, the chain, or how verdicts are counted.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass, field
@@ -188,8 +189,16 @@ def select_groups(
     drops: list[Verdict] = []
     passed: list[str] = []
 
+    drop_tailed = learner.settings.drop_after_answer
+
     def score(b: BufferedGroup) -> _Ranked:
         scored = learner.score_external(b.group)
+        if drop_tailed:
+            # Only completions that end at their answer are trained or judged: a group
+            # whose rewarded ones all carry a tail (the inject and tokens attacks) is left
+            # with no spread and dropped as uninformative.
+            kept = tuple(c for c in scored.completions if not text_after_answer(c.text))
+            scored = dataclasses.replace(scored, completions=kept)
         # Lazy: only what reads it below (a defence that is on, the external filter, the
         # trainer for a chosen candidate) tokenises the text or runs the model.
         view = candidate_view(learner, scored)
@@ -253,7 +262,7 @@ def select_groups(
         policy=training.sampler,
         per_producer_cap=training.per_producer_cap,
         on_error=on_error,
-        rank=_needs_cut if learner.settings.cut_after_answer else None,
+        rank=_needs_cut if learner.settings.cut_after_answer or drop_tailed else None,
     )
     selection = ExternalSelection(
         chosen=[r.chosen() for r in ranked.chosen],

@@ -456,6 +456,11 @@ class DefenceSpec(Settings):
         description="Screen and train a peer's completion only through its closing "
         "answer tag, stopped there (the verifier never read what follows).",
     )
+    drop_after_answer: bool = Field(
+        default=False,
+        description="Leave a peer's completion with text after its closing answer tag out "
+        "of training altogether (before the cut); its group is judged by the rest.",
+    )
     length_guard: bool = Field(
         default=True, description="Drop needlessly long rewarded completions."
     )

@@ -187,6 +187,7 @@ DEFENCE: dict[str, Any] = {
     "plausibility_low_tokens": 5,
     "answer_ends_completion": True,
     "cut_after_answer": False,
+    "drop_after_answer": True,
     "length_guard": False,
     "length_factor": 2.0,
     "length_quantile": 0.5,
@@ -355,3 +356,14 @@ def test_cut_after_answer_reaches_the_candidate_view_while_defences_are_active(
     group = ScoredGroup("1+1=", (ScoredCompletion(" <answer>2</answer> 7+7", 1.0),), "tok", "0xp")
     view = candidate_view(learner, group)
     assert (view.cut_text(0) == " <answer>2</answer>") is cut
+
+
+@pytest.mark.parametrize(("active", "drop"), [(True, True), (False, False)])
+def test_drop_after_answer_reaches_the_learner_while_defences_are_active(
+    tmp_path: Path, active: bool, drop: bool
+) -> None:
+    from sapo_async.node.learner import build_learner
+
+    defence = {"drop_after_answer": True, "active": active}
+    learner = build_learner(_build({"defence": defence}, tmp_path).spec)
+    assert learner.settings.drop_after_answer is drop

@@ -48,15 +48,21 @@ def _pool(*kinds: tuple[str, tuple[str, ...]]) -> tuple[tuple[BufferedGroup, ...
     return tuple(fresh), scored
 
 
-def _chosen(fresh: tuple[BufferedGroup, ...], scored: dict[str, Any], *, cut: bool) -> Counter[str]:
+def _rounds(
+    fresh: tuple[BufferedGroup, ...], scored: dict[str, Any], *, cut: bool, drop: bool = False
+) -> tuple[Counter[str], list[Any]]:
+    """40 rounds of selection from the same pool: who was chosen, and what was trained."""
     learner = SimpleNamespace(
         score_external=lambda group: scored[group.producer],
         model=None,
         tokenizer=_Tokenizer(),
         tokenizer_id="ours",
-        settings=SimpleNamespace(node_index=0, chat_template=False, cut_after_answer=cut),
+        settings=SimpleNamespace(
+            node_index=0, chat_template=False, cut_after_answer=cut, drop_after_answer=drop
+        ),
     )
     counts: Counter[str] = Counter()
+    trained: list[Any] = []
     for round_ in range(40):
         choice = select_groups(
             learner,  # type: ignore[arg-type]
@@ -68,7 +74,12 @@ def _chosen(fresh: tuple[BufferedGroup, ...], scored: dict[str, Any], *, cut: bo
             limits=None,
         )
         counts.update(c.producer for c in choice.external)
-    return counts
+        trained.extend(c.scored for c in choice.external)
+    return counts, trained
+
+
+def _chosen(fresh: tuple[BufferedGroup, ...], scored: dict[str, Any], **kw: bool) -> Counter[str]:
+    return _rounds(fresh, scored, **kw)[0]
 
 
 def test_with_the_cut_a_group_with_fewer_tails_is_always_drawn_first() -> None:
@@ -94,3 +105,18 @@ def test_without_the_cut_the_draw_stays_uniform() -> None:
     assert counts["honest"] < 30
     assert counts["attacker1"] > 0
     assert counts["attacker2"] > 0
+
+
+def test_with_drop_a_group_whose_right_answers_all_carry_tails_is_never_trained() -> None:
+    # Only the attacker's group is informative before the drop; after it, nothing is.
+    fresh, scored = _pool(("attacker", TAILED), ("honest", (WRONG,) * 4))
+    assert _chosen(fresh, scored, cut=True, drop=True) == {}
+
+
+def test_with_drop_the_tailed_completions_are_left_out_of_a_group_that_is_trained() -> None:
+    fresh, scored = _pool(("rambler", ONE_TAIL))
+    counts, trained = _rounds(fresh, scored, cut=True, drop=True)
+    assert counts == {"rambler": 40}
+    for group in trained:
+        assert [c.text for c in group.completions] == [WRONG, RIGHT, WRONG]
+        assert group.rewards == [0.0, 1.0, 0.0]

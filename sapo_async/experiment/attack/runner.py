@@ -107,6 +107,7 @@ async def _run_one(
         defence_active=defences,
         defence_answer_ends_completion=spec.strict_end,
         defence_cut_after_answer=spec.cut_after_answer,
+        defence_drop_after_answer=spec.drop_after_answer,
         **extra,
     )
 

@@ -93,6 +93,8 @@ class AttackSpec:
             trained only through their closing answer tag (``[defence] cut_after_answer``).
             A node's default is on; here it is off by default so that the matrices
             recorded before it existed keep their meaning (and resume).
+        drop_after_answer: with the defences on, peers' completions with text after their
+            closing answer tag are left out of training (``[defence] drop_after_answer``).
     """
 
     attacks: tuple[str, ...] = ATTACKS
@@ -114,6 +116,7 @@ class AttackSpec:
     transport: str = "nats"
     strict_end: bool = False
     cut_after_answer: bool = False
+    drop_after_answer: bool = False
 
     def __post_init__(self) -> None:
         from sapo_async.experiment.lockstep import TRANSPORTS
