@@ -205,7 +205,7 @@ def select_groups(
         # Only what GRPO pushes up needs screening: a completion with a reward above the
         # group's floor (a payload rides a positive advantage). Uninformative groups are
         # dropped by the sampler anyway: no forward pass for them.
-        floor = min(scored.rewards)
+        floor = min(scored.rewards, default=0.0)  # no completion left: nothing pushed up
         pushed = [i for i, c in enumerate(scored.completions) if c.reward > floor]
         if limits is not None:
             # Every completion is trained on (the low ones pushed down), so the size bound

@@ -48,11 +48,8 @@ def _pool(*kinds: tuple[str, tuple[str, ...]]) -> tuple[tuple[BufferedGroup, ...
     return tuple(fresh), scored
 
 
-def _rounds(
-    fresh: tuple[BufferedGroup, ...], scored: dict[str, Any], *, cut: bool, drop: bool = False
-) -> tuple[Counter[str], list[Any]]:
-    """40 rounds of selection from the same pool: who was chosen, and what was trained."""
-    learner = SimpleNamespace(
+def _learner(scored: dict[str, Any], *, cut: bool, drop: bool) -> Any:
+    return SimpleNamespace(
         score_external=lambda group: scored[group.producer],
         model=None,
         tokenizer=_Tokenizer(),
@@ -61,11 +58,18 @@ def _rounds(
             node_index=0, chat_template=False, cut_after_answer=cut, drop_after_answer=drop
         ),
     )
+
+
+def _rounds(
+    fresh: tuple[BufferedGroup, ...], scored: dict[str, Any], *, cut: bool, drop: bool = False
+) -> tuple[Counter[str], list[Any]]:
+    """40 rounds of selection from the same pool: who was chosen, and what was trained."""
+    learner = _learner(scored, cut=cut, drop=drop)
     counts: Counter[str] = Counter()
     trained: list[Any] = []
     for round_ in range(40):
         choice = select_groups(
-            learner,  # type: ignore[arg-type]
+            learner,
             TrainingSpec(local=1, external=1),
             round_,
             local=[],
@@ -120,3 +124,20 @@ def test_with_drop_the_tailed_completions_are_left_out_of_a_group_that_is_traine
     for group in trained:
         assert [c.text for c in group.completions] == [WRONG, RIGHT, WRONG]
         assert group.rewards == [0.0, 1.0, 0.0]
+
+
+def test_with_drop_a_group_with_every_completion_tailed_is_uninformative_not_an_error() -> None:
+    fresh, scored = _pool(("rambler", tuple(t + " Hope that helps." for t in BARE)))
+    learner = _learner(scored, cut=True, drop=True)
+    choice = select_groups(
+        learner,
+        TrainingSpec(local=1, external=1),
+        0,
+        local=[],
+        fresh=fresh,
+        newest={},
+        limits=None,
+    )
+    assert choice.external == []
+    assert choice.drops == []
+    assert choice.selection.dropped_uninformative == 1
