@@ -21,12 +21,6 @@ never picks its own informative groups over its uninformative ones; the trainer 
 all-equal-reward groups of either origin before the step (they carry no policy gradient;
 ``TrainerConfig.drop_uninformative``), the same way in every configuration.
 
-Rank (optional): a key that orders candidates into tiers before the draw, lowest first;
-within a tier the order stays uniformly random. A node with the answer cut on ranks a group
-by how many of its completions need the cut (text after the closing answer tag), so a group
-whose producer appends text after the answer only fills slots that the groups without such
-text leave open (docs/security.md).
-
 Fallback when fewer than J informative external groups are available: train on what
 there is (J shrinks); the batch is never padded with extra local groups, so a node alone in
 the swarm trains exactly like J = 0.
@@ -120,7 +114,6 @@ def select_external(
     per_producer_cap: int | None = None,
     producer_of: Callable[[C], str] | None = None,
     on_error: Callable[[C, Exception], str] | None = None,
-    rank: Callable[[C], int] | None = None,
 ) -> ExternalSelection[S]:
     """Choose up to ``count`` external groups.
 
@@ -135,9 +128,6 @@ def select_external(
             skipped without scoring); defaults to ``candidate.producer``.
         on_error: maps a scoring exception to a reason label; without it exceptions
             propagate.
-        rank: a candidate's tier, read before scoring: every informative candidate of a
-            lower tier is taken before any of a higher one (``topk``: before a higher mean
-            reward); None: one tier.
 
     Returns:
         The selection, with counters for the round report.
@@ -156,13 +146,10 @@ def select_external(
         return result
     order = list(candidates)
     rng.shuffle(order)
-    # A stable sort of a uniformly random order: uniform within each tier.
-    ranked = sorted(((rank(c) if rank else 0, c) for c in order), key=lambda tc: tc[0])
-    tier: dict[int, int] = {}
     read_producer = producer_of or (lambda c: str(getattr(c, "producer")))  # noqa: B009
     taken: Counter[str] = Counter()
     informative: list[S] = []
-    for level, candidate in ranked:
+    for candidate in order:
         producer = read_producer(candidate)
         if per_producer_cap is not None and taken[producer] >= per_producer_cap:
             result.dropped_capped += 1
@@ -175,7 +162,6 @@ def select_external(
             result.failed[on_error(candidate, exc)] += 1
             continue
         result.scored += 1
-        tier[id(scored)] = level
         if not is_informative(scored.rewards):
             result.dropped_uninformative += 1
             continue
@@ -188,7 +174,7 @@ def select_external(
             informative.append(scored)
     if policy == "topk":
         # Stable sort on a random order = ties broken at random; then apply the cap.
-        informative.sort(key=lambda g: (tier.get(id(g), 0), -sum(g.rewards) / len(g.rewards)))
+        informative.sort(key=lambda g: -sum(g.rewards) / len(g.rewards))
         chosen: list[S] = []
         for g in informative:
             if per_producer_cap is not None and taken[g.producer] >= per_producer_cap:

@@ -8,12 +8,13 @@ receiver's tokens [``completion_too_many_tokens``], the token check
 [``token_mismatch``], plausibility, the length guard and the repetition check
 (:func:`~sapo_async.node.defence.screen`) [``implausible``, ``too_long``, ``repetitive``],
 an experiment's external filter such as F-TIS's ratio [``ratio_extreme``]; and let the pure
-sampler pick J (with the answer cut on, groups with fewer completions to cut first:
-:func:`_needs_cut`). The trainer gets the view's group (the receiver's own ids), so nothing
-tokenises or runs the candidate again before the gradient step. The view is lazy: with the
-defences off (and no external filter) a candidate is tokenised only if the sampler chose it,
-and no candidate is run through the model. Staleness is not checked here: the collector owns
-both bounds (age and round lag), so its buffer holds only fresh groups.
+sampler pick J (with ``drop_after_answer``, a peer's completions with text after their
+closing answer tag are left out of the group first). The trainer gets the view's group (the
+receiver's own ids), so nothing tokenises or runs the candidate again before the gradient
+step. The view is lazy: with the defences off (and no external filter) a candidate is
+tokenised only if the sampler chose it, and no candidate is run through the model. Staleness
+is not checked here: the collector owns both bounds (age and round lag), so its buffer holds
+only fresh groups.
 
 Threads: :func:`select_groups` may run in a worker thread, so it never touches the
 collector. It gets a tuple of buffered groups and a frozen
@@ -150,16 +151,6 @@ def size_bound(limits: Thresholds, *, same_tokenizer: bool) -> int:
     return math.ceil(limits.max_tokens * FOREIGN_TOKEN_SLACK)
 
 
-def _needs_cut(b: BufferedGroup) -> int:
-    """How many of a peer's completions carry text after their closing answer tag: the
-    sampler's tier with the cut on. The cut trains such a completion without its tail, so
-    the tail's payload is gone, but what is left (a bare answer) teaches less than an honest
-    completion, and a producer that appends text to every rewarded answer (the inject and
-    tokens attacks) would otherwise fill most external slots: ranked this way its groups
-    only fill the slots that groups with fewer tails leave open."""
-    return sum(text_after_answer(c.text) for c in b.group.completions)
-
-
 class _Screened(RejectedInput):
     """A candidate the content defences refused (counted by the sampler as a failure)."""
 
@@ -262,7 +253,6 @@ def select_groups(
         policy=training.sampler,
         per_producer_cap=training.per_producer_cap,
         on_error=on_error,
-        rank=_needs_cut if learner.settings.cut_after_answer or drop_tailed else None,
     )
     selection = ExternalSelection(
         chosen=[r.chosen() for r in ranked.chosen],

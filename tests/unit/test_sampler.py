@@ -86,28 +86,6 @@ def test_topk_policy_prefers_highest_mean_reward():
     assert [g.producer for g in sel.chosen] == ["high", "mid"]
 
 
-@pytest.mark.parametrize("policy", ["paper", "topk"])
-def test_rank_takes_every_informative_group_of_a_lower_tier_first(policy):
-    pool = [G("late", (0.0, 1.0)), G("flat", (0.0, 0.0)), G("early", (0.0, 0.5))] * 3
-    for seed in range(20):
-        sel = select_external(
-            pool,
-            4,
-            identity,
-            rng=random.Random(seed),
-            policy=policy,
-            rank=lambda g: 0 if g.producer != "late" else 1,
-        )
-        assert [g.producer for g in sel.chosen] == ["early"] * 3 + ["late"]
-
-
-def test_without_a_rank_the_draw_is_the_same_as_before():
-    pool = [G(f"p{i}", (0.0, 1.0)) for i in range(9)]
-    plain = select_external(pool, 3, identity, rng=random.Random(5))
-    one_tier = select_external(pool, 3, identity, rng=random.Random(5), rank=lambda _g: 0)
-    assert plain.chosen == one_tier.chosen
-
-
 def test_fallback_when_pool_is_short_trains_on_what_is_there():
     sel = select_external([G("a", (0.0, 1.0))], 4, identity, rng=random.Random(0))
     assert len(sel.chosen) == 1

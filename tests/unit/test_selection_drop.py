@@ -1,8 +1,8 @@
-"""With the answer cut on, a peer's group whose completions carry text after their closing
-answer tag is drawn only when no informative group with fewer such tails is left (issue 23:
-under the inject and tokens attacks two of every three external groups a defended SmolLM2
-node trained on were the attackers' cut groups, and its reward fell to 0.78 and 0.87 of the
-no-attack run's)."""
+"""With ``drop_after_answer`` a peer's completions with text after their closing answer tag
+are left out of training, so a group whose right answers all carry one (the inject and
+tokens attacks) has no spread and is never drawn (issue 23: with the cut alone, two of every
+three external groups a defended SmolLM2 node trained on under those attacks were the
+attackers' cut groups, and its reward fell to 0.78 and 0.87 of the no-attack run's)."""
 
 from __future__ import annotations
 
@@ -86,25 +86,9 @@ def _chosen(fresh: tuple[BufferedGroup, ...], scored: dict[str, Any], **kw: bool
     return _rounds(fresh, scored, **kw)[0]
 
 
-def test_with_the_cut_a_group_with_fewer_tails_is_always_drawn_first() -> None:
+def test_without_drop_the_attackers_cut_groups_are_drawn_beside_the_honest_one() -> None:
     fresh, scored = _pool(("attacker1", TAILED), ("honest", BARE), ("attacker2", TAILED))
-    assert _chosen(fresh, scored, cut=True) == {"honest": 40}
-
-
-def test_tails_rank_by_count_so_an_honest_rambler_still_beats_an_attacker() -> None:
-    fresh, scored = _pool(("attacker", TAILED), ("rambler", ONE_TAIL))
-    assert _chosen(fresh, scored, cut=True) == {"rambler": 40}
-
-
-def test_tailed_groups_still_fill_the_slots_nothing_else_can() -> None:
-    # The honest peer's group is uninformative (every completion wrong): no gradient.
-    fresh, scored = _pool(("attacker", TAILED), ("honest", (WRONG,) * 4))
-    assert _chosen(fresh, scored, cut=True) == {"attacker": 40}
-
-
-def test_without_the_cut_the_draw_stays_uniform() -> None:
-    fresh, scored = _pool(("attacker1", TAILED), ("honest", BARE), ("attacker2", TAILED))
-    counts = _chosen(fresh, scored, cut=False)
+    counts = _chosen(fresh, scored, cut=True)
     assert sum(counts.values()) == 40
     assert counts["honest"] < 30
     assert counts["attacker1"] > 0
@@ -112,6 +96,8 @@ def test_without_the_cut_the_draw_stays_uniform() -> None:
 
 
 def test_with_drop_a_group_whose_right_answers_all_carry_tails_is_never_trained() -> None:
+    fresh, scored = _pool(("attacker1", TAILED), ("honest", BARE), ("attacker2", TAILED))
+    assert _chosen(fresh, scored, cut=True, drop=True) == {"honest": 40}
     # Only the attacker's group is informative before the drop; after it, nothing is.
     fresh, scored = _pool(("attacker", TAILED), ("honest", (WRONG,) * 4))
     assert _chosen(fresh, scored, cut=True, drop=True) == {}
