@@ -62,6 +62,34 @@ async def test_a_deleted_stream_is_recreated_where_the_node_may(nats_server: Emb
         await transport.aclose()
 
 
+async def test_a_slow_but_permitted_create_is_not_taken_for_a_refusal(
+    nats_server: EmbeddedNats, monkeypatch: pytest.MonkeyPatch
+):
+    """A clean-clone CI run saw a create take over the 1 s then allowed on a busy machine."""
+    import anyio
+
+    producer = make_account(1)
+    transport = await JetStreamTransport.connect(
+        NatsOptions(url=nats_server.url), SWARM, settings=StreamSettings()
+    )
+    real = transport.js.add_stream
+
+    async def slow_add_stream(*args: object, **kwargs: object) -> object:
+        await anyio.sleep(1.5)
+        return await real(*args, **kwargs)
+
+    try:
+        publisher = Publisher(transport, producer)
+        await publisher.publish(make_group(producer, swarm=SWARM, index=0))
+        await transport.js.delete_stream(STREAM)
+        monkeypatch.setattr(transport.js, "add_stream", slow_add_stream)
+        receipt = await publisher.publish(make_group(producer, swarm=SWARM, index=1))
+        assert receipt.attempts == 1
+        assert not transport.stream_missing
+    finally:
+        await transport.aclose()
+
+
 @pytest.mark.timeout(60)
 async def test_a_volunteer_fails_fast_while_the_stream_is_missing_and_resumes_when_it_is_back(
     accounts_server: NatsServer, recheck_at_once: None
