@@ -60,6 +60,19 @@ def _learner(scored: dict[str, Any], *, cut: bool, drop: bool) -> Any:
     )
 
 
+def _select(learner: Any, fresh: tuple[BufferedGroup, ...], round_: int = 0) -> Any:
+    """One round's choice of J = 1 external group from ``fresh`` (no own groups)."""
+    return select_groups(
+        learner,
+        TrainingSpec(local=1, external=1),
+        round_,
+        local=[],
+        fresh=fresh,
+        newest={},
+        limits=None,
+    )
+
+
 def _rounds(
     fresh: tuple[BufferedGroup, ...], scored: dict[str, Any], *, cut: bool, drop: bool = False
 ) -> tuple[Counter[str], list[Any]]:
@@ -68,15 +81,7 @@ def _rounds(
     counts: Counter[str] = Counter()
     trained: list[Any] = []
     for round_ in range(40):
-        choice = select_groups(
-            learner,
-            TrainingSpec(local=1, external=1),
-            round_,
-            local=[],
-            fresh=fresh,
-            newest={},
-            limits=None,
-        )
+        choice = _select(learner, fresh, round_)
         counts.update(c.producer for c in choice.external)
         trained.extend(c.scored for c in choice.external)
     return counts, trained
@@ -114,16 +119,7 @@ def test_with_drop_the_tailed_completions_are_left_out_of_a_group_that_is_traine
 
 def test_with_drop_a_group_with_every_completion_tailed_is_uninformative_not_an_error() -> None:
     fresh, scored = _pool(("rambler", tuple(t + " Hope that helps." for t in BARE)))
-    learner = _learner(scored, cut=True, drop=True)
-    choice = select_groups(
-        learner,
-        TrainingSpec(local=1, external=1),
-        0,
-        local=[],
-        fresh=fresh,
-        newest={},
-        limits=None,
-    )
+    choice = _select(_learner(scored, cut=True, drop=True), fresh)
     assert choice.external == []
     assert choice.drops == []
     assert choice.selection.dropped_uninformative == 1
