@@ -42,6 +42,12 @@ def paper_table(
         0, min=0, help="First seed (seeds run offset .. offset + seeds - 1)."
     ),
     rounds: int | None = typer.Option(None, help="Rounds per run (default: the preset's)."),
+    nodes: int | None = typer.Option(
+        None,
+        min=2,
+        help="Nodes per swarm (default: the preset's: 8, or 4 for a real model; the "
+        "output's JSON records it, so --resume only keeps runs of the same size).",
+    ),
     arms: str | None = typer.Option(
         None,
         help="async: comma-separated I/J arms run on every seed, optionally +tis or +ftis "
@@ -87,7 +93,7 @@ def paper_table(
             regime,
             out,
             seed_list,
-            rounds,
+            (rounds, nodes),
             (arms, side_arms),
             workers,
             (quick, resume),
@@ -112,6 +118,8 @@ def paper_table(
         spec = replace(spec, seeds=seed_list, tasks=tasks or "cpu")
         if rounds is not None:
             spec = replace(spec, rounds=rounds)
+        if nodes is not None:
+            spec = replace(spec, nodes=nodes)
         if arms is not None:  # plain I/J configurations on the lockstep path
             spec = replace(spec, configs=tuple(_plain_arms(arms)))
         if quick:
@@ -149,7 +157,7 @@ def _paper_table_async(
     regime: str,
     out: Path | None,
     seed_list: tuple[int, ...],
-    rounds: int | None,
+    sizes: tuple[int | None, int | None],
     arms: tuple[str | None, str | None],
     workers: int,
     modes: tuple[bool, bool],
@@ -164,6 +172,7 @@ def _paper_table_async(
 
     quick, resume = modes
     model, start_rounds, tasks = real
+    rounds, nodes = sizes
 
     name = "sparse" if regime == "both" else regime
     if name not in pta.ASYNC_PRESETS or name == "smollm2":
@@ -183,6 +192,8 @@ def _paper_table_async(
             spec = replace(spec, tasks=tasks)
         if rounds is not None:
             spec = replace(spec, rounds=rounds)
+        if nodes is not None:
+            spec = replace(spec, nodes=nodes)
         main, side = arms
         if quick:
             spec = pta.quick_async(spec)

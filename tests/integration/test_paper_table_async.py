@@ -160,3 +160,33 @@ def test_async_path_takes_the_task_preset_it_is_given(tmp_path, monkeypatch):
     bad = CliRunner().invoke(build_app(), [*args, "--tasks", "nope"])
     assert bad.exit_code != 0
     assert "unknown task preset 'nope'" in bad.output
+
+
+def test_nodes_reaches_the_swarm_on_both_paths_and_one_node_is_refused(tmp_path, monkeypatch):
+    # More producers per receiver is the lever the sample-limited argument points to;
+    # --nodes used to exist only in the presets, so a larger table needed a code change.
+    from sapo_async.experiment import paper_table as pt
+    from sapo_async.experiment import paper_table_async as pta
+
+    seen = []
+
+    def capture(stem):
+        def run(spec, out, **_):
+            seen.append(spec.nodes)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"{stem}.md").write_text("")
+
+        return run
+
+    monkeypatch.setattr(pta, "run_async_experiment", capture("sparse"))
+    monkeypatch.setattr(pt, "run_experiment", capture("sparse"))
+    base = ["experiment", "paper-table", "--regime", "sparse", "--out", str(tmp_path)]
+    for path in ("async", "lockstep"):
+        args = [*base, "--path", path]
+        assert CliRunner().invoke(build_app(), [*args, "--nodes", "5"]).exit_code == 0
+        assert CliRunner().invoke(build_app(), args).exit_code == 0
+    assert seen == [5, 8, 5, 8]
+    bad = CliRunner().invoke(build_app(), [*base, "--path", "async", "--nodes", "1"])
+    assert bad.exit_code != 0
+    assert "--nodes" in bad.output
+    assert len(seen) == 4
