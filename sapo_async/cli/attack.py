@@ -76,10 +76,11 @@ def attack(
     ),
     cut_after_answer: bool = typer.Option(
         False,
-        "--cut-after-answer",
+        "--cut-after-answer/--no-cut-after-answer",
         help="With the defences on, peers' completions are screened and trained only "
         "through their closing answer tag ([defence] cut_after_answer, on in a node by "
-        "default; off here so recorded matrices resume); default output directory gets -cut.",
+        "default; off here so recorded matrices resume, on in `just attack-real`); default "
+        "output directory gets -cut.",
     ),
     drop_after_answer: bool = typer.Option(
         False,

@@ -167,3 +167,50 @@ def test_smollm2_inject_round_runs_over_nats_with_tiny_sizes():
     # completions (before any training on the attacker's) carry no marker.
     assert m.received == 2
     assert m.payload == [0.0]
+
+
+def _attack_real_recipe() -> list[str]:
+    """The arguments `just attack-real` passes to `sapo_async experiment attack`."""
+    import shlex
+    from pathlib import Path
+
+    lines = (Path(__file__).parents[2] / "Justfile").read_text().splitlines()
+    body = lines[lines.index("attack-real *args:") + 1]
+    words = shlex.split(body)
+    start = words.index("attack") + 1
+    return [w for w in words[start:] if w != "{{args}}"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "cut", "out"),
+    [
+        ([], True, "docs/results/attack-real"),
+        (["--no-cut-after-answer", "--out", "elsewhere"], False, "elsewhere"),
+        (["--drop-after-answer", "--out", "docs/results/attack-real-cut-drop"], True, None),
+    ],
+)
+def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
+    extra, cut, out, monkeypatch
+):
+    # docs/results/attack-real (the path issue 23 names) held the matrix from before the
+    # answer cut became a node's default, because the recipe ran without it.
+    from pathlib import Path
+
+    from sapo_async.experiment.attack import runner
+
+    seen = []
+
+    def capture(spec, out_dir, **_):
+        seen.append((spec, out_dir))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(runner, "run_matrix", capture)
+    result = CliRunner().invoke(
+        build_app(), ["experiment", "attack", *_attack_real_recipe(), *extra]
+    )
+    assert result.exit_code == 0, result.output
+    ((spec, out_dir),) = seen
+    assert spec.cut_after_answer is cut
+    assert spec.model == "smollm2-135m"
+    assert out_dir == Path(out or "docs/results/attack-real-cut-drop")
+    assert spec.drop_after_answer is ("--drop-after-answer" in extra)
