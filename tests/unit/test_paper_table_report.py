@@ -112,3 +112,35 @@ def test_a_baseline_that_earned_nothing_gives_no_ratio_not_a_crash(tmp_path):
     summary = write_async_outputs(spec, runs, tmp_path, seconds=1.0)
     assert summary["ratio_to_baseline"] == {"2/0": {"0": None}, "1/1": {"0": None}}
     assert re.search(r"\| 1/1 \| 0 \| [0-9.]+ \| nanx \|", (tmp_path / "sparse.md").read_text())
+
+
+@pytest.mark.parametrize(
+    ("shared", "met"),
+    [
+        ({"0": 1.89}, False),  # one seed is not every seed
+        ({"0": 1.89, "1": 1.6}, True),
+        ({"0": 1.89, "1": 1.02}, False),
+        ({"0": 1.89, "1": None}, False),  # a baseline that earned nothing
+    ],
+)
+def test_the_real_summary_calls_the_goal_met_only_on_two_seeds_or_more(tmp_path, shared, met):
+    # An 8-node table stopped after its first seed read goal_met_every_seed: true.
+    import json
+    from dataclasses import asdict, replace
+
+    from sapo_async.experiment.paper_table_async_spec import ASYNC_PRESETS
+    from sapo_async.experiment.paper_table_real import write_real_summary
+
+    spec = replace(ASYNC_PRESETS["smollm2"], nodes=8)
+    table = {
+        "spec": asdict(spec),
+        "ratio_to_baseline": {"4/0": dict.fromkeys(shared, 1.0), "2/2": shared},
+        "rounds_to_threshold": {},
+        "cumulative": {},
+        "family_ratio_to_baseline": {},
+        "seconds": 1.0,
+    }
+    (tmp_path / f"{spec.stem}.json").write_text(json.dumps(table))
+    summary = write_real_summary(spec, tmp_path)
+    assert summary["goal_met_every_seed"] is met
+    assert json.loads((tmp_path / "summary.json").read_text())["goal_met_every_seed"] is met
