@@ -5,6 +5,8 @@ real model runs the same harness."""
 from __future__ import annotations
 
 import json
+import shlex
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -171,9 +173,6 @@ def test_smollm2_inject_round_runs_over_nats_with_tiny_sizes():
 
 def _attack_real_recipe() -> list[str]:
     """The arguments `just attack-real` passes to `sapo_async experiment attack`."""
-    import shlex
-    from pathlib import Path
-
     lines = (Path(__file__).parents[2] / "Justfile").read_text().splitlines()
     body = lines[lines.index("attack-real *args:") + 1]
     words = shlex.split(body)
@@ -194,8 +193,6 @@ def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
 ):
     # docs/results/attack-real (the path issue 23 names) held the matrix from before the
     # answer cut became a node's default, because the recipe ran without it.
-    from pathlib import Path
-
     from sapo_async.experiment.attack import runner
 
     seen = []
