@@ -27,6 +27,7 @@ _OPTIONS = {
     "attackers": "--attackers",
     "rounds": "--rounds",
     "lr": "--lr",
+    "tail_share": "--tail-share",
     "max_new_tokens": "--max-new-tokens",
     "questions_per_round": "--questions",
     "completions_per_question": "--completions",
@@ -89,6 +90,15 @@ def attack(
         "tag are left out of training ([defence] drop_after_answer); default output "
         "directory gets -drop.",
     ),
+    tail_share: float = typer.Option(
+        0.0,
+        min=0.0,
+        max=1.0,
+        help="With the defences on, do as --drop-after-answer for a producer once this share "
+        "of its rewarded answers carried a tail ([defence] tail_share, 0.5 in a node; 0 "
+        "here so recorded matrices resume, 0.5 in `just attack-real`); default output "
+        "directory gets -tails.",
+    ),
     workers: int = typer.Option(4, min=1, help="Runs in parallel (one process each)."),
     quick: bool = typer.Option(
         False, "--quick", help="Seconds-long smoke version (tests); options given still apply."
@@ -131,6 +141,7 @@ def attack(
             strict_end=strict_end,
             cut_after_answer=cut_after_answer,
             drop_after_answer=drop_after_answer,
+            tail_share=tail_share,
         )
         if quick:
             spec = runner.quick(spec)
@@ -143,6 +154,7 @@ def attack(
         name = ("attack-real" if spec.real else "attack") + ("-strict" if strict_end else "")
         name += "-cut" if cut_after_answer else ""
         name += "-drop" if drop_after_answer else ""
+        name += "-tails" if tail_share else ""
         out = Path(f"runs/{name}-quick" if quick else f"docs/results/{name}")
 
     def progress(m: runner.RunMeasure) -> None:

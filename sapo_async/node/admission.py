@@ -38,6 +38,7 @@ from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.transport.base import StartAt, Transport
 from sapo_async.node.defence import QUARANTINE_WINDOW, Calibration, Quarantine
 from sapo_async.node.spec import NodeSpec
+from sapo_async.node.tails import TailRecord
 from sapo_async.tasks.source import dataset_seed
 from sapo_async.tasks.spec import FamilySpec
 from sapo_async.wire import RolloutGroup
@@ -164,11 +165,14 @@ class NodeDefences:
         calibration: the node's own completions, for the content thresholds.
         checks: the node's admission checks, in order (none with ``defence.active`` off,
             but an operator's ``extra_check`` stays).
+        tails: which producers tail their rewarded answers (None: ``defence.active`` off
+            or ``tail_share`` 0; :mod:`sapo_async.node.tails`).
     """
 
     quarantine: Quarantine
     calibration: Calibration
     checks: tuple[Check, ...]
+    tails: TailRecord | None = None
 
     @classmethod
     def build(cls, spec: NodeSpec, families: Sequence[FamilySpec]) -> NodeDefences:
@@ -185,7 +189,9 @@ class NodeDefences:
         extra: Any = spec.fabric.extra_check
         if extra is not None:
             checks.append(GroupCheck(extra))
-        return cls(quarantine, Calibration(d, spec.training.max_new_tokens), tuple(checks))
+        tails = TailRecord(d.tail_share) if d.active and d.tail_share > 0 else None
+        calibration = Calibration(d, spec.training.max_new_tokens)
+        return cls(quarantine, calibration, tuple(checks), tails)
 
 
 def build_collector(

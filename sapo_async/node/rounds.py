@@ -11,7 +11,8 @@ trainer), the publisher and collector (fabric), the sampler (pure core) and the 
 4. pick I local groups and J external ones from a snapshot of the collector's buffer
    (:mod:`.selection`, in a worker thread: re-derive each candidate's task, score it with
    this node's verifier, screen it with the content defences); back on the event loop,
-   drop what failed (once, by reason, fed to the quarantine) and take what was chosen;
+   drop what failed (once, by reason, fed to the quarantine), take what was chosen and
+   record which producers tail their answers (:mod:`.tails`);
 5. one GRPO step on the I + J groups;
 6. journal the round's commitment (hashes shared, hashes used by producer) for the chain;
    the node never waits for the chain.
@@ -42,12 +43,7 @@ from typing import Any
 
 import anyio
 
-from sapo_async.errors import (
-    ConfigError,
-    PublishError,
-    StreamMissing,
-    TransportUnavailable,
-)
+from sapo_async.errors import ConfigError, PublishError, StreamMissing, TransportUnavailable
 from sapo_async.fabric.collector import BufferedGroup, Collector
 from sapo_async.fabric.publisher import Publisher
 from sapo_async.ledger.recorder import Recorder
@@ -141,6 +137,7 @@ class RoundLoop:
             defences = NodeDefences.build(self.spec, self.learner.tasks.families)
         self.quarantine = defences.quarantine
         self.calibration = defences.calibration
+        self.tails = defences.tails
 
     def _judged(self, producer: str, dropped: bool) -> None:
         """The quarantine's one source of verdicts: the round's judgement of verified,
@@ -366,8 +363,11 @@ class RoundLoop:
                 fresh=fresh,
                 newest=newest,
                 limits=limits,
+                tails=self.tails.copy() if self.tails is not None else None,
             )
         )
+        for producer in self.tails.observe(choice.tails) if self.tails is not None else ():
+            self._log.warning("producer_tails_left_out", producer=producer)
         by_reason: dict[str, list[bytes]] = {}
         for v in choice.drops:
             by_reason.setdefault(v.reason, []).append(v.rollout_hash)

@@ -8,13 +8,14 @@ receiver's tokens [``completion_too_many_tokens``], the token check
 [``token_mismatch``], plausibility, the length guard and the repetition check
 (:func:`~sapo_async.node.defence.screen`) [``implausible``, ``too_long``, ``repetitive``],
 an experiment's external filter such as F-TIS's ratio [``ratio_extreme``]; and let the pure
-sampler pick J (with ``drop_after_answer``, a peer's completions with text after their
-closing answer tag are left out of the group first). The trainer gets the view's group (the
-receiver's own ids), so nothing tokenises or runs the candidate again before the gradient
-step. The view is lazy: with the defences off (and no external filter) a candidate is
-tokenised only if the sampler chose it, and no candidate is run through the model. Staleness
-is not checked here: the collector owns both bounds (age and round lag), so its buffer holds
-only fresh groups.
+sampler pick J (with ``drop_after_answer``, or for a producer the
+:class:`~sapo_async.node.tails.TailRecord` finds tailing its rewarded answers, a peer's
+completions with text after their closing answer tag are left out of the group first).
+The trainer gets the view's group (the receiver's own ids), so nothing tokenises or runs
+the candidate again before the gradient step. The view is lazy: with the defences off (and
+no external filter) a candidate is tokenised only if the sampler chose it, and no candidate
+is run through the model. Staleness is not checked here: the collector owns both bounds
+(age and round lag), so its buffer holds only fresh groups.
 
 Threads: :func:`select_groups` may run in a worker thread, so it never touches the
 collector. It gets a tuple of buffered groups and a frozen
@@ -42,6 +43,7 @@ from sapo_async.node.groups import SharedRound, round_seed
 from sapo_async.node.learner import Learner
 from sapo_async.node.sampler import ExternalSelection, select_external, select_local
 from sapo_async.node.spec import TrainingSpec
+from sapo_async.node.tails import TailObservation, TailRecord
 from sapo_async.node.view import CandidateView
 from sapo_async.policy.grpo.trainer import ScoredGroup
 from sapo_async.tasks.reward import text_after_answer
@@ -111,6 +113,8 @@ class Choice:
         passed: producers of candidates that were screened and kept (one entry each).
         held: candidates left in the buffer unjudged, their family not calibrated yet
             (:meth:`~sapo_async.node.defence.Thresholds.judges`).
+        tails: the scored groups' tail counts (for the node's
+            :class:`~sapo_async.node.tails.TailRecord`; none without one).
     """
 
     local: list[ScoredGroup]
@@ -120,6 +124,7 @@ class Choice:
     drops: list[Verdict] = field(default_factory=list)
     passed: list[str] = field(default_factory=list)
     held: int = 0
+    tails: list[TailObservation] = field(default_factory=list)
 
 
 def calibrate(calibration: Calibration, shared: SharedRound) -> None:
@@ -164,6 +169,7 @@ def select_groups(
     fresh: tuple[BufferedGroup, ...],
     newest: dict[str, int],
     limits: Thresholds | None,
+    tails: TailRecord | None = None,
 ) -> Choice:
     """Choose I local and J external groups (safe in a worker thread: see the docstring).
 
@@ -175,16 +181,26 @@ def select_groups(
         fresh: the external candidates, a snapshot in a canonical order.
         newest: newest round held per producer.
         limits: the content defences' thresholds (None: defences off).
+        tails: this thread's copy of the node's tail record (None: off); updated as
+            groups are scored, so a producer can cross within the round.
     """
     rng = random.Random(round_seed(training.seed, learner.settings.node_index, round_, "external"))
     drops: list[Verdict] = []
     passed: list[str] = []
 
     drop_tailed = learner.settings.drop_after_answer
+    seen: list[TailObservation] = []
 
     def score(b: BufferedGroup) -> _Ranked:
         scored = learner.score_external(b.group)
-        if drop_tailed:
+        heavy = False
+        if tails is not None:
+            top = [c for c in scored.completions if c.reward > min(scored.rewards, default=0.0)]
+            tailed = sum(1 for c in top if text_after_answer(c.text))
+            seen.append(TailObservation(b.rollout_hash, b.producer, tailed, len(top)))
+            tails.add(seen[-1])
+            heavy = tails.heavy(b.producer)
+        if drop_tailed or heavy:
             # Only completions that end at their answer are trained or judged: a group
             # whose rewarded ones all carry a tail (the inject and tokens attacks) is left
             # with no spread and dropped as uninformative.
@@ -269,4 +285,5 @@ def select_groups(
         drops,
         passed,
         held=len(fresh) - len(judged),
+        tails=seen,
     )

@@ -461,6 +461,14 @@ class DefenceSpec(Settings):
         description="Leave a peer's completion with text after its closing answer tag out "
         "of training altogether (before the cut); its group is judged by the rest.",
     )
+    tail_share: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Do as drop_after_answer for a peer once this share of the answers "
+        "it was rewarded for (at least 8, in its last 16 groups) carried text after the "
+        "closing tag (0: off).",
+    )
     length_guard: bool = Field(
         default=True, description="Drop needlessly long rewarded completions."
     )

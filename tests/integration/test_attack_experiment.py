@@ -181,19 +181,22 @@ def _attack_real_recipe() -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("extra", "cut", "out"),
+    ("extra", "cut", "tails", "out"),
     [
-        ([], True, "docs/results/attack-real"),
-        (["--no-cut-after-answer", "--out", "elsewhere"], False, "elsewhere"),
-        (["--drop-after-answer", "--out", "docs/results/attack-real-cut-drop"], True, None),
+        ([], True, None, "docs/results/attack-real"),
+        (["--tail-share", "0", "--out", "cut"], True, 0.0, "cut"),
+        (["--no-cut-after-answer", "--tail-share", "0", "--out", "x"], False, 0.0, "x"),
+        (["--drop-after-answer", "--tail-share", "0", "--out", "d"], True, 0.0, "d"),
     ],
 )
 def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
-    extra, cut, out, monkeypatch
+    extra, cut, tails, out, monkeypatch
 ):
     # docs/results/attack-real (the path issue 23 names) held the matrix from before the
-    # answer cut became a node's default, because the recipe ran without it.
+    # answer cut became a node's default, because the recipe ran without it; then the
+    # tail record's share (a node's default since 2026-12-03) was not passed either.
     from sapo_async.experiment.attack import runner
+    from sapo_async.node.spec_parts import DefenceSpec
 
     seen = []
 
@@ -209,5 +212,9 @@ def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
     ((spec, out_dir),) = seen
     assert spec.cut_after_answer is cut
     assert spec.model == "smollm2-135m"
-    assert out_dir == Path(out or "docs/results/attack-real-cut-drop")
+    assert out_dir == Path(out)
     assert spec.drop_after_answer is ("--drop-after-answer" in extra)
+    node = DefenceSpec()
+    assert spec.tail_share == (node.tail_share if tails is None else tails)
+    assert node.cut_after_answer
+    assert node.tail_share > 0

@@ -199,3 +199,20 @@ def test_a_counter_that_crashes_leaves_the_message_under_one_reason_not_admitted
     stats = collector.statistics()
     assert stats.rejected == {"internal_error": 1}
     assert (stats.accepted, stats.buffered) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("settings", "share"),
+    [
+        ({}, 0.5),
+        ({"tail_share": 0.25}, 0.25),
+        ({"tail_share": 0.0}, None),
+        ({"defence_active": False}, None),
+    ],
+)
+def test_a_node_keeps_a_tail_record_while_its_defences_and_tail_share_are_on(
+    settings: dict[str, object], share: float | None
+) -> None:
+    spec = NodeSpec.build(swarm=SWARM, ledger_enabled=False, **settings)
+    tails = NodeDefences.build(spec, CPU_PRESET).tails
+    assert (tails.share if tails is not None else None) == share

@@ -108,6 +108,7 @@ async def _run_one(
         defence_answer_ends_completion=spec.strict_end,
         defence_cut_after_answer=spec.cut_after_answer,
         defence_drop_after_answer=spec.drop_after_answer,
+        defence_tail_share=spec.tail_share,
         **extra,
     )
 

@@ -95,6 +95,9 @@ class AttackSpec:
             recorded before it existed keep their meaning (and resume).
         drop_after_answer: with the defences on, peers' completions with text after their
             closing answer tag are left out of training (``[defence] drop_after_answer``).
+        tail_share: with the defences on, do as ``drop_after_answer`` for a producer once
+            this share of its rewarded answers carried a tail (``[defence] tail_share``;
+            0: off, here by default so that recorded matrices resume; a node's is 0.5).
     """
 
     attacks: tuple[str, ...] = ATTACKS
@@ -117,6 +120,7 @@ class AttackSpec:
     strict_end: bool = False
     cut_after_answer: bool = False
     drop_after_answer: bool = False
+    tail_share: float = 0.0
 
     def __post_init__(self) -> None:
         from sapo_async.experiment.lockstep import TRANSPORTS
@@ -163,6 +167,8 @@ class AttackSpec:
             raise bad("train_layers", "at least 1, or unset to train every parameter")
         if not self.lr > 0:
             raise bad("lr", "a positive number")
+        if not 0 <= self.tail_share <= 1:
+            raise bad("tail_share", "from 0 (off) to 1")
         unknown = set(self.attacks) - set(ATTACKS)
         if unknown:
             raise ConfigError(
