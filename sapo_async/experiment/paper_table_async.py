@@ -263,6 +263,13 @@ def recorded_runs(spec: AsyncSpec, path: Path) -> list[AsyncRun]:
     return out
 
 
+def recorded_seconds(path: Path) -> float:
+    """The seconds the table at ``path`` recorded (0 if it has none)."""
+    import json
+
+    return float(json.loads(path.read_text()).get("seconds", 0.0)) if path.is_file() else 0.0
+
+
 def _run_in_worker(args: tuple[AsyncSpec, str, int]) -> AsyncRun:
     spec, arm, seed = args
     return run_async_one(spec, arm, seed)
@@ -292,7 +299,8 @@ def run_async_experiment(
     results: list[AsyncRun] = recorded_runs(spec, out_dir / f"{spec.stem}.json") if resume else []
     have = {(r.config, r.seed) for r in results}
     jobs = [(spec, arm, seed) for arm, seed in spec.jobs() if (arm, seed) not in have]
-    t0 = time.perf_counter()  # this invocation only (resumed runs keep their own seconds)
+    # The table's time across sittings: a resumed table adds this call's to what it recorded.
+    t0 = time.perf_counter() - (recorded_seconds(out_dir / f"{spec.stem}.json") if results else 0.0)
 
     def done(res: AsyncRun) -> None:
         results.append(res)

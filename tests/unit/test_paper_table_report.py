@@ -104,6 +104,22 @@ def test_resume_keeps_recorded_runs_only_under_the_same_settings(tmp_path):
     assert recorded_runs(spec, tmp_path / "absent.json") == []
 
 
+def test_a_resumed_table_keeps_the_time_its_recorded_swarms_took(tmp_path, monkeypatch):
+    # The 8-node SmolLM2 table, resumed with every swarm recorded, read "0.0 min".
+    import json
+
+    from sapo_async.experiment import paper_table_async as pta
+    from sapo_async.policy import models
+
+    monkeypatch.setattr(models, "ensure_tiny_model", lambda *a, **k: None)
+    spec = AsyncSpec(rounds=3, seeds=(4,), arms=("2/0", "1/1"), side_arms=())
+    write_async_outputs(spec, [_run("2/0", 4, 1.0), _run("1/1", 4, 2.0)], tmp_path, seconds=8229.0)
+    summary = pta.run_async_experiment(spec, tmp_path, workers=1, resume=True)
+    assert 8229.0 <= summary["seconds"] < 8229.0 + 60
+    assert 8229.0 <= json.loads((tmp_path / "sparse.json").read_text())["seconds"] < 8289.0
+    assert "137.2 min" in (tmp_path / "sparse.md").read_text()
+
+
 def test_a_baseline_that_earned_nothing_gives_no_ratio_not_a_crash(tmp_path):
     # A real model at smoke sizes can end a run with zero reward on every node; the table
     # then has no ratio to take (it used to divide by zero writing the markdown).
