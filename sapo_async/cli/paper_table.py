@@ -62,9 +62,9 @@ def paper_table(
     quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke version (tests)."),
     tasks: str | None = typer.Option(
         None,
-        help="Task preset (cpu: chain_sum; cpu_mix: three families; real_mix: the real "
-        "model's three). Default: cpu on the lockstep path, the preset's on the async path "
-        "(tiny: cpu_mix; a real model: real_mix).",
+        help="Task preset (cpu: chain_sum; cpu_mix: three families; real_mix, real_sparse: "
+        "the real model's). Default: cpu on the lockstep path, the preset's on the async path "
+        "(tiny: cpu_mix; a real model: real_sparse).",
     ),
     resume: bool = typer.Option(
         False, "--resume", help="async: keep the runs already in the output's JSON (same settings)."
@@ -72,7 +72,7 @@ def paper_table(
     model: str = typer.Option(
         "tiny",
         help="async: tiny, or a packaged real model (smollm2-135m) with its own preset "
-        "(4 nodes, 4/0 vs 2/2, B=4 x L=4, 32 tokens, last 4 blocks train; "
+        "(8 nodes, 4/0 vs 2/2, B=4 x L=4, 32 tokens, last 4 blocks train; "
         "docs/results/paper-table-real).",
     ),
     start_rounds: int = typer.Option(

@@ -195,10 +195,13 @@ def select_groups(
         scored = learner.score_external(b.group)
         heavy = False
         if tails is not None:
+            # Only groups with something rewarded count: padding the window with groups
+            # of no spread cannot dilute a producer's share.
             top = [c for c in scored.completions if c.reward > min(scored.rewards, default=0.0)]
-            tailed = sum(1 for c in top if text_after_answer(c.text))
-            seen.append(TailObservation(b.rollout_hash, b.producer, tailed, len(top)))
-            tails.add(seen[-1])
+            if top:
+                tailed = sum(1 for c in top if text_after_answer(c.text))
+                seen.append(TailObservation(b.rollout_hash, b.producer, tailed, len(top)))
+                tails.add(seen[-1])
             heavy = tails.heavy(b.producer)
         if drop_tailed or heavy:
             # Only completions that end at their answer are trained or judged: a group

@@ -11,13 +11,14 @@ SmolLM2's), at a cost with no attack.
 
 This record tells the two apart per producer: of the completions a producer was rewarded
 for (reward above its group's floor, what GRPO pushes up) in its last
-:data:`WINDOW_GROUPS` groups this node scored, the share that carried text after the
-answer. Once that share reaches ``tail_share`` over at least :data:`MIN_ANSWERS` answers,
-that producer's tailed completions are left out (as ``drop_after_answer`` does for all):
-an attacker that tails every right answer crosses it after 8 of them (four of the inject
-attacker's groups), an honest peer at 9 to 23 % tailed almost never does, and its groups
-stay cut only. Nothing is refused or quarantined for it: a producer whose right answers
-are left out sends groups with no spread, dropped as uninformative.
+:data:`WINDOW_GROUPS` groups with any (groups of no spread do not count, so they cannot
+dilute it) this node scored, the share that carried text after the answer. Once that
+share reaches ``tail_share`` over at least :data:`MIN_ANSWERS` answers, that producer's
+tailed completions are left out (as ``drop_after_answer`` does for all): an attacker that
+tails every right answer crosses it after 8 of them (four of the inject attacker's groups);
+an honest peer crosses it only if half its rewarded answers run on, and otherwise stays
+cut only. Nothing is refused or quarantined for it: a producer whose right answers are
+left out sends groups with no spread, dropped as uninformative.
 
 *Cannot* stop: an attacker that tails fewer than ``tail_share`` of its right answers (the
 cut still removes each payload, and its bare answers are still trained).

@@ -153,9 +153,8 @@ REAL_MIX_PRESET: tuple[FamilySpec, ...] = (CPU_EASY_PRESET[0], *CPU_MIX_PRESET[1
 # digits (``cpu``, 0.016), one-digit products (0.031) and base conversion of values up to 15
 # between bases 2 and 10 (0.023; measured with values from 0). Values start at 1 here:
 # reasoning-gym 0.1.25 writes 0's conversion as the empty answer, which nothing can match.
-# The SmolLM2 table on it (docs/results/paper-table-real-sparse): 2/2 over 4/0 2.01x,
-# 1.02x and 1.91x on three seeds (one without the effect), so the table's default stays
-# ``real_mix``.
+# The SmolLM2 table's default since 2026-12-03: 2/2 over 4/0 1.89x and 1.97x at 8 nodes
+# (docs/results/paper-table-real); 2.01x, 1.02x and 1.91x at 4 (paper-table-real-sparse).
 REAL_SPARSE_PRESET: tuple[FamilySpec, ...] = (
     CPU_PRESET[0],
     CPU_MIX_PRESET[1],

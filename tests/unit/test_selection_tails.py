@@ -145,3 +145,12 @@ def test_the_share_needs_enough_answers_and_reads_the_newest_groups_each_once() 
 def test_a_share_outside_zero_to_one_is_refused(share: float) -> None:
     with pytest.raises(ValueError, match="tail_share"):
         TailRecord(share)
+
+
+def test_groups_with_nothing_rewarded_do_not_dilute_a_producers_share() -> None:
+    # An attacker that pads its stream with groups of no spread (all wrong) must not push
+    # its tailed answers out of the window or below the share.
+    padded = [("attacker", TAILED), *[("attacker", (WRONG,) * 4)] * 5] * 4
+    _, trained, flagged = _rounds([*padded, ("honest", BARE)], TailRecord(0.5), rounds=60)
+    assert flagged == ["attacker"]
+    assert [g.producer for _, g in trained[-20:]] == ["honest"] * 20
