@@ -188,6 +188,7 @@ DEFENCE: dict[str, Any] = {
     "answer_ends_completion": True,
     "cut_after_answer": False,
     "drop_after_answer": True,
+    "tail_share": 0.25,
     "length_guard": False,
     "length_factor": 2.0,
     "length_quantile": 0.5,
@@ -367,3 +368,14 @@ def test_drop_after_answer_reaches_the_learner_while_defences_are_active(
     defence = {"drop_after_answer": True, "active": active}
     learner = build_learner(_build({"defence": defence}, tmp_path).spec)
     assert learner.settings.drop_after_answer is drop
+
+
+def test_tail_share_reaches_the_nodes_tail_record(tmp_path: Path) -> None:
+    from sapo_async.node.admission import NodeDefences
+    from sapo_async.tasks.spec import CPU_PRESET
+
+    record = NodeDefences.build(
+        _build({"defence": {"tail_share": 0.25}}, tmp_path).spec, CPU_PRESET
+    )
+    assert record.tails is not None
+    assert record.tails.share == 0.25
