@@ -316,3 +316,43 @@ async def test_a_payload_after_the_answer_is_not_trained_on_with_the_cut(
         assert ("7*(3=" in spelled) is (sent != wrong and not cut)
         assert ("7*(3=" in c.text) is (sent != wrong and not cut)
     assert [c.reward for c in external.completions] == [1.0, 0.0, 1.0, 0.0]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("share", [0.5, 0.0])
+async def test_a_peer_that_tails_every_right_answer_stops_being_trained_on(
+    share: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: with the cut alone the inject and tokens attackers' groups (a right answer
+    with a payload after it, beside a bare wrong one) were trained every round, cut, in the
+    slots an honest peer's groups would have filled. The node's tail record leaves out such
+    a peer's tailed completions once 8 of its rewarded answers showed the habit (four
+    groups); with ``tail_share`` 0 every one of them is trained."""
+    broker = MemoryBroker()
+    node = await _node(0, broker, plausibility=False, tail_share=share)
+    peer = await _node(1, broker)
+    address = peer.publisher._account.address  # type: ignore[attr-defined]
+    trained: list[Any] = []
+    real_train = node.learner.train
+    monkeypatch.setattr(node.learner, "train", lambda gs: trained.extend(gs) or real_train(gs))
+    per_round = []
+    for round_ in range(4):
+        for group in await _peer_groups(peer):
+            right, wrong = f" <answer>{group.answer}</answer>", " <answer>77</answer>"
+            texts = (right + " (*)(*)", wrong, right + " (*)(*)", wrong)
+            forged = replace(
+                group,
+                producer_round=round_,
+                completions=tuple(Completion(text=t, finish_reason="stop") for t in texts),
+            )
+            assert node.collector.ingest(_signed(peer, forged)) is not None
+        before = len(trained)
+        await node.train_round(await node.share_round())
+        per_round.append(sum(g.producer == address for g in trained[before:]))
+    if share:
+        assert node.tails is not None
+        assert node.tails.heavy(address)
+        assert per_round == [2, 1, 0, 0]
+    else:
+        assert node.tails is None
+        assert per_round == [2, 2, 2, 2]
