@@ -11,23 +11,16 @@ from types import SimpleNamespace
 from typing import Any
 
 from sapo_async.fabric.collector import BufferedGroup
-from sapo_async.node.selection import select_groups
-from sapo_async.node.spec import TrainingSpec
-from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup, TokenSource
-
-
-class _Tokenizer:
-    eos_token_id = 10
-    pad_token_id = 0
-
-    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
-        return {"input_ids": [1 + (ord(ch) % 9) for ch in text]}
-
-
-RIGHT, WRONG = " <answer>5</answer>", " <answer>7</answer>"
-TAILED = (RIGHT + " (*)(*)", WRONG, RIGHT + " (*)(*)", WRONG)
-ONE_TAIL = (RIGHT + " I hope this helps.", WRONG, RIGHT, WRONG)
-BARE = (RIGHT, WRONG, RIGHT, WRONG)
+from tests.fixtures.selection import (
+    BARE,
+    ONE_TAIL,
+    RIGHT,
+    TAILED,
+    WRONG,
+    fake_learner,
+    scored_group,
+    select_one,
+)
 
 
 def _pool(*kinds: tuple[str, tuple[str, ...]]) -> tuple[tuple[BufferedGroup, ...], dict[str, Any]]:
@@ -36,41 +29,12 @@ def _pool(*kinds: tuple[str, tuple[str, ...]]) -> tuple[tuple[BufferedGroup, ...
         completions = tuple(SimpleNamespace(text=t) for t in texts)
         group = SimpleNamespace(producer=producer, completions=completions)
         fresh.append(BufferedGroup(group, bytes([n]) * 32, 0.0))  # type: ignore[arg-type]
-        scored[producer] = ScoredGroup(
-            prompt="What is 2 + 3?",
-            completions=tuple(
-                ScoredCompletion(t, 1.0 if t.startswith(RIGHT) else 0.0, "stop") for t in texts
-            ),
-            tokenizer_id="theirs",
-            producer=producer,
-            token_source=TokenSource.TEXT,
-        )
+        scored[producer] = scored_group(producer, texts)
     return tuple(fresh), scored
 
 
 def _learner(scored: dict[str, Any], *, cut: bool, drop: bool) -> Any:
-    return SimpleNamespace(
-        score_external=lambda group: scored[group.producer],
-        model=None,
-        tokenizer=_Tokenizer(),
-        tokenizer_id="ours",
-        settings=SimpleNamespace(
-            node_index=0, chat_template=False, cut_after_answer=cut, drop_after_answer=drop
-        ),
-    )
-
-
-def _select(learner: Any, fresh: tuple[BufferedGroup, ...], round_: int = 0) -> Any:
-    """One round's choice of J = 1 external group from ``fresh`` (no own groups)."""
-    return select_groups(
-        learner,
-        TrainingSpec(local=1, external=1),
-        round_,
-        local=[],
-        fresh=fresh,
-        newest={},
-        limits=None,
-    )
+    return fake_learner(lambda group: scored[group.producer], cut=cut, drop=drop)
 
 
 def _rounds(
@@ -81,7 +45,7 @@ def _rounds(
     counts: Counter[str] = Counter()
     trained: list[Any] = []
     for round_ in range(40):
-        choice = _select(learner, fresh, round_)
+        choice = select_one(learner, fresh, round_)
         counts.update(c.producer for c in choice.external)
         trained.extend(c.scored for c in choice.external)
     return counts, trained
@@ -119,7 +83,7 @@ def test_with_drop_the_tailed_completions_are_left_out_of_a_group_that_is_traine
 
 def test_with_drop_a_group_with_every_completion_tailed_is_uninformative_not_an_error() -> None:
     fresh, scored = _pool(("rambler", tuple(t + " Hope that helps." for t in BARE)))
-    choice = _select(_learner(scored, cut=True, drop=True), fresh)
+    choice = select_one(_learner(scored, cut=True, drop=True), fresh)
     assert choice.external == []
     assert choice.drops == []
     assert choice.selection.dropped_uninformative == 1

@@ -14,24 +14,8 @@ from typing import Any
 import pytest
 
 from sapo_async.fabric.collector import BufferedGroup
-from sapo_async.node.selection import select_groups
-from sapo_async.node.spec import TrainingSpec
 from sapo_async.node.tails import MIN_ANSWERS, WINDOW_GROUPS, TailObservation, TailRecord
-from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup, TokenSource
-
-
-class _Tokenizer:
-    eos_token_id = 10
-    pad_token_id = 0
-
-    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
-        return {"input_ids": [1 + (ord(ch) % 9) for ch in text]}
-
-
-RIGHT, WRONG = " <answer>5</answer>", " <answer>7</answer>"
-TAILED = (RIGHT + " (*)(*)", WRONG, RIGHT + " (*)(*)", WRONG)  # inject's shape
-ONE_TAIL = (RIGHT + " I hope this helps.", WRONG, RIGHT, WRONG)
-BARE = (RIGHT, WRONG, RIGHT, WRONG)
+from tests.fixtures import selection as fx
 
 
 def _pool(groups: list[tuple[str, tuple[str, ...]]]) -> tuple[tuple[BufferedGroup, ...], Any]:
@@ -41,28 +25,8 @@ def _pool(groups: list[tuple[str, tuple[str, ...]]]) -> tuple[tuple[BufferedGrou
         digest = n.to_bytes(32, "big")
         group = SimpleNamespace(producer=producer, completions=(), digest=digest)
         fresh.append(BufferedGroup(group, digest, 0.0))  # type: ignore[arg-type]
-        scored[digest] = ScoredGroup(
-            prompt="What is 2 + 3?",
-            completions=tuple(
-                ScoredCompletion(t, 1.0 if t.startswith(RIGHT) else 0.0, "stop") for t in texts
-            ),
-            tokenizer_id="theirs",
-            producer=producer,
-            token_source=TokenSource.TEXT,
-        )
+        scored[digest] = fx.scored_group(producer, texts)
     return tuple(fresh), lambda group: scored[group.digest]
-
-
-def _learner(score: Any) -> Any:
-    return SimpleNamespace(
-        score_external=score,
-        model=None,
-        tokenizer=_Tokenizer(),
-        tokenizer_id="ours",
-        settings=SimpleNamespace(
-            node_index=0, chat_template=False, cut_after_answer=True, drop_after_answer=False
-        ),
-    )
 
 
 def _rounds(
@@ -72,21 +36,12 @@ def _rounds(
     the selection, the observations back): who was chosen each round, what was trained
     (hash, group), and the producers the record flagged."""
     fresh, score = _pool(groups)
-    learner = _learner(score)
+    learner = fx.fake_learner(score, cut=True, drop=False)
     chosen: list[Counter[str]] = []
     trained: list[Any] = []
     flagged: list[str] = []
     for round_ in range(rounds):
-        choice = select_groups(
-            learner,
-            TrainingSpec(local=1, external=1),
-            round_,
-            local=[],
-            fresh=fresh,
-            newest={},
-            limits=None,
-            tails=record.copy() if record is not None else None,
-        )
+        choice = fx.select_one(learner, fresh, round_, record.copy() if record else None)
         if record is not None:
             flagged += record.observe(choice.tails)
         chosen.append(Counter(c.producer for c in choice.external))
@@ -94,7 +49,7 @@ def _rounds(
     return chosen, trained, flagged
 
 
-ATTACKED = [("attacker", TAILED)] * 6 + [("honest", BARE)] * 2 + [("honest", ONE_TAIL)]
+ATTACKED = [("attacker", fx.TAILED)] * 6 + [("honest", fx.BARE)] * 2 + [("honest", fx.ONE_TAIL)]
 
 
 def test_with_the_cut_alone_an_attacker_that_tails_every_right_answer_keeps_its_slots() -> None:
@@ -111,15 +66,15 @@ def test_the_record_leaves_out_a_tailing_attacker_and_keeps_an_honest_peer_that_
     assert late == {"honest": 30}
     # The honest peer's tailed right answer (one in six of its) is still trained: cut.
     rambled = dict(trained)[(len(ATTACKED) - 1).to_bytes(32, "big")]
-    assert [c.text for c in rambled.completions] == [RIGHT, WRONG, RIGHT, WRONG]
+    assert [c.text for c in rambled.completions] == [fx.RIGHT, fx.WRONG, fx.RIGHT, fx.WRONG]
     assert all(len(g.completions) == 4 for _, g in trained)
 
 
 def test_a_peer_that_tails_half_its_right_answers_is_flagged_at_the_default_share() -> None:
-    _chosen, trained, flagged = _rounds([("rambler", ONE_TAIL)] * 6, TailRecord(0.5))
+    _chosen, trained, flagged = _rounds([("rambler", fx.ONE_TAIL)] * 6, TailRecord(0.5))
     assert flagged == ["rambler"]
     # Its groups are still trained, on the completions that end at their answer.
-    assert [c.text for c in trained[-1][1].completions] == [WRONG, RIGHT, WRONG]
+    assert [c.text for c in trained[-1][1].completions] == [fx.WRONG, fx.RIGHT, fx.WRONG]
 
 
 def test_the_share_needs_enough_answers_and_reads_the_newest_groups_each_once() -> None:
@@ -150,7 +105,7 @@ def test_a_share_outside_zero_to_one_is_refused(share: float) -> None:
 def test_groups_with_nothing_rewarded_do_not_dilute_a_producers_share() -> None:
     # An attacker that pads its stream with groups of no spread (all wrong) must not push
     # its tailed answers out of the window or below the share.
-    padded = [("attacker", TAILED), *[("attacker", (WRONG,) * 4)] * 5] * 4
-    _, trained, flagged = _rounds([*padded, ("honest", BARE)], TailRecord(0.5), rounds=60)
+    padded = [("attacker", fx.TAILED), *[("attacker", (fx.WRONG,) * 4)] * 5] * 4
+    _, trained, flagged = _rounds([*padded, ("honest", fx.BARE)], TailRecord(0.5), rounds=60)
     assert flagged == ["attacker"]
     assert [g.producer for _, g in trained[-20:]] == ["honest"] * 20
