@@ -72,7 +72,7 @@ paper-table-real *args:
 # cut on) into docs/results/attack-real; resumes, and grows with more --attacks or --seeds,
 # across sittings (a later --no-cut-after-answer or --out overrides)
 attack-real *args:
-    {{py}} -m sapo_async experiment attack --model smollm2-135m --train-layers 4 --tasks cpu_easy --nodes 4 --attackers 2 --questions 2 --completions 4 --local 1 --external 1 --max-new-tokens 32 --lr 2e-4 --rounds 20 --workers 2 --cut-after-answer --tail-share 0.5 --out docs/results/attack-real {{args}}
+    {{py}} -m sapo_async experiment attack --model smollm2-135m --train-layers 4 --tasks cpu_easy --nodes 4 --attackers 2 --questions 2 --completions 4 --local 1 --external 1 --max-new-tokens 32 --lr 2e-4 --rounds 20 --workers 2 --cut-after-answer --out docs/results/attack-real {{args}}
 
 # build (or rebuild) the cached tiny model
 warmstart *args:

@@ -95,9 +95,8 @@ def attack(
         min=0.0,
         max=1.0,
         help="With the defences on, do as --drop-after-answer for a producer once this share "
-        "of its rewarded answers carried a tail ([defence] tail_share, 0.5 in a node; 0 "
-        "here so recorded matrices resume, 0.5 in `just attack-real`); default output "
-        "directory gets -tails.",
+        "of its rewarded answers carried a tail ([defence] tail_share, off by default); "
+        "default output directory gets -tails.",
     ),
     workers: int = typer.Option(4, min=1, help="Runs in parallel (one process each)."),
     quick: bool = typer.Option(

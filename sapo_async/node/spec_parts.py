@@ -462,12 +462,12 @@ class DefenceSpec(Settings):
         "of training altogether (before the cut); its group is judged by the rest.",
     )
     tail_share: float = Field(
-        default=0.5,
+        default=0.0,
         ge=0,
         le=1,
         description="Do as drop_after_answer for a peer once this share of the answers "
         "it was rewarded for (at least 8, in its last 16 groups) carried text after the "
-        "closing tag (0: off).",
+        "closing tag (0: off; measured on SmolLM2 in docs/security.md).",
     )
     length_guard: bool = Field(
         default=True, description="Drop needlessly long rewarded completions."

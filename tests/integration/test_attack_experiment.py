@@ -184,17 +184,16 @@ def _attack_real_recipe() -> list[str]:
     ("extra", "cut", "tails", "out"),
     [
         ([], True, None, "docs/results/attack-real"),
-        (["--tail-share", "0", "--out", "cut"], True, 0.0, "cut"),
-        (["--no-cut-after-answer", "--tail-share", "0", "--out", "x"], False, 0.0, "x"),
-        (["--drop-after-answer", "--tail-share", "0", "--out", "d"], True, 0.0, "d"),
+        (["--tail-share", "0.5", "--out", "t"], True, 0.5, "t"),
+        (["--no-cut-after-answer", "--out", "x"], False, None, "x"),
+        (["--drop-after-answer", "--out", "d"], True, None, "d"),
     ],
 )
 def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
     extra, cut, tails, out, monkeypatch
 ):
     # docs/results/attack-real (the path issue 23 names) held the matrix from before the
-    # answer cut became a node's default, because the recipe ran without it; then the
-    # tail record's share (a node's default since 2026-12-03) was not passed either.
+    # answer cut became a node's default, because the recipe ran without it.
     from sapo_async.experiment.attack import runner
     from sapo_async.node.spec_parts import DefenceSpec
 
@@ -217,4 +216,3 @@ def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
     node = DefenceSpec()
     assert spec.tail_share == (node.tail_share if tails is None else tails)
     assert node.cut_after_answer
-    assert node.tail_share > 0

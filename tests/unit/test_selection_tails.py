@@ -1,4 +1,4 @@
-"""The tail record (``[defence] tail_share``, a node's default): a producer whose rewarded
+"""The tail record (``[defence] tail_share``, off by default): a producer whose rewarded
 answers mostly carry text after the closing answer tag gets those completions left out (as
 ``drop_after_answer`` does for everyone), while a peer that tails now and then stays cut
 only (issue 23: with the cut alone, the inject and tokens attackers' cut groups filled two

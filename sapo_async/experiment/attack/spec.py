@@ -97,7 +97,7 @@ class AttackSpec:
             closing answer tag are left out of training (``[defence] drop_after_answer``).
         tail_share: with the defences on, do as ``drop_after_answer`` for a producer once
             this share of its rewarded answers carried a tail (``[defence] tail_share``;
-            0: off, here by default so that recorded matrices resume; a node's is 0.5).
+            0: off, as in a node by default).
     """
 
     attacks: tuple[str, ...] = ATTACKS
