@@ -45,8 +45,8 @@ def paper_table(
     nodes: int | None = typer.Option(
         None,
         min=2,
-        help="Nodes per swarm (default: the preset's: 8, or 4 for a real model; the "
-        "output's JSON records it, so --resume only keeps runs of the same size).",
+        help="Nodes per swarm (default: the preset's, 8 for the tiny and the SmolLM2 presets; "
+        "the output's JSON records it, so --resume only keeps runs of the same size).",
     ),
     arms: str | None = typer.Option(
         None,
