@@ -102,6 +102,12 @@ def attack(
     quick: bool = typer.Option(
         False, "--quick", help="Seconds-long smoke version (tests); options given still apply."
     ),
+    recorded: bool = typer.Option(
+        False,
+        "--recorded",
+        help="Run nothing: summarise the runs recorded in --out with these sizes, each cell "
+        "over the seeds whose runs are all there.",
+    ),
 ) -> None:
     """Run every attack with defences off and on, the no-attack runs and 8/0; write
     summary.json, runs.json and attack.png."""
@@ -160,7 +166,11 @@ def attack(
         state = "on" if m.defences else "off"
         typer.echo(f"  {m.attack} defences {state} seed {m.seed} {m.config}: {m.seconds:.0f} s")
 
-    jobs = runner.jobs_of(spec)
-    typer.echo(f"{len(jobs)} runs of {spec.rounds} rounds -> {out}")
-    runner.run_matrix(spec, out, workers=1 if quick else workers, on_result=progress)
+    if recorded:
+        typer.echo(f"summarising the runs recorded in {out}")
+    else:
+        typer.echo(f"{len(runner.jobs_of(spec))} runs of {spec.rounds} rounds -> {out}")
+    runner.run_matrix(
+        spec, out, workers=1 if quick else workers, on_result=progress, recorded=recorded
+    )
     typer.echo((out / "summary.md").read_text())

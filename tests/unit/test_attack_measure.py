@@ -263,3 +263,54 @@ def test_every_forged_tokens_completion_with_the_right_answer_is_detected():
         (forged,) = Tokens().forge(group, account, rng)
         texts = [c.text for c in forged.group.completions]
         assert [Tokens().carries_payload(t, group.answer) for t in texts] == [True, False] * 4
+
+
+def test_recorded_summarises_every_attack_over_the_seeds_it_has_and_runs_nothing(
+    tmp_path, monkeypatch
+):
+    # inject measured on three seeds, flood on one: --recorded summarises both from
+    # runs.jsonl, each over its own seeds, without starting a run.
+    from dataclasses import asdict
+
+    from typer.testing import CliRunner
+
+    from sapo_async.cli.main import build_app
+    from sapo_async.experiment.attack import runner
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("--recorded started a run")
+
+    monkeypatch.setattr(runner, "run_one", refuse)
+    sizes = ["--nodes", "3", "--attackers", "1", "--rounds", "2", "--local", "1"]
+    sizes += ["--external", "1", "--transport", "memory"]
+    spec = AttackSpec(
+        attacks=("inject", "flood"),
+        seeds=(0, 1, 2),
+        nodes=3,
+        attackers=1,
+        rounds=2,
+        local=1,
+        external=1,
+        transport="memory",
+    )
+    runs = []
+    for seed in (0, 1, 2):
+        for attack in ("none", "inject") + (("flood",) if seed == 0 else ()):
+            for on in (False, True):
+                m = RunMeasure(attack, on, seed, "1/1", [0, 1], rewards=[[1.0, 1.0]] * 3)
+                m.round_cpu_s = m.round_s = [1.0, 1.0]
+                m.payload = [0.0, 1.0 if attack == "inject" and not on else 0.0]
+                m.seconds = 10.0
+                runs.append(m)
+    (tmp_path / "runs.jsonl").write_text(
+        "".join(json.dumps(x) + "\n" for x in [{"spec": asdict(spec)}, *map(asdict, runs)])
+    )
+    args = ["experiment", "attack", *sizes, "--attacks", "inject,flood", "--seeds", "3"]
+    result = CliRunner().invoke(build_app(), [*args, "--out", str(tmp_path), "--recorded"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert sorted(summary["attacks"]["inject"]["seeds"]) == ["0", "1", "2"]
+    assert sorted(summary["attacks"]["flood"]["seeds"]) == ["0"]
+    assert summary["attacks"]["inject"]["asr_off"] == pytest.approx(1.0)  # its last round
+    assert summary["run_seconds"] == pytest.approx(10.0 * len(runs))
+    assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 1 + len(runs)

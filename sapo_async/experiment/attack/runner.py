@@ -310,9 +310,12 @@ def run_matrix(
     *,
     workers: int = 2,
     on_result: Callable[[RunMeasure], None] | None = None,
+    recorded: bool = False,
 ) -> dict[str, Any]:
     """Run the matrix, then write ``summary.json``, ``summary.md``, ``runs.json`` and the
-    figure.
+    figure. With ``recorded``, run nothing: summarise the runs ``runs.jsonl`` holds (each
+    cell over the seeds whose runs are all there), so a matrix whose attacks were measured
+    on different numbers of seeds has one summary of all of them.
 
     Resumable: each finished run is appended to ``runs.jsonl`` in ``out_dir`` (after a
     first line holding the spec), and a later call with the same sizes skips the runs found
@@ -332,6 +335,8 @@ def run_matrix(
     results = _load_runs(out_dir / "runs.jsonl", spec)
     done = {(r.attack, r.defences, r.seed, r.config) for r in results}
     jobs = [j for j in jobs_of(spec) if (j[1], j[2], j[3], config_label(j[4], j[5])) not in done]
+    if recorded:
+        jobs = []
     t0 = time.perf_counter()
 
     def finished(m: RunMeasure) -> None:

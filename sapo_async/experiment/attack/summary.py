@@ -293,6 +293,9 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
         "sharing_gain_on": gain(True),
         "sharing_gain_off": gain(False),
         "seconds": seconds,
+        # Each run's own wall time, summed: what the summarised runs took whenever they ran
+        # (``seconds`` is this call's, near 0 when it only summarised recorded runs).
+        "run_seconds": sum(r.seconds for r in runs),
         "conditions": (
             f"{platform.machine()} {platform.system()}, {os.cpu_count()} shared cores, "
             "runs in parallel worker processes (nice 10), one torch thread each, "
