@@ -84,6 +84,7 @@ async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> As
     import anyio
     from eth_account import Account
 
+    from sapo_async.experiment.environment import environment
     from sapo_async.node.filters import RatioFilter
     from sapo_async.node.lifecycle import Node
     from sapo_async.node.report import RoundReport
@@ -170,7 +171,8 @@ async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> As
     ) as run:
         await run.wait_settled(math.inf)  # the rounds take as long as they take
     seconds = time.perf_counter() - t0
-    return _summarise(arm, seed, reports, ended, ratio_filter, commitments, rejected, seconds)
+    measured = _summarise(arm, seed, reports, ended, ratio_filter, commitments, rejected, seconds)
+    return dataclasses.replace(measured, environment=environment(loaded.model))
 
 
 def _summarise(  # noqa: PLR0917 - one private call site
@@ -287,6 +289,7 @@ def run_async_experiment(
     """Run every (arm, seed) of ``spec`` (``workers`` swarms at once, one process each),
     writing ``<regime>.json``, ``<regime>.md`` and the figures into ``out_dir`` after each
     (so an interrupted run leaves what it measured)."""
+    from sapo_async.experiment.environment import resume_note
     from sapo_async.experiment.paper_table_report import write_async_outputs
     from sapo_async.policy.models import ensure_tiny_model, tiny_spec
     from sapo_async.policy.models.packaged import ensure_packaged_model
@@ -298,6 +301,9 @@ def run_async_experiment(
         ensure_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))
     results: list[AsyncRun] = recorded_runs(spec, out_dir / f"{spec.stem}.json") if resume else []
     have = {(r.config, r.seed) for r in results}
+    note = resume_note([(f"{r.config} seed {r.seed}", r.environment) for r in results])
+    if note:
+        print(f"  {note}", file=sys.stderr, flush=True)
     jobs = [(spec, arm, seed) for arm, seed in spec.jobs() if (arm, seed) not in have]
     # The table's time across sittings: a resumed table adds this call's to what it recorded.
     t0 = time.perf_counter() - (recorded_seconds(out_dir / f"{spec.stem}.json") if results else 0.0)

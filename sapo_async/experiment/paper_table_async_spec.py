@@ -219,6 +219,8 @@ class AsyncRun:
             external) and train.
         seconds: wall time of the run (nodes joined to last node done).
         rejected: collector rejections summed over nodes, by reason.
+        environment: what the run ran on (:func:`sapo_async.experiment.environment.environment`,
+            with the model's weights); empty in runs recorded before it was kept.
     """
 
     config: str
@@ -235,3 +237,4 @@ class AsyncRun:
     phase_s: dict[str, float]
     seconds: float
     rejected: dict[str, int] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)

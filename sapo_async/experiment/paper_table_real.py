@@ -200,6 +200,7 @@ def write_real_summary(spec: AsyncSpec, out_dir: Path) -> dict[str, Any]:
         summary["cumulative"] = table["cumulative"]
         summary["family_ratio_to_baseline"] = table["family_ratio_to_baseline"]
         summary["seconds"] = table["seconds"]
+        summary["environments"] = table.get("environments")
         shared = [a for a in table["ratio_to_baseline"] if a != table["spec"]["arms"][0]]
         per_arm = [list(table["ratio_to_baseline"][a].values()) for a in shared]
         # One seed is not "every seed": a table stopped after its first seed stays unmet.

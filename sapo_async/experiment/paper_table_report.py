@@ -19,6 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sapo_async.experiment.environment import environments
 from sapo_async.experiment.report import (
     PAPER_CUMULATIVE,
     cumulative_reward,
@@ -228,6 +229,11 @@ def write_async_outputs(
             if "+" in c
         },
         "commitments": {c: {str(s): runs[(c, s)].commitments for s in by_config[c]} for c in order},
+        # Whether the runs ran on one environment (packages, CPU, kernels, weights): a table
+        # resumed on another machine need not reproduce its earlier runs bit for bit.
+        "environments": environments(
+            [(f"{c} seed {s}", runs[(c, s)].environment) for c in order for s in by_config[c]]
+        ),
     }
     (out_dir / f"{spec.stem}.json").write_text(json.dumps(summary, indent=1))
     (out_dir / f"{spec.stem}.md").write_text(_markdown(spec, summary, by_config, seconds))
@@ -293,4 +299,19 @@ def _markdown(
         lines.append(
             f"| {c} | {st['groups']} | {st['mean']:.2f} | {hist} | {gap:.0f} | {lo:.2f}..{hi:.2f} |"
         )
+    envs = summary["environments"]
+    if envs["unrecorded"] or envs["differences"]:
+        lines += [
+            "",
+            "Environments: not one for every run ("
+            + "; ".join(
+                (
+                    [f"none recorded for {', '.join(envs['unrecorded'])}"]
+                    if envs["unrecorded"]
+                    else []
+                )
+                + envs["differences"]
+            )
+            + "), so a rerun need not reproduce every run bit for bit.",
+        ]
     return head + table + "\n".join(lines) + "\n"

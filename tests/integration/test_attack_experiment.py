@@ -60,6 +60,10 @@ def test_attack_quick_measures_each_attack_with_defences_off_and_on(tmp_path, mo
         "attacker", 0
     )
     assert (out / "attack.png").read_bytes()[:4] == b"\x89PNG"
+    # Each run records what it ran on (the tiny model is built per node: no weights digest),
+    # and these, made in one process pool on one machine, agree.
+    assert all(r["environment"]["packages"]["torch"] and r["environment"]["numerics"] for r in runs)
+    assert summary["environments"] == {"same": True, "differences": [], "unrecorded": []}
     # Issue 23: over NATS by default, the flood-type measure is the whole round's CPU, the
     # payload's trend per round, and what ran.
     assert summary["transport"] == "nats"

@@ -48,6 +48,9 @@ def test_async_quick_runs_a_swarm_over_nats_with_the_ledger_and_writes_beside_do
         counts = sum(n for f in run["family_rewards"].values() for node in f for _, n in node)
         assert counts == 3 * 3 * 4 * 4  # nodes x rounds x B x L completions
         assert len(run["ended_s"]) == 3
+        # What it ran on, the model's weights included (same model in every arm).
+        assert run["environment"]["weights"] == runs[0]["environment"]["weights"]
+        assert run["environment"]["packages"]["torch"]
     assert runs[0]["external_used"] == 0
     assert runs[0]["staleness"] == {}
     # Staleness is recorded for every external group trained on.
@@ -117,10 +120,12 @@ def test_real_model_quick_table_runs_smollm2_over_nats_and_writes_the_summary(
         counts = sum(n for f in run["family_rewards"].values() for node in f for _, n in node)
         assert counts == 2 * 2 * 2 * 2
     assert table["runs"][1]["received"] > 0  # SmolLM2's groups crossed the nats-server
+    assert table["environments"] == {"same": True, "differences": [], "unrecorded": []}
     summary = json.loads((out / "summary.json").read_text())
     from sapo_async.policy.models.packaged import PACKAGED_MODELS
 
     assert summary["model_sha256"] == PACKAGED_MODELS["smollm2-135m"].sha256
+    assert summary["environments"] == table["environments"]
     assert set(summary["ratio_to_baseline"]) == {"2/0", "1/1"}
     assert set(summary["ratio_to_baseline"]["1/1"]) == {"0"}
     assert summary["sizes"]["max_new_tokens"] == 8

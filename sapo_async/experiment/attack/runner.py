@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import json
 import multiprocessing
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -80,6 +81,7 @@ async def _run_one(
     import resource
 
     from sapo_async.experiment.attack.base import AttackPublisher
+    from sapo_async.experiment.environment import environment
     from sapo_async.experiment.lockstep import lockstep, lockstep_spec
     from sapo_async.fabric.transport.base import Transport
     from sapo_async.node.spec import NodeSpec
@@ -168,6 +170,7 @@ async def _run_one(
         m.honest_groups_judged, m.honest_groups_dropped = _honest_verdicts(nodes, honest)
     m.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     m.seconds = time.perf_counter() - t0
+    m.environment = environment(loaded.model if loaded is not None else None)
     return m
 
 
@@ -323,6 +326,7 @@ def run_matrix(
     Runs go seed by seed, so an interrupted matrix has whole seeds first.
     """
     from sapo_async.experiment.attack.summary import summarise, write_outputs
+    from sapo_async.experiment.environment import resume_note
     from sapo_async.policy.models import ensure_tiny_model, tiny_spec
     from sapo_async.policy.models.packaged import ensure_packaged_model
 
@@ -334,6 +338,14 @@ def run_matrix(
     out_dir.mkdir(parents=True, exist_ok=True)
     results = _load_runs(out_dir / "runs.jsonl", spec)
     done = {(r.attack, r.defences, r.seed, r.config) for r in results}
+    note = resume_note(
+        [
+            (f"{r.attack} {'on' if r.defences else 'off'} seed {r.seed}", r.environment)
+            for r in results
+        ]
+    )
+    if note and not recorded:
+        print(f"  {note}", file=sys.stderr, flush=True)
     jobs = [j for j in jobs_of(spec) if (j[1], j[2], j[3], config_label(j[4], j[5])) not in done]
     if recorded:
         jobs = []

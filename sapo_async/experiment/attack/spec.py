@@ -237,6 +237,9 @@ class RunMeasure:
         quarantined: producers quarantined by some honest node at the end.
         peak_rss_mb: the process's peak resident memory.
         seconds: wall time.
+        environment: what the run ran on
+            (:func:`sapo_async.experiment.environment.environment`, with the real model's
+            weights); empty in runs recorded before it was kept.
     """
 
     attack: str
@@ -264,3 +267,4 @@ class RunMeasure:
     quarantined: int = 0
     peak_rss_mb: float = 0.0
     seconds: float = 0.0
+    environment: dict[str, Any] = field(default_factory=dict)

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from sapo_async.experiment.attack.spec import RATIO_ATTACKS, AttackSpec, RunMeasure, config_label
+from sapo_async.experiment.environment import environments
 from sapo_async.node.report import drop_rates
 from sapo_async.wire.reasons import AFTER_ADMISSION
 
@@ -296,6 +297,17 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
         # Each run's own wall time, summed: what the summarised runs took whenever they ran
         # (``seconds`` is this call's, near 0 when it only summarised recorded runs).
         "run_seconds": sum(r.seconds for r in runs),
+        # Whether the summarised runs ran on one environment (packages, CPU, kernels,
+        # weights): runs resumed across machines need not reproduce each other bit for bit.
+        "environments": environments(
+            [
+                (
+                    f"{r.attack} {'on' if r.defences else 'off'} seed {r.seed} {r.config}",
+                    r.environment,
+                )
+                for r in runs
+            ]
+        ),
         "conditions": (
             f"{platform.machine()} {platform.system()}, {os.cpu_count()} shared cores, "
             "runs in parallel worker processes (nice 10), one torch thread each, "
