@@ -15,6 +15,8 @@ from pathlib import Path
 __all__ = [
     "PAPER_CUMULATIVE",
     "cumulative_reward",
+    "goal_over_seeds",
+    "goal_text",
     "markdown_table",
     "moving_average",
     "plot_traces",
@@ -30,6 +32,57 @@ PAPER_CUMULATIVE: Mapping[str, float] = {
 """Cumulative reward per I/J configuration reported by the SAPO paper (Table / Fig. 2)."""
 
 Trace = Sequence[Sequence[float]]
+
+_T_975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+"""Student's t, 0.975 quantile, 1 to 30 degrees of freedom (the standard table, e.g. the
+NIST/SEMATECH e-Handbook of Statistical Methods, 1.3.6.7.2); 1.96 beyond."""
+
+
+def _t975(df: int) -> float:
+    return _T_975[df - 1] if df <= len(_T_975) else 1.96
+
+
+def goal_over_seeds(values: Sequence[float], goal: float) -> dict[str, object]:
+    """Whether per-seed values clear ``goal`` (at least), with the uncertainty of their mean.
+
+    Returns ``mean``, ``ci95`` (Student's t interval of the mean over seeds; ``None`` with
+    fewer than 2 seeds), ``verdict`` (``"met"``: the whole interval at or above the goal;
+    ``"missed"``: all of it below; ``"undecided"``: the goal inside it, or one seed) and
+    ``seeds_to_decide``: how many seeds the interval would need to clear the goal if the
+    mean and spread stayed as measured (``None`` when decided, or when the mean is so near
+    the goal that more than 10,000 would be needed).
+    """
+    import statistics
+
+    n = len(values)
+    mean = statistics.fmean(values) if values else float("nan")
+    out: dict[str, object] = {
+        "mean": mean,
+        "seeds": n,
+        "ci95": None,
+        "verdict": "undecided",
+        "seeds_to_decide": None,
+    }
+    if n < 2:
+        return out
+    sd = statistics.stdev(values)
+    half = _t975(n - 1) * sd / n**0.5
+    lo, hi = mean - half, mean + half
+    out["ci95"] = [lo, hi]
+    if lo >= goal:
+        out["verdict"] = "met"
+    elif hi < goal:
+        out["verdict"] = "missed"
+    elif mean != goal:
+        gap = abs(mean - goal)
+        out["seeds_to_decide"] = next(
+            (k for k in range(n + 1, 10_001) if _t975(k - 1) * sd / k**0.5 < gap), None
+        )
+    return out
 
 
 def cumulative_reward(trace: Trace) -> float:
@@ -64,6 +117,17 @@ def rounds_to_threshold(trace: Trace, threshold: float, window: int = 10) -> int
         if i + 1 >= window and v >= threshold:
             return i + 1
     return None
+
+
+def goal_text(goal: Mapping[str, object]) -> str:
+    """:func:`goal_over_seeds`'s result in words: ``0.77 [0.56, 0.99] over 5 seeds:
+    undecided, about 10 seeds would decide it``."""
+    mean, seeds, interval, more = goal["mean"], goal["seeds"], goal["ci95"], goal["seeds_to_decide"]
+    if not isinstance(interval, Sequence):
+        return f"{mean:.2f} ({seeds} seed: undecided)"
+    need = f", about {more} seeds would decide it" if more else ""
+    lo, hi = interval
+    return f"{mean:.2f} [{lo:.2f}, {hi:.2f}] over {seeds} seeds: {goal['verdict']}{need}"
 
 
 def markdown_table(

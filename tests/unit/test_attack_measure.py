@@ -313,4 +313,11 @@ def test_recorded_summarises_every_attack_over_the_seeds_it_has_and_runs_nothing
     assert sorted(summary["attacks"]["flood"]["seeds"]) == ["0"]
     assert summary["attacks"]["inject"]["asr_off"] == pytest.approx(1.0)  # its last round
     assert summary["run_seconds"] == pytest.approx(10.0 * len(runs))
+    # Every run earned the same: the interval over the three seeds is the mean itself.
+    goal = summary["attacks"]["inject"]["honest_reward_ratio_on_goal"]
+    assert (goal["verdict"], goal["seeds"], goal["ci95"]) == ("met", 3, [1.0, 1.0])
+    assert "`inject` 1.00 [1.00, 1.00] over 3 seeds: met" in (tmp_path / "summary.md").read_text()
+    # Runs recorded before environments were kept are listed as such, not passed as one.
+    assert summary["environments"]["same"] is False
+    assert len(summary["environments"]["unrecorded"]) == len(runs)
     assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 1 + len(runs)

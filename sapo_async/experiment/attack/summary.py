@@ -32,6 +32,8 @@ them with the same nodes sharing nothing (the ``B/0`` no-attack run): at 1 or ab
 under attack with the defences on still paid; ``honest_reward_ratio_on_honest_only``
 compares them with the same honest nodes in a swarm of their own (the ``I/J@n`` no-attack
 run: the attackers absent rather than refused), what a perfect defence would leave them.
+``honest_reward_ratio_on_goal`` / ``_on_same_goal``: the same against the goal of 0.9, by
+the Student's t interval over the seeds (met, missed or undecided; :func:`goal_over_seeds`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from typing import Any
 
 from sapo_async.experiment.attack.spec import RATIO_ATTACKS, AttackSpec, RunMeasure, config_label
 from sapo_async.experiment.environment import environments
+from sapo_async.experiment.report import goal_over_seeds, goal_text
 from sapo_async.node.report import drop_rates
 from sapo_async.wire.reasons import AFTER_ADMISSION
 
@@ -233,6 +236,14 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
             {metric: _mean([s[metric] for s in per_seed.values()]) for metric in metrics}
             | partial
             | _trend([key[(attack, False, int(seed), ij)] for seed in per_seed])
+            | {
+                # The goal against the seeds' spread: a mean under 0.9 over a few seeds whose
+                # ratios swing 0.6 to 1.3 is not yet a miss.
+                f"{metric}_goal": goal_over_seeds(
+                    [s[metric] for s in per_seed.values()], HONEST_REWARD_GOAL
+                )
+                for metric in ("honest_reward_ratio_on", "honest_reward_ratio_on_same")
+            }
             | {"asr_kind": _kind(attack), "seeds": per_seed}
         )
     fp = [
@@ -331,6 +342,8 @@ def _model_sha256(model: str) -> str | None:
 
 TARGETS = {"inject": 0.05, "tokens": 0.05, "length": 1.2, "flood": 1.2, "absurd": 1.2}
 """The Must-show bound on ``asr_on`` per attack (issue 11)."""
+HONEST_REWARD_GOAL = 0.9
+"""Issue 23's bound on honest reward with the defences on over no attack (at least)."""
 
 
 def markdown_table(summary: dict[str, Any]) -> str:
@@ -366,6 +379,19 @@ def markdown_table(summary: dict[str, Any]) -> str:
         f"{summary['spec']['local'] + summary['spec']['external']}/0, no attack): defences on "
         f"{summary['sharing_gain_on']:.3f}, off {summary['sharing_gain_off']:.3f}.",
     ]
+    goals = [
+        f"`{attack}` {goal_text(row['honest_reward_ratio_on_goal'])}"
+        for attack, row in summary["attacks"].items()
+        if "honest_reward_ratio_on_goal" in row
+    ]
+    if goals:
+        lines += [
+            "",
+            f"Honest reward on / no attack (off) against its goal (at least {HONEST_REWARD_GOAL}"
+            "), mean over seeds with its 95 % interval (Student's t over the seeds): "
+            + "; ".join(goals)
+            + ".",
+        ]
     after = summary.get("false_positives_after_admission")
     if after is not None:
         lines += [
