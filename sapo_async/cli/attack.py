@@ -31,6 +31,8 @@ _OPTIONS = {
     "max_new_tokens": "--max-new-tokens",
     "questions_per_round": "--questions",
     "completions_per_question": "--completions",
+    "eval_questions": "--eval-questions",
+    "eval_completions": "--eval-completions",
 }
 """The spec's fields by the option that sets them (an error names the option)."""
 
@@ -98,6 +100,21 @@ def attack(
         "of its rewarded answers carried a tail ([defence] tail_share, off by default); "
         "default output directory gets -tails.",
     ),
+    eval_questions: int | None = typer.Option(
+        None,
+        help="After the last round each honest node answers this many held-out questions "
+        "(the same for every run; default 0: none); the summary's held_out section compares "
+        "those rewards.",
+    ),
+    eval_completions: int | None = typer.Option(
+        None, help="Answers sampled per held-out question (default 8)."
+    ),
+    defended_only: bool = typer.Option(
+        False,
+        "--defended-only",
+        help="Run only what an attack costs a defended node: no attack and each attack, "
+        "the defences on.",
+    ),
     workers: int = typer.Option(4, min=1, help="Runs in parallel (one process each)."),
     quick: bool = typer.Option(
         False, "--quick", help="Seconds-long smoke version (tests); options given still apply."
@@ -133,6 +150,8 @@ def attack(
         "external": external,
         "lr": lr,
         "max_new_tokens": max_new_tokens,
+        "eval_questions": eval_questions,
+        "eval_completions": eval_completions,
     }
     try:
         spec = replace(
@@ -169,8 +188,14 @@ def attack(
     if recorded:
         typer.echo(f"summarising the runs recorded in {out}")
     else:
-        typer.echo(f"{len(runner.jobs_of(spec))} runs of {spec.rounds} rounds -> {out}")
+        count = len(runner.jobs_of(spec, defended_only=defended_only))
+        typer.echo(f"{count} runs of {spec.rounds} rounds -> {out}")
     runner.run_matrix(
-        spec, out, workers=1 if quick else workers, on_result=progress, recorded=recorded
+        spec,
+        out,
+        workers=1 if quick else workers,
+        on_result=progress,
+        recorded=recorded,
+        defended_only=defended_only,
     )
     typer.echo((out / "summary.md").read_text())

@@ -230,6 +230,39 @@ class Learner:
             chat_tokenizer=self._chat,
         )
 
+    async def evaluate(
+        self, questions: int, completions: int, *, seed: int, batch: int = 8
+    ) -> list[ScoredGroup]:
+        """Sample ``completions`` answers to each of ``questions`` held-out questions (the
+        task source's ``eval`` items, disjoint from every training question and the same
+        for every node) with this node's current weights, prompt and sampler, scored by its
+        own verifier: a node's reward measured on many more answers than a round has.
+        Generates ``batch`` questions at a time (bounds the KV cache of a real model).
+
+        Raises:
+            ConfigError: questions, completions or batch below 1.
+            GenerationError: the generator failed.
+        """
+        if completions < 1 or batch < 1:
+            raise ConfigError(
+                f"completions and batch must be >= 1, got {completions} and {batch}",
+                field="eval.completions",
+            )
+        items = self.tasks.eval_items(questions)
+        scored: list[ScoredGroup] = []
+        for start in range(0, len(items), batch):
+            groups = await generate_groups(
+                self.generator,
+                items[start : start + batch],
+                self.settings.sampling,
+                n=completions,
+                seed=seed + start,
+                prompt_style=self.settings.prompt_style,
+                chat_tokenizer=self._chat,
+            )
+            scored += self.score_local(groups)
+        return scored
+
     def score_local(self, groups: Sequence[GeneratedGroup]) -> list[ScoredGroup]:
         """Score this node's own groups."""
         return score_generated(groups, self.verifier, tokenizer_id=self.tokenizer_id)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sapo_async.experiment.attack.base import Attack
 from sapo_async.experiment.attack.spec import (
@@ -41,6 +41,9 @@ from sapo_async.experiment.attack.spec import (
     quick,
 )
 from sapo_async.tasks.reward import answer_tail
+
+if TYPE_CHECKING:
+    from sapo_async.node.rounds import RoundLoop
 
 __all__ = ["ATTACKS", "AttackSpec", "RunMeasure", "make_attack", "quick", "run_matrix", "run_one"]
 
@@ -168,6 +171,11 @@ async def _run_one(
                 m.dropped[reason] = m.dropped.get(reason, 0) + n
             m.quarantined = max(m.quarantined, len(nodes[i].quarantine.active()))
         m.honest_groups_judged, m.honest_groups_dropped = _honest_verdicts(nodes, honest)
+        if spec.eval_questions:  # the attack runs' honest nodes, also in a no-attack run
+            m.eval_rewards = [
+                await _held_out_reward(nodes[i], spec.eval_questions, spec.eval_completions)
+                for i in range(spec.nodes - spec.attackers)
+            ]
     m.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     m.seconds = time.perf_counter() - t0
     m.environment = environment(loaded.model if loaded is not None else None)
@@ -246,6 +254,18 @@ async def _run_rounds(
         m.tails.append([tail[:TAIL_CHARS] for tail in tails if tail])
 
 
+EVAL_SEED = 1_000_003
+"""The held-out evaluation's sampling seed: the same for every node and run (common random
+numbers), far from any round's."""
+
+
+async def _held_out_reward(node: RoundLoop, questions: int, completions: int) -> float:
+    """A node's mean reward over ``questions`` held-out questions x ``completions``."""
+    scored = await node.learner.evaluate(questions, completions, seed=EVAL_SEED)
+    rewards = [float(c.reward) for g in scored for c in g.completions]
+    return sum(rewards) / max(len(rewards), 1)
+
+
 def _payload_rate(detector: Attack, texts: list[tuple[str, str]]) -> float:
     """The share of (completion, answer) pairs ``detector`` finds its payload in."""
     return sum(detector.carries_payload(t, a) for t, a in texts) / max(len(texts), 1)
@@ -287,15 +307,23 @@ def _job(args: Job) -> RunMeasure:
     return run_one(spec, attack, defences, seed, config, swarm_nodes=swarm_nodes)
 
 
-def jobs_of(spec: AttackSpec) -> list[Job]:
+def jobs_of(spec: AttackSpec, *, defended_only: bool = False) -> list[Job]:
     """Every run of the matrix: attacks x defences x seeds, the no-attack runs (the swarm
     sharing, ``B/0`` sharing nothing, and its honest nodes alone sharing among themselves).
+
+    ``defended_only``: only what the attack costs a defended node, the no-attack swarm and
+    each attack with the defences on (the payload's rise with the defences off and the
+    controls are the full matrix's).
     """
     ij = (spec.local, spec.external)
     solo = (spec.local + spec.external, 0)
     honest = spec.nodes - spec.attackers
     out: list[Job] = []
     for seed in spec.seeds:
+        if defended_only:
+            out.append((spec, "none", True, seed, ij, None))
+            out += [(spec, attack, True, seed, ij, None) for attack in spec.attacks]
+            continue
         for on in (False, True):
             out.append((spec, "none", on, seed, ij, None))
         out.append((spec, "none", False, seed, solo, None))
@@ -314,6 +342,7 @@ def run_matrix(
     workers: int = 2,
     on_result: Callable[[RunMeasure], None] | None = None,
     recorded: bool = False,
+    defended_only: bool = False,
 ) -> dict[str, Any]:
     """Run the matrix, then write ``summary.json``, ``summary.md``, ``runs.json`` and the
     figure. With ``recorded``, run nothing: summarise the runs ``runs.jsonl`` holds (each
@@ -324,6 +353,7 @@ def run_matrix(
     first line holding the spec), and a later call with the same sizes skips the runs found
     there, also when it asks for more attacks or seeds (the matrix grows across sittings).
     Runs go seed by seed, so an interrupted matrix has whole seeds first.
+    ``defended_only``: run only the cells :func:`jobs_of` names so.
     """
     from sapo_async.experiment.attack.summary import summarise, write_outputs
     from sapo_async.experiment.environment import resume_note
@@ -346,7 +376,11 @@ def run_matrix(
     )
     if note and not recorded:
         print(f"  {note}", file=sys.stderr, flush=True)
-    jobs = [j for j in jobs_of(spec) if (j[1], j[2], j[3], config_label(j[4], j[5])) not in done]
+    jobs = [
+        j
+        for j in jobs_of(spec, defended_only=defended_only)
+        if (j[1], j[2], j[3], config_label(j[4], j[5])) not in done
+    ]
     if recorded:
         jobs = []
     t0 = time.perf_counter()

@@ -98,6 +98,10 @@ class AttackSpec:
         tail_share: with the defences on, do as ``drop_after_answer`` for a producer once
             this share of its rewarded answers carried a tail (``[defence] tail_share``;
             0: off, as in a node by default).
+        eval_questions: after the last round, each honest node answers this many held-out
+            questions (the same for every node and run; 0: none): its reward measured on
+            many more answers than its rounds give, so one run's ratio is less noisy.
+        eval_completions: answers sampled per held-out question.
     """
 
     attacks: tuple[str, ...] = ATTACKS
@@ -121,6 +125,8 @@ class AttackSpec:
     cut_after_answer: bool = False
     drop_after_answer: bool = False
     tail_share: float = 0.0
+    eval_questions: int = 0
+    eval_completions: int = 8
 
     def __post_init__(self) -> None:
         from sapo_async.experiment.lockstep import TRANSPORTS
@@ -167,6 +173,10 @@ class AttackSpec:
             raise bad("train_layers", "at least 1, or unset to train every parameter")
         if not self.lr > 0:
             raise bad("lr", "a positive number")
+        if self.eval_questions < 0:
+            raise bad("eval_questions", "0 (no held-out evaluation) or more")
+        if self.eval_completions < 1:
+            raise bad("eval_completions", "at least 1")
         if not 0 <= self.tail_share <= 1:
             raise bad("tail_share", "from 0 (off) to 1")
         unknown = set(self.attacks) - set(ATTACKS)
@@ -237,6 +247,10 @@ class RunMeasure:
         quarantined: producers quarantined by some honest node at the end.
         peak_rss_mb: the process's peak resident memory.
         seconds: wall time.
+        eval_rewards: with ``eval_questions``, the mean reward on the held-out questions
+            after the last round of each node that is honest in the attack runs (the first
+            ``nodes - attackers``, in node order, also in a no-attack run); empty where not
+            measured.
         environment: what the run ran on
             (:func:`sapo_async.experiment.environment.environment`, with the real model's
             weights); empty in runs recorded before it was kept.
@@ -267,4 +281,5 @@ class RunMeasure:
     quarantined: int = 0
     peak_rss_mb: float = 0.0
     seconds: float = 0.0
+    eval_rewards: list[float] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)

@@ -46,6 +46,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from sapo_async.experiment.attack.held_out import HONEST_REWARD_GOAL, held_out, held_out_lines
 from sapo_async.experiment.attack.spec import RATIO_ATTACKS, AttackSpec, RunMeasure, config_label
 from sapo_async.experiment.environment import environments
 from sapo_async.experiment.report import goal_over_seeds, goal_text
@@ -296,6 +297,7 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
             "lr": spec.lr,
         },
         "attacks": attacks,
+        "held_out": held_out(spec, runs),
         "false_positive_rate": _mean(fp),
         "false_positives_after_admission": {
             "admitted": after.admitted,
@@ -342,8 +344,6 @@ def _model_sha256(model: str) -> str | None:
 
 TARGETS = {"inject": 0.05, "tokens": 0.05, "length": 1.2, "flood": 1.2, "absurd": 1.2}
 """The Must-show bound on ``asr_on`` per attack (issue 11)."""
-HONEST_REWARD_GOAL = 0.9
-"""Issue 23's bound on honest reward with the defences on over no attack (at least)."""
 
 
 def markdown_table(summary: dict[str, Any]) -> str:
@@ -392,6 +392,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
             + "; ".join(goals)
             + ".",
         ]
+    lines += held_out_lines(summary.get("held_out"))
     after = summary.get("false_positives_after_admission")
     if after is not None:
         lines += [
