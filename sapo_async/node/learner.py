@@ -234,9 +234,10 @@ class Learner:
         self, questions: int, completions: int, *, seed: int, batch: int = 8
     ) -> list[ScoredGroup]:
         """Sample ``completions`` answers to each of ``questions`` held-out questions (the
-        task source's ``eval`` items, disjoint from every training question and the same
-        for every node) with this node's current weights, prompt and sampler, scored by its
-        own verifier: a node's reward measured on many more answers than a round has.
+        task source's ``eval`` draws, apart from the rounds' and the same for every node; a
+        small family such as one-digit sums repeats its questions in both) with this node's
+        current weights, prompt and sampler, scored by its own verifier: a node's reward
+        measured on many more answers than a round has.
         Generates ``batch`` questions at a time (bounds the KV cache of a real model).
 
         Raises:

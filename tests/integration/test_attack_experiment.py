@@ -27,7 +27,18 @@ pytestmark = [pytest.mark.slow]
 def test_attack_quick_measures_each_attack_with_defences_off_and_on(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the default output directories are relative
     result = CliRunner().invoke(
-        build_app(), ["experiment", "attack", "--quick", "--attacks", "inject,absurd"]
+        build_app(),
+        [
+            "experiment",
+            "attack",
+            "--quick",
+            "--attacks",
+            "inject,absurd",
+            "--eval-questions",
+            "2",
+            "--eval-completions",
+            "2",
+        ],
     )
     assert result.exit_code == 0, result.output
     assert not (tmp_path / "docs").exists()
@@ -94,6 +105,13 @@ def test_attack_quick_measures_each_attack_with_defences_off_and_on(tmp_path, mo
     assert all(
         isinstance(t, str) and t.strip() == t and t for r in runs for ts in r["tails"] for t in ts
     )
+    # The held-out evaluation: the attack runs' three honest nodes, in every 1/1 run.
+    for r in runs:
+        if r["config"] == "1/1":
+            assert len(r["eval_rewards"]) == 3
+            assert all(0.0 <= x <= 1.0 for x in r["eval_rewards"])
+    assert set(summary["held_out"]["attacks"]) == {"inject", "absurd"}
+    assert summary["held_out"]["attacks"]["inject"]["honest_eval_ratio_on"] >= 0.0
 
 
 def test_attack_rejects_an_unknown_attack(tmp_path):
@@ -112,6 +130,7 @@ def test_attack_rejects_an_unknown_attack(tmp_path):
         ("--transport", "pigeon", "memory, nats"),
         ("--tasks", "no_such_family", "reasoning-gym family names"),
         ("--nodes", "1", "at least 2"),
+        ("--eval-questions", "-3", "0 (no held-out evaluation) or more"),
     ],
 )
 def test_attack_refuses_a_bad_option_in_one_line_naming_it(tmp_path, option, value, allowed):

@@ -163,6 +163,8 @@ def test_tiny_length_pad_is_unchanged_spaces():
         ({"tasks": "hard"}, "tasks"),
         ({"attacks": ("bribe",)}, "attacks"),
         ({"train_layers": 0}, "train_layers"),
+        ({"eval_questions": -1}, "eval_questions"),
+        ({"eval_completions": 0}, "eval_completions"),
     ],
 )
 def test_attack_spec_refuses_a_bad_value_naming_the_field(change, field):

@@ -1,0 +1,90 @@
+"""The attack summary's held-out section and the runs ``--defended-only`` selects."""
+
+from __future__ import annotations
+
+import pytest
+
+from sapo_async.experiment.attack.held_out import held_out, held_out_lines
+from sapo_async.experiment.attack.runner import jobs_of
+from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure
+from sapo_async.experiment.attack.summary import markdown_table, summarise
+
+SPEC = AttackSpec(
+    attacks=("inject",),
+    seeds=(0, 1, 2),
+    nodes=4,
+    attackers=2,
+    local=1,
+    external=1,
+    eval_questions=32,
+)
+
+
+def _run(attack: str, on: bool, seed: int, evals: list[float]) -> RunMeasure:
+    honest = [0, 1] if attack != "none" else [0, 1, 2, 3]
+    return RunMeasure(attack, on, seed, "1/1", honest, rewards=[[0.1] * 3] * 4, eval_rewards=evals)
+
+
+def test_held_out_ratio_is_the_attacked_nodes_mean_over_the_same_nodes_without_attack():
+    runs = [
+        _run("none", True, 0, [0.2, 0.4]),
+        _run("inject", True, 0, [0.15, 0.15]),
+        _run("none", True, 1, [0.1, 0.1]),
+        _run("inject", True, 1, [0.1, 0.1]),
+        _run("none", True, 2, [0.2, 0.2]),  # seed 2's attack run is missing: not counted
+    ]
+    section = held_out(SPEC, runs)
+    row = section["attacks"]["inject"]
+    assert set(row["seeds"]) == {"0", "1"}
+    assert row["seeds"]["0"]["honest_eval_ratio_on_same"] == pytest.approx(0.5)
+    assert row["seeds"]["1"]["honest_eval_ratio_on_same"] == pytest.approx(1.0)
+    assert row["honest_eval_ratio_on_same"] == pytest.approx(0.75)
+    assert row["honest_eval_ratio_on_same_goal"]["seeds"] == 2
+    # --defended-only has no undefended no-attack run: that ratio is left out, not faked.
+    assert "honest_eval_ratio_on" not in row
+    assert "honest_eval_ratio_on_goal" not in row
+    assert section["eval_questions"] == 32
+    (line,) = [x for x in held_out_lines(section) if x]
+    assert "`inject` 0.125 against 0.200" in line
+    assert "over no attack (off)" not in line
+
+
+def test_held_out_also_compares_with_the_undefended_no_attack_run_where_there_is_one():
+    runs = [
+        _run("none", True, 0, [0.2, 0.2]),
+        _run("none", False, 0, [0.4, 0.4]),
+        _run("inject", True, 0, [0.2, 0.2]),
+    ]
+    row = held_out(SPEC, runs)["attacks"]["inject"]
+    assert row["honest_eval_ratio_on"] == pytest.approx(0.5)
+    assert row["honest_eval_ratio_on_same"] == pytest.approx(1.0)
+    assert "over no attack (off) 0.50" in held_out_lines(held_out(SPEC, runs))[1]
+
+
+def test_runs_without_a_held_out_evaluation_give_an_empty_section_and_no_line():
+    runs = [_run("none", True, 0, []), _run("inject", True, 0, [])]
+    section = held_out(SPEC, runs)
+    assert section["attacks"] == {}
+    assert held_out_lines(section) == []
+
+
+def test_a_summary_of_defended_only_runs_has_the_held_out_section_and_a_table():
+    runs = [_run("none", True, s, [0.2, 0.2]) for s in (0, 1)] + [
+        _run("inject", True, s, [0.1, 0.3]) for s in (0, 1)
+    ]
+    summary = summarise(SPEC, runs, seconds=0.0)
+    assert summary["attacks"] == {}  # no defences-off runs: no payload row
+    assert summary["held_out"]["attacks"]["inject"]["honest_eval_ratio_on_same"] == 1.0
+    assert "Held-out reward after the last round" in markdown_table(summary)
+
+
+def test_defended_only_runs_no_attack_and_each_attack_with_the_defences_on():
+    spec = AttackSpec(attacks=("inject", "tokens"), seeds=(0, 1))
+    cells = [
+        (attack, on, seed, config)
+        for _, attack, on, seed, config, _ in jobs_of(spec, defended_only=True)
+    ]
+    assert cells == [
+        (attack, True, seed, (2, 2)) for seed in (0, 1) for attack in ("none", "inject", "tokens")
+    ]
+    assert len(jobs_of(spec)) == 2 * (3 + 2 * 2 + 1)  # the full matrix is unchanged
