@@ -88,3 +88,39 @@ def test_defended_only_runs_no_attack_and_each_attack_with_the_defences_on():
         (attack, True, seed, (2, 2)) for seed in (0, 1) for attack in ("none", "inject", "tokens")
     ]
     assert len(jobs_of(spec)) == 2 * (3 + 2 * 2 + 1)  # the full matrix is unchanged
+
+
+def test_quarters_split_the_rounds_evenly_and_the_last_takes_the_remainder():
+    from sapo_async.experiment.attack.over_time import quarters
+
+    assert quarters([1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]) == [1.0, 2.0, 3.0, 4.0]
+    assert quarters([0, 0, 0, 0, 1, 2]) == [0.0, 0.0, 0.0, 1.0]
+    assert quarters([1.0, 2.0]) == []
+
+
+def test_honest_reward_by_quarter_shows_a_cost_that_grows_over_the_rounds():
+    # Equal sums over the run, one cost at the start and one at the end: the goal's ratio
+    # cannot tell them apart, the quarters can.
+    from sapo_async.experiment.attack.over_time import by_quarter
+
+    def run(attack, on, seed, honest_rewards):
+        rewards = [honest_rewards, honest_rewards, [0.0] * 8, [0.0] * 8]
+        return RunMeasure(attack, on, seed, "1/1", [0, 1], rewards=rewards)
+
+    flat = [0.2] * 8
+    runs = [
+        run("none", False, 0, flat),
+        run("none", True, 0, flat),
+        run("inject", True, 0, [0.2] * 6 + [0.0, 0.0]),
+        run("tokens", True, 0, [0.0, 0.0] + [0.2] * 6),
+        run("none", True, 1, flat),  # seed 1 has no undefended no-attack run: left out
+        run("inject", True, 1, [0.0] * 8),
+    ]
+    spec = AttackSpec(attacks=("inject", "tokens", "length"), seeds=(0, 1), local=1, external=1)
+    table = by_quarter(spec, runs)
+    assert table["inject"]["on"] == pytest.approx([0.2, 0.2, 0.2, 0.0])
+    assert table["tokens"]["on"] == pytest.approx([0.0, 0.2, 0.2, 0.2])
+    assert table["inject"]["no_attack_on"] == pytest.approx([0.2] * 4)
+    assert table["inject"]["seeds"] == [0]
+    assert "off" not in table["inject"]  # no defences-off attack run was recorded
+    assert "length" not in table

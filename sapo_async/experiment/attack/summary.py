@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from sapo_async.experiment.attack.held_out import HONEST_REWARD_GOAL, held_out, held_out_lines
+from sapo_async.experiment.attack.over_time import by_quarter
 from sapo_async.experiment.attack.spec import RATIO_ATTACKS, AttackSpec, RunMeasure, config_label
 from sapo_async.experiment.environment import environments
 from sapo_async.experiment.report import goal_over_seeds, goal_text
@@ -298,6 +299,7 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
         },
         "attacks": attacks,
         "held_out": held_out(spec, runs),
+        "honest_reward_by_quarter": by_quarter(spec, runs),
         "false_positive_rate": _mean(fp),
         "false_positives_after_admission": {
             "admitted": after.admitted,
