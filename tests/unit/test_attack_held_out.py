@@ -122,5 +122,10 @@ def test_honest_reward_by_quarter_shows_a_cost_that_grows_over_the_rounds():
     assert table["tokens"]["on"] == pytest.approx([0.0, 0.2, 0.2, 0.2])
     assert table["inject"]["no_attack_on"] == pytest.approx([0.2] * 4)
     assert table["inject"]["seeds"] == [0]
+    assert table["inject"]["last_quarter_by_seed"] == {
+        "on": pytest.approx([0.0]),
+        "no_attack_on": pytest.approx([0.2]),
+        "no_attack_off": pytest.approx([0.2]),
+    }
     assert "off" not in table["inject"]  # no defences-off attack run was recorded
     assert "length" not in table

@@ -35,7 +35,8 @@ def _honest_quarters(run: RunMeasure, honest: Sequence[int]) -> list[float]:
 
 def by_quarter(spec: AttackSpec, runs: Sequence[RunMeasure]) -> dict[str, Any]:
     """Per attack: ``on`` / ``off`` and ``no_attack_on`` / ``no_attack_off``, four means each
-    (the attack runs' honest nodes in every run), and the ``seeds`` they average; a cell
+    (the attack runs' honest nodes in every run), the ``seeds`` they average and each
+    seed's last quarter (``last_quarter_by_seed``, in the order of ``seeds``); a cell
     averages the seeds that have its attack run and both no-attack runs."""
     ij = f"{spec.local}/{spec.external}"
     key = {(r.attack, r.defences, r.seed, r.config): r for r in runs}
@@ -63,9 +64,13 @@ def by_quarter(spec: AttackSpec, runs: Sequence[RunMeasure]) -> dict[str, Any]:
                 )
         if not seeds:
             continue
+        whole = {n: qs for n, qs in cells.items() if all(len(q) == len(qs[0]) for q in qs)}
         out[attack] = {
             name: [sum(q[i] for q in qs) / len(qs) for i in range(len(qs[0]))]
-            for name, qs in cells.items()
-            if qs and all(len(q) == len(qs[0]) for q in qs)
-        } | {"seeds": seeds}
+            for name, qs in whole.items()
+        } | {
+            "seeds": seeds,
+            # Each seed's own last quarter: whether the means' gap is every seed's or one's.
+            "last_quarter_by_seed": {name: [q[-1] for q in qs] for name, qs in whole.items()},
+        }
     return out
