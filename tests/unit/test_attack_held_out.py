@@ -129,3 +129,24 @@ def test_honest_reward_by_quarter_shows_a_cost_that_grows_over_the_rounds():
     }
     assert "off" not in table["inject"]  # no defences-off attack run was recorded
     assert "length" not in table
+
+
+def test_runs_shorter_than_four_rounds_have_no_quarters_and_the_summary_still_writes():
+    # The quick matrix runs 3 rounds; its summary raised IndexError on the empty quarters.
+    from sapo_async.experiment.attack.over_time import by_quarter
+
+    runs = [
+        RunMeasure(
+            attack,
+            on,
+            0,
+            "1/1",
+            [0, 1],
+            rewards=[[0.1] * 3] * 4,
+            round_s=[1.0] * 3,
+            round_cpu_s=[1.0] * 3,
+        )
+        for attack, on in (("none", False), ("none", True), ("inject", False), ("inject", True))
+    ]
+    assert by_quarter(SPEC, runs) == {}
+    assert summarise(SPEC, runs, seconds=0.0)["honest_reward_by_quarter"] == {}

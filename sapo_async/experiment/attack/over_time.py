@@ -37,7 +37,8 @@ def by_quarter(spec: AttackSpec, runs: Sequence[RunMeasure]) -> dict[str, Any]:
     """Per attack: ``on`` / ``off`` and ``no_attack_on`` / ``no_attack_off``, four means each
     (the attack runs' honest nodes in every run), the ``seeds`` they average and each
     seed's last quarter (``last_quarter_by_seed``, in the order of ``seeds``); a cell
-    averages the seeds that have its attack run and both no-attack runs."""
+    averages the seeds that have its attack run and both no-attack runs. Runs of fewer
+    than four rounds have no quarters: an empty table."""
     ij = f"{spec.local}/{spec.external}"
     key = {(r.attack, r.defences, r.seed, r.config): r for r in runs}
     out: dict[str, Any] = {}
@@ -62,8 +63,8 @@ def by_quarter(spec: AttackSpec, runs: Sequence[RunMeasure]) -> dict[str, Any]:
                 cells.setdefault(f"no_attack_{'on' if on else 'off'}", []).append(
                     _honest_quarters(run, honest)  # type: ignore[arg-type]  # checked above
                 )
-        if not seeds:
-            continue
+        if not seeds or not next(iter(cells.values()))[0]:
+            continue  # no seed, or fewer than four rounds: no quarters
         whole = {n: qs for n, qs in cells.items() if all(len(q) == len(qs[0]) for q in qs)}
         out[attack] = {
             name: [sum(q[i] for q in qs) / len(qs) for i in range(len(qs[0]))]
