@@ -100,6 +100,12 @@ def attack(
         "of its rewarded answers carried a tail ([defence] tail_share, off by default); "
         "default output directory gets -tails.",
     ),
+    balanced_draw: bool = typer.Option(
+        False,
+        "--balanced-draw",
+        help="With the defences on, draw peers' groups least served producer first "
+        "([defence] balanced_draw, off by default); default output directory gets -balanced.",
+    ),
     eval_questions: int | None = typer.Option(
         None,
         help="After the last round each honest node answers this many held-out questions "
@@ -166,6 +172,7 @@ def attack(
             cut_after_answer=cut_after_answer,
             drop_after_answer=drop_after_answer,
             tail_share=tail_share,
+            balanced_draw=balanced_draw,
         )
         if quick:
             spec = runner.quick(spec)
@@ -179,6 +186,7 @@ def attack(
         name += "-cut" if cut_after_answer else ""
         name += "-drop" if drop_after_answer else ""
         name += "-tails" if tail_share else ""
+        name += "-balanced" if balanced_draw else ""
         out = Path(f"runs/{name}-quick" if quick else f"docs/results/{name}")
 
     def progress(m: runner.RunMeasure) -> None:

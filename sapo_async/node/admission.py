@@ -37,6 +37,7 @@ from sapo_async.fabric.admission import Arrival, Check, Stage
 from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.transport.base import StartAt, Transport
 from sapo_async.node.defence import QUARANTINE_WINDOW, Calibration, Quarantine
+from sapo_async.node.fairness import ServedRecord
 from sapo_async.node.spec import NodeSpec
 from sapo_async.node.tails import TailRecord
 from sapo_async.tasks.source import dataset_seed
@@ -167,12 +168,15 @@ class NodeDefences:
             but an operator's ``extra_check`` stays).
         tails: which producers tail their rewarded answers (None: ``defence.active`` off
             or ``tail_share`` 0; :mod:`sapo_async.node.tails`).
+        served: which producers this node trained recently, for the balanced draw (None:
+            ``defence.active`` or ``balanced_draw`` off; :mod:`sapo_async.node.fairness`).
     """
 
     quarantine: Quarantine
     calibration: Calibration
     checks: tuple[Check, ...]
     tails: TailRecord | None = None
+    served: ServedRecord | None = None
 
     @classmethod
     def build(cls, spec: NodeSpec, families: Sequence[FamilySpec]) -> NodeDefences:
@@ -190,8 +194,9 @@ class NodeDefences:
         if extra is not None:
             checks.append(GroupCheck(extra))
         tails = TailRecord(d.tail_share) if d.active and d.tail_share > 0 else None
+        served = ServedRecord() if d.active and d.balanced_draw else None
         calibration = Calibration(d, spec.training.max_new_tokens)
-        return cls(quarantine, calibration, tuple(checks), tails)
+        return cls(quarantine, calibration, tuple(checks), tails, served)
 
 
 def build_collector(

@@ -11,8 +11,8 @@ trainer), the publisher and collector (fabric), the sampler (pure core) and the 
 4. pick I local groups and J external ones from a snapshot of the collector's buffer
    (:mod:`.selection`, in a worker thread: re-derive each candidate's task, score it with
    this node's verifier, screen it with the content defences); back on the event loop,
-   drop what failed (once, by reason, fed to the quarantine), take what was chosen and
-   record which producers tail their answers (:mod:`.tails`);
+   drop what failed (once, by reason, fed to the quarantine), take what was chosen, record
+   which producers tail their answers (:mod:`.tails`) and which were served (:mod:`.fairness`);
 5. one GRPO step on the I + J groups;
 6. journal the round's commitment (hashes shared, hashes used by producer) for the chain;
    the node never waits for the chain.
@@ -78,8 +78,8 @@ class RoundLoop:
             with (:func:`~sapo_async.node.admission.build_collector`); None builds fresh
             ones, and a collector built without them then has no node-level admission
             checks (the round's content defences still apply).
-        offload: run generation, selection and training in worker threads (several nodes
-            per process).
+        offload: run generation, selection and training in worker threads (several nodes per
+            process).
 
     Raises:
         ConfigError: sleep mode with a generator that cannot sleep.
@@ -137,7 +137,7 @@ class RoundLoop:
             defences = NodeDefences.build(self.spec, self.learner.tasks.families)
         self.quarantine = defences.quarantine
         self.calibration = defences.calibration
-        self.tails = defences.tails
+        self.tails, self.served = defences.tails, defences.served
 
     def _judged(self, producer: str, dropped: bool) -> None:
         """The quarantine's one source of verdicts: the round's judgement of verified,
@@ -158,8 +158,6 @@ class RoundLoop:
     def stats(self) -> NodeStats:
         """Totals published and consumed so far."""
         return NodeStats(self.history.count, self._published, dict(self._used))
-
-    # --- the loop ------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Run rounds until stopped or ``training.rounds`` are done, checkpointing every
@@ -245,8 +243,6 @@ class RoundLoop:
             )
         await self._held.release()
         return path
-
-    # --- one round -----------------------------------------------------------------------
 
     async def step(self) -> RoundReport:
         """Run one whole round (share, then train)."""
@@ -364,8 +360,11 @@ class RoundLoop:
                 newest=newest,
                 limits=limits,
                 tails=self.tails.copy() if self.tails is not None else None,
+                served=self.served.counts() if self.served is not None else None,
             )
         )
+        if self.served is not None:
+            self.served.record(c.producer for c in choice.external)
         for producer in self.tails.observe(choice.tails) if self.tails is not None else ():
             self._log.warning("producer_tails_left_out", producer=producer)
         by_reason: dict[str, list[bytes]] = {}

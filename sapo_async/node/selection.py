@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sapo_async.errors import RejectedInput
@@ -170,6 +171,7 @@ def select_groups(
     newest: dict[str, int],
     limits: Thresholds | None,
     tails: TailRecord | None = None,
+    served: Mapping[str, int] | None = None,
 ) -> Choice:
     """Choose I local and J external groups (safe in a worker thread: see the docstring).
 
@@ -183,6 +185,8 @@ def select_groups(
         limits: the content defences' thresholds (None: defences off).
         tails: this thread's copy of the node's tail record (None: off); updated as
             groups are scored, so a producer can cross within the round.
+        served: external groups trained recently per producer, for the balanced draw
+            (None: the paper's uniform draw; :mod:`~sapo_async.node.fairness`).
     """
     rng = random.Random(round_seed(training.seed, learner.settings.node_index, round_, "external"))
     drops: list[Verdict] = []
@@ -272,6 +276,7 @@ def select_groups(
         policy=training.sampler,
         per_producer_cap=training.per_producer_cap,
         on_error=on_error,
+        served=served,
     )
     selection = ExternalSelection(
         chosen=[r.chosen() for r in ranked.chosen],

@@ -427,9 +427,7 @@ class DefenceSpec(Settings):
         description="Admit only task configs of this node's own preset and swarm seed.",
     )
     max_prompt_chars: int = Field(default=8192, ge=1, description="Longest question admitted.")
-    max_completion_chars: int = Field(
-        default=8192, ge=1, description="Longest completion admitted."
-    )
+    max_completion_chars: int = Field(default=8192, ge=1, description="Longest completion.")
     max_groups_per_producer_round: int = Field(
         default=64, ge=1, description="Most groups admitted from one producer round."
     )
@@ -469,9 +467,12 @@ class DefenceSpec(Settings):
         "it was rewarded for (at least 8, in its last 16 groups) carried text after the "
         "closing tag (0: off; measured on SmolLM2 in docs/security.md).",
     )
-    length_guard: bool = Field(
-        default=True, description="Drop needlessly long rewarded completions."
+    balanced_draw: bool = Field(
+        default=False,
+        description="Draw peers' groups least served producer first (over the last 32 "
+        "trained), so always-informative groups win a producer's share, not every slot.",
     )
+    length_guard: bool = Field(default=True, description="Drop needlessly long rewarded ones.")
     length_factor: float = Field(
         default=1.5, ge=1, description="Longest rewarded completion, times own rewarded length..."
     )

@@ -98,6 +98,8 @@ class AttackSpec:
         tail_share: with the defences on, do as ``drop_after_answer`` for a producer once
             this share of its rewarded answers carried a tail (``[defence] tail_share``;
             0: off, as in a node by default).
+        balanced_draw: with the defences on, the sampler walks the least served producers
+            first (``[defence] balanced_draw``; off, as in a node by default).
         eval_questions: after the last round, each honest node answers this many held-out
             questions (the same for every node and run; 0: none): its reward measured on
             many more answers than its rounds give, so one run's ratio is less noisy.
@@ -125,6 +127,7 @@ class AttackSpec:
     cut_after_answer: bool = False
     drop_after_answer: bool = False
     tail_share: float = 0.0
+    balanced_draw: bool = False
     eval_questions: int = 0
     eval_completions: int = 8
 
