@@ -427,7 +427,7 @@ class DefenceSpec(Settings):
         description="Admit only task configs of this node's own preset and swarm seed.",
     )
     max_prompt_chars: int = Field(default=8192, ge=1, description="Longest question admitted.")
-    max_completion_chars: int = Field(default=8192, ge=1, description="Longest completion.")
+    max_completion_chars: int = Field(8192, ge=1, description="Longest completion admitted.")
     max_groups_per_producer_round: int = Field(
         default=64, ge=1, description="Most groups admitted from one producer round."
     )
@@ -472,7 +472,7 @@ class DefenceSpec(Settings):
         description="Draw peers' groups least served producer first (over the last 32 "
         "trained), so always-informative groups win a producer's share, not every slot.",
     )
-    length_guard: bool = Field(default=True, description="Drop needlessly long rewarded ones.")
+    length_guard: bool = Field(True, description="Drop needlessly long rewarded completions.")
     length_factor: float = Field(
         default=1.5, ge=1, description="Longest rewarded completion, times own rewarded length..."
     )

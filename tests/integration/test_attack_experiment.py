@@ -210,6 +210,7 @@ def _attack_real_recipe() -> list[str]:
         (["--tail-share", "0.5", "--out", "t"], True, 0.5, "t"),
         (["--no-cut-after-answer", "--out", "x"], False, None, "x"),
         (["--drop-after-answer", "--out", "d"], True, None, "d"),
+        (["--balanced-draw", "--out", "b"], True, None, "b"),
     ],
 )
 def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
@@ -238,4 +239,6 @@ def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
     assert spec.drop_after_answer is ("--drop-after-answer" in extra)
     node = DefenceSpec()
     assert spec.tail_share == (node.tail_share if tails is None else tails)
+    assert spec.balanced_draw is ("--balanced-draw" in extra)
+    assert not node.balanced_draw
     assert node.cut_after_answer

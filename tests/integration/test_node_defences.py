@@ -356,3 +356,53 @@ async def test_a_peer_that_tails_every_right_answer_stops_being_trained_on(
     else:
         assert node.tails is None
         assert per_round == [2, 2, 2, 2]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("balanced", [True, False])
+async def test_a_peer_whose_every_group_is_informative_wins_its_share_not_every_slot(
+    balanced: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: SAPO's draw is uniform over informative *groups*, so a peer that sends one
+    right and one wrong answer in every group, and more groups, takes nearly every slot
+    (the inject attackers' cut groups took 160 of 170 in the recorded SmolLM2 matrix).
+    With ``balanced_draw`` the node walks the least served producers first: an honest
+    peer's one informative group a round is trained every round beside the attacker's."""
+    broker = MemoryBroker()
+    node = await _node(0, broker, plausibility=False, balanced_draw=balanced)
+    attacker, honest = await _node(1, broker), await _node(2, broker)
+    trained: list[Any] = []
+    real_train = node.learner.train
+    monkeypatch.setattr(node.learner, "train", lambda gs: trained.extend(gs) or real_train(gs))
+
+    def right_and_wrong(group: RolloutGroup, round_: int) -> RolloutGroup:
+        right, wrong = f" <answer>{group.answer}</answer>", " <answer>77</answer>"
+        texts = (right, wrong, right, wrong)
+        return replace(
+            group,
+            producer_round=round_,
+            completions=tuple(Completion(text=t, finish_reason="stop") for t in texts),
+        )
+
+    honest_address = honest.publisher._account.address  # type: ignore[attr-defined]
+    per_round = []
+    for round_ in range(3):
+        # Four attacker groups a round (two producer rounds' worth), one honest group.
+        for producer_round in (2 * round_, 2 * round_ + 1):
+            for group in await _peer_groups(attacker):
+                forged = right_and_wrong(group, producer_round)
+                assert node.collector.ingest(_signed(attacker, forged)) is not None
+        (group, *_) = await peer_wire_groups(honest, round_)
+        assert node.collector.ingest(_signed(honest, right_and_wrong(group, round_))) is not None
+        before = len(trained)
+        report = await node.train_round(await node.share_round())
+        assert report.external_total == 2
+        per_round.append(sum(g.producer == honest_address for g in trained[before:]))
+    if balanced:
+        assert node.served is not None
+        assert per_round == [1, 1, 1]
+        assert node.served.counts()[honest_address] == 3
+    else:
+        assert node.served is None
+        # The uniform draw takes the honest group with probability 2/5 a round (seeded).
+        assert sum(per_round) < 3

@@ -202,6 +202,21 @@ def test_a_counter_that_crashes_leaves_the_message_under_one_reason_not_admitted
 
 
 @pytest.mark.parametrize(
+    ("settings", "kept"),
+    [
+        ({}, False),  # off by default (docs/security.md says why)
+        ({"defence_balanced_draw": True}, True),
+        ({"defence_balanced_draw": True, "defence_active": False}, False),
+    ],
+)
+def test_a_node_keeps_a_served_record_while_its_defences_and_balanced_draw_are_on(
+    settings: dict[str, object], kept: bool
+) -> None:
+    spec = NodeSpec.build(swarm=SWARM, ledger_enabled=False, **settings)
+    assert (NodeDefences.build(spec, CPU_PRESET).served is not None) is kept
+
+
+@pytest.mark.parametrize(
     ("settings", "share"),
     [
         ({}, None),  # off by default (docs/security.md says why)

@@ -189,6 +189,7 @@ DEFENCE: dict[str, Any] = {
     "cut_after_answer": False,
     "drop_after_answer": True,
     "tail_share": 0.25,
+    "balanced_draw": True,
     "length_guard": False,
     "length_factor": 2.0,
     "length_quantile": 0.5,
@@ -368,6 +369,15 @@ def test_drop_after_answer_reaches_the_learner_while_defences_are_active(
     defence = {"drop_after_answer": True, "active": active}
     learner = build_learner(_build({"defence": defence}, tmp_path).spec)
     assert learner.settings.drop_after_answer is drop
+
+
+def test_balanced_draw_reaches_the_nodes_served_record(tmp_path: Path) -> None:
+    from sapo_async.node.admission import NodeDefences
+    from sapo_async.tasks.spec import CPU_PRESET
+
+    on = _build({"defence": {"balanced_draw": True}}, tmp_path).spec
+    assert NodeDefences.build(on, CPU_PRESET).served is not None
+    assert NodeDefences.build(_build({}, tmp_path).spec, CPU_PRESET).served is None
 
 
 def test_tail_share_reaches_the_nodes_tail_record(tmp_path: Path) -> None:
