@@ -57,7 +57,8 @@ from sapo_async.limits import (
     MAX_ROLLOUTS_PER_ROUND,
     MAX_SWARM_SEED,
 )
-from sapo_async.node.spec_parts import CheckpointSpec, DefenceSpec, FabricSpec, LedgerSpec
+from sapo_async.node.spec_defence import DefenceSpec
+from sapo_async.node.spec_parts import CheckpointSpec, FabricSpec, LedgerSpec
 from sapo_async.policy.grpo.config import TrainerConfig
 from sapo_async.policy.settings import Settings, renamed_message
 

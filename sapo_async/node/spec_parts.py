@@ -1,7 +1,8 @@
-"""The node spec's parts for the network, the chain, checkpoints and defences.
+"""The node spec's parts for the network, the chain and checkpoints.
 
-Owns :class:`FabricSpec`, :class:`LedgerSpec`, :class:`CheckpointSpec` and
-:class:`DefenceSpec` (documented in :mod:`sapo_async.node.spec`, which re-exports them).
+Owns :class:`FabricSpec`, :class:`LedgerSpec` and :class:`CheckpointSpec` (documented in
+:mod:`sapo_async.node.spec`, which re-exports them; the defences' part is
+:class:`~sapo_async.node.spec_defence.DefenceSpec`).
 Each is a :class:`~sapo_async.policy.settings.Settings` model and node.toml's section of the
 same idea is generated from it (``[nats]`` from :data:`FABRIC_FILE_FIELDS`, ``[ledger]``
 from :data:`LEDGER_FILE_FIELDS`, ``[checkpoint]`` from :data:`CHECKPOINT_FILE_FIELDS`;
@@ -40,7 +41,6 @@ __all__ = [
     "FABRIC_FILE_FIELDS",
     "LEDGER_FILE_FIELDS",
     "CheckpointSpec",
-    "DefenceSpec",
     "FabricSpec",
     "LedgerSpec",
     "read_private_key",
@@ -406,94 +406,3 @@ class CheckpointSpec(Settings):
 
 CHECKPOINT_FILE_FIELDS = ("every",)
 """The checkpoint settings a volunteer sets in ``node.toml``'s ``[checkpoint]``."""
-
-
-class DefenceSpec(Settings):
-    """What a node refuses from validly signed peers (docs/security.md, one paragraph each).
-
-    The same model is node.toml's ``[defence]`` section: each field's default, bounds and
-    description are here only. ``active`` is the master switch (the attack experiment's
-    "defences off"; the collector's wire checks and the trained-hash rule stay on
-    regardless); the length guard also drops a rewarded completion longer than the node's
-    own ``max_new_tokens``; a producer is quarantined once at least ``quarantine_rate`` of
-    at least ``quarantine_min_events`` of its judged groups were dropped.
-    """
-
-    part: ClassVar[str] = "defence"
-
-    active: bool = Field(default=True, description="All content and resource defences on or off.")
-    preset_only: bool = Field(
-        default=True,
-        description="Admit only task configs of this node's own preset and swarm seed.",
-    )
-    max_prompt_chars: int = Field(default=8192, ge=1, description="Longest question admitted.")
-    max_completion_chars: int = Field(8192, ge=1, description="Longest completion admitted.")
-    max_groups_per_producer_round: int = Field(
-        default=64, ge=1, description="Most groups admitted from one producer round."
-    )
-    plausibility: bool = Field(
-        default=True, description="Drop groups this node's own model finds implausible."
-    )
-    plausibility_quantile: float = Field(
-        default=0.01, gt=0, le=1, description="Quantile of own completions' mean log-prob..."
-    )
-    plausibility_margin: float = Field(default=1.0, ge=0, description="...minus this many nats.")
-    plausibility_low_tokens: int = Field(
-        default=3,
-        ge=0,
-        description="Screen the mean of a completion's this many least likely tokens "
-        "the same way (0: off).",
-    )
-    answer_ends_completion: bool = Field(
-        default=False,
-        description="Score 0 for text after the closing answer tag, own and peers' "
-        "(where injected payloads sit).",
-    )
-    cut_after_answer: bool = Field(
-        default=True,
-        description="Screen and train a peer's completion only through its closing "
-        "answer tag, stopped there (the verifier never read what follows).",
-    )
-    drop_after_answer: bool = Field(
-        default=False,
-        description="Leave a peer's completion with text after its closing answer tag out "
-        "of training altogether (before the cut); its group is judged by the rest.",
-    )
-    tail_share: float = Field(
-        default=0.0,
-        ge=0,
-        le=1,
-        description="Do as drop_after_answer for a peer once this share of the answers "
-        "it was rewarded for (at least 8, in its last 16 groups) carried text after the "
-        "closing tag (0: off; measured on SmolLM2 in docs/security.md).",
-    )
-    balanced_draw: bool = Field(
-        default=False,
-        description="Draw peers' groups least served producer first (over the last 32 "
-        "trained), so always-informative groups win a producer's share, not every slot.",
-    )
-    length_guard: bool = Field(True, description="Drop needlessly long rewarded completions.")
-    length_factor: float = Field(
-        default=1.5, ge=1, description="Longest rewarded completion, times own rewarded length..."
-    )
-    length_quantile: float = Field(default=0.95, gt=0, le=1, description="...at this quantile.")
-    repetition_limit: int = Field(
-        default=12,
-        ge=0,
-        description="Drop a rewarded completion that repeats a pattern of 1 to "
-        "4 tokens over this many tokens (padding; 0: off).",
-    )
-    calibration_min: int = Field(
-        default=32,
-        ge=1,
-        description="Own completions a family needs before its thresholds apply "
-        "(peers' groups of the family wait until then).",
-    )
-    quarantine_rate: float = Field(
-        default=0.5,
-        gt=0,
-        le=1,
-        description="Quarantine a producer when this share of its groups...",
-    )
-    quarantine_min_events: int = Field(default=8, ge=1, description="...of at least this many...")
-    quarantine_s: float = Field(default=600.0, ge=0, description="...were dropped, for this long.")

@@ -8,7 +8,7 @@ twice and nothing is renamed between the file and the node. ``[node]`` is
 :class:`~sapo_async.node.spec.PolicySpec`'s, ``[training]`` is
 :class:`~sapo_async.node.spec.TrainingSpec`'s and its trainer's, ``[nats]``,
 ``[ledger]``, ``[checkpoint]`` are the fabric's, ledger's and checkpoint's parts, and
-``[defence]`` is :class:`~sapo_async.node.spec_parts.DefenceSpec` itself. This module owns
+``[defence]`` is :class:`~sapo_async.node.spec_defence.DefenceSpec` itself. This module owns
 only what a file has and a spec does not: where the node's files go (``[node] data_dir``),
 the request hardware selection resolves (``[model] name_or_path``, ``backend``,
 ``device``; ``[tasks] preset``, ``families``), ``[identity]`` and ``[metrics]``, and the
@@ -36,12 +36,12 @@ from sapo_async.node.spec import (
     PolicySpec,
     TrainingSpec,
 )
+from sapo_async.node.spec_defence import DefenceSpec
 from sapo_async.node.spec_parts import (
     CHECKPOINT_FILE_FIELDS,
     FABRIC_FILE_FIELDS,
     LEDGER_FILE_FIELDS,
     CheckpointSpec,
-    DefenceSpec,
     FabricSpec,
     LedgerSpec,
 )
@@ -253,7 +253,7 @@ else:
     CheckpointSection = spec_section("CheckpointSection", _CheckpointFile)
 
 DefenceSection = DefenceSpec
-"""[defence]: the spec's own model (:class:`~sapo_async.node.spec_parts.DefenceSpec`)."""
+"""[defence]: the spec's own model (:class:`~sapo_async.node.spec_defence.DefenceSpec`)."""
 
 
 class MetricsSection(Section):

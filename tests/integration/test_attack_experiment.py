@@ -219,7 +219,7 @@ def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
     # docs/results/attack-real (the path issue 23 names) held the matrix from before the
     # answer cut became a node's default, because the recipe ran without it.
     from sapo_async.experiment.attack import runner
-    from sapo_async.node.spec_parts import DefenceSpec
+    from sapo_async.node.spec_defence import DefenceSpec
 
     seen = []
 
