@@ -17,7 +17,8 @@ producer's candidates in a uniformly random order. The paper's uniform draw is o
 *groups*, so a producer whose groups are always informative (one right and one wrong
 answer, every time) or that sends more of them wins nearly every slot it competes for;
 drawn this way it wins its share among the producers that have an informative group, and
-an honest peer whose groups are informative only now and then is trained whenever one is.
+an honest peer's informative group is drawn before its groups whenever the peer has had
+fewer of the node's recent slots. A node with several keys still wins a share per key.
 
 Both honour a per-producer cap (at most ``per_producer_cap`` groups from one producer per
 round), so no single peer can dominate a node's batch (a defence against the
