@@ -46,6 +46,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from sapo_async.experiment.attack.defended import defended, defended_lines
 from sapo_async.experiment.attack.held_out import HONEST_REWARD_GOAL, held_out, held_out_lines
 from sapo_async.experiment.attack.over_time import by_quarter
 from sapo_async.experiment.attack.spec import RATIO_ATTACKS, AttackSpec, RunMeasure, config_label
@@ -55,6 +56,13 @@ from sapo_async.node.report import drop_rates
 from sapo_async.wire.reasons import AFTER_ADMISSION
 
 __all__ = ["markdown_table", "slope", "summarise", "write_outputs"]
+
+
+_SIZES = (
+    *("nodes", "attackers", "rounds", "seeds", "questions_per_round", "completions_per_question"),
+    *("local", "external", "max_new_tokens", "train_layers", "lr"),
+)
+"""The sizes a summary states (``seeds``: how many)."""
 
 
 def _tail(values: Sequence[float]) -> list[float]:
@@ -284,20 +292,9 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
         "model": spec.model,
         "model_sha256": _model_sha256(spec.model),
         "transport": spec.transport,
-        "sizes": {
-            "nodes": spec.nodes,
-            "attackers": spec.attackers,
-            "rounds": spec.rounds,
-            "seeds": len(spec.seeds),
-            "questions_per_round": spec.questions_per_round,
-            "completions_per_question": spec.completions_per_question,
-            "local": spec.local,
-            "external": spec.external,
-            "max_new_tokens": spec.max_new_tokens,
-            "train_layers": spec.train_layers,
-            "lr": spec.lr,
-        },
+        "sizes": {k: len(spec.seeds) if k == "seeds" else getattr(spec, k) for k in _SIZES},
         "attacks": attacks,
+        "defended": defended(spec, runs),
         "held_out": held_out(spec, runs),
         "honest_reward_by_quarter": by_quarter(spec, runs),
         "false_positive_rate": _mean(fp),
@@ -394,6 +391,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
             + "; ".join(goals)
             + ".",
         ]
+    lines += defended_lines(summary.get("defended"))
     lines += held_out_lines(summary.get("held_out"))
     after = summary.get("false_positives_after_admission")
     if after is not None:
