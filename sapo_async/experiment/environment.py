@@ -175,13 +175,19 @@ def _labels(labels: Sequence[str]) -> str:
     )
 
 
-def resume_note(recorded: Sequence[tuple[str, Mapping[str, Any]]]) -> str | None:
+def resume_note(
+    recorded: Sequence[tuple[str, Mapping[str, Any]]], *, torch_threads: int | None = None
+) -> str | None:
     """One line for a resumed experiment whose recorded runs were not made in this
     environment (weights aside: this process has not loaded the model), or ``None`` when
-    every recorded run's environment is this one's."""
+    every recorded run's environment is this one's. ``torch_threads``: the threads the new
+    runs will have, where not this process's (a worker process runs with one, and its runs
+    record that): without it every run made by a worker read as made elsewhere."""
     if not recorded:
         return None
     here = environment()
+    if torch_threads is not None:
+        here["torch_threads"] = torch_threads
     by_change: dict[str, list[str]] = {}
     for label, env in recorded:
         if not env:

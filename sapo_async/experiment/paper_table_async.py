@@ -291,6 +291,7 @@ def run_async_experiment(
     (so an interrupted run leaves what it measured)."""
     from sapo_async.experiment.environment import resume_note
     from sapo_async.experiment.paper_table_report import write_async_outputs
+    from sapo_async.experiment.worker import WORKER_THREADS
     from sapo_async.policy.models import ensure_tiny_model, tiny_spec
     from sapo_async.policy.models.packaged import ensure_packaged_model
 
@@ -301,7 +302,10 @@ def run_async_experiment(
         ensure_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))
     results: list[AsyncRun] = recorded_runs(spec, out_dir / f"{spec.stem}.json") if resume else []
     have = {(r.config, r.seed) for r in results}
-    note = resume_note([(f"{r.config} seed {r.seed}", r.environment) for r in results])
+    note = resume_note(
+        [(f"{r.config} seed {r.seed}", r.environment) for r in results],
+        torch_threads=WORKER_THREADS,
+    )
     if note:
         print(f"  {note}", file=sys.stderr, flush=True)
     jobs = [(spec, arm, seed) for arm, seed in spec.jobs() if (arm, seed) not in have]

@@ -10,7 +10,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar, TypeVarTuple
 
-__all__ = ["run_blocking"]
+__all__ = ["WORKER_THREADS", "run_blocking"]
+
+WORKER_THREADS = 1
+"""Torch threads a run has (runs go side by side, one process each, on a few cores); what
+its recorded environment says, and what a resumed experiment compares with."""
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -35,5 +39,5 @@ def run_blocking(main: Callable[[*Ts], Awaitable[T]], *args: *Ts, log_level: str
     # A worker process starts with the library silent: show its events as the parent does.
     configure_logging(level=log_level)
     # One thread per run: runs go side by side, one process each, on a few cores.
-    torch.set_num_threads(1)
+    torch.set_num_threads(WORKER_THREADS)
     return anyio.run(main, *args)

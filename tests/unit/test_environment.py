@@ -7,6 +7,7 @@ machine's environment had changed and no run had recorded what it was.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 from dataclasses import replace
@@ -95,11 +96,12 @@ def test_a_resumed_table_says_its_runs_were_made_elsewhere_and_records_it(
     from sapo_async.experiment import paper_table_async as pta
     from sapo_async.experiment.paper_table_async import AsyncSpec
     from sapo_async.experiment.paper_table_report import write_async_outputs
+    from sapo_async.experiment.worker import WORKER_THREADS
     from sapo_async.policy import models
     from tests.unit.test_paper_table_report import _run
 
     monkeypatch.setattr(models, "ensure_tiny_model", lambda *a, **k: None)
-    here = environment()
+    here = {**environment(), "torch_threads": WORKER_THREADS}  # as a worker's run records it
     elsewhere = {**here, "numerics": "0" * 16, "weights": "w"}
     spec = AsyncSpec(rounds=3, seeds=(4,), arms=("2/0", "1/1"), side_arms=())
     runs = [
@@ -124,3 +126,32 @@ def test_a_resumed_table_says_its_runs_were_made_elsewhere_and_records_it(
     (tmp_path / "sparse.json").write_text(json.dumps(table))
     again = pta.recorded_runs(spec, tmp_path / "sparse.json")
     assert [r.environment for r in again] == [{}, {}]
+
+
+def test_a_resumed_attack_matrix_is_not_told_its_worker_runs_were_made_elsewhere(
+    tmp_path, monkeypatch, capsys
+):
+    # Every run records the one torch thread its worker gives it; the note compared that
+    # with this process's default (two here), so each resume said "another environment".
+    from sapo_async.experiment.attack import runner
+    from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure
+    from sapo_async.experiment.worker import WORKER_THREADS
+    from sapo_async.policy import models
+
+    monkeypatch.setattr(models, "ensure_tiny_model", lambda *a, **k: None)
+    here = {**environment(), "torch_threads": WORKER_THREADS}
+    spec = AttackSpec(attacks=("inject",), seeds=(0,), nodes=4, local=1, external=1)
+    runs = [
+        RunMeasure(a, True, 0, "1/1", [0, 1], rewards=[[0.1] * 3] * 4, environment=here)
+        for a in ("none", "inject")
+    ]
+    header = json.dumps({"spec": dataclasses.asdict(spec)})
+    lines = [header, *(json.dumps(dataclasses.asdict(r)) for r in runs)]
+    (tmp_path / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    runner.run_matrix(spec, tmp_path, workers=2, defended_only=True)
+    assert "another environment" not in capsys.readouterr().err
+    # A run whose threads did differ is still named.
+    other = {**here, "torch_threads": WORKER_THREADS + 1}
+    note = resume_note([("x", other)], torch_threads=WORKER_THREADS)
+    assert note is not None
+    assert f"torch_threads: {WORKER_THREADS + 1} -> {WORKER_THREADS}" in note

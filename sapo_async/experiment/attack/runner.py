@@ -358,6 +358,7 @@ def run_matrix(
     """
     from sapo_async.experiment.attack.summary import summarise, write_outputs
     from sapo_async.experiment.environment import resume_note
+    from sapo_async.experiment.worker import WORKER_THREADS
     from sapo_async.policy.models import ensure_tiny_model, tiny_spec
     from sapo_async.policy.models.packaged import ensure_packaged_model
 
@@ -373,7 +374,8 @@ def run_matrix(
         [
             (f"{r.attack} {'on' if r.defences else 'off'} seed {r.seed}", r.environment)
             for r in results
-        ]
+        ],
+        torch_threads=WORKER_THREADS,
     )
     if note and not recorded:
         print(f"  {note}", file=sys.stderr, flush=True)

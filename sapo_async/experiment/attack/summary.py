@@ -461,7 +461,8 @@ def write_outputs(summary: dict[str, Any], runs: Sequence[RunMeasure], out_dir: 
         ax.set_title(attack)
         ax.set_xlabel("round")
         ax.set_ylabel(_short_kind(attack))
-    axes[0].legend(fontsize=7)
+    if axes[0].get_legend_handles_labels()[0]:  # none when no run has a trace to plot
+        axes[0].legend(fontsize=7)
     fig.suptitle("Honest nodes under attack (mean over seeds)", fontsize=9)
     fig.tight_layout()
     fig.savefig(out_dir / "attack.png", dpi=110)
