@@ -21,10 +21,11 @@ from sapo_async.experiment.attack.held_out import HONEST_REWARD_GOAL
 from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure
 from sapo_async.experiment.report import goal_over_seeds, goal_text
 
-__all__ = ["defended", "defended_lines"]
+__all__ = ["defended", "defended_lines", "honest_reward"]
 
 
-def _reward(run: RunMeasure, nodes: Sequence[int]) -> float:
+def honest_reward(run: RunMeasure, nodes: Sequence[int]) -> float:
+    """What ``nodes`` (indices into the swarm) earned in ``run``, summed over the rounds."""
     return sum(sum(run.rewards[i]) for i in nodes)
 
 
@@ -40,7 +41,7 @@ def defended(spec: AttackSpec, runs: Sequence[RunMeasure]) -> dict[str, Any]:
             on, base = key.get((attack, True, seed, ij)), key.get(("none", True, seed, ij))
             if on is None or base is None:
                 continue
-            reward, no_attack = _reward(on, on.honest), _reward(base, on.honest)
+            reward, no_attack = honest_reward(on, on.honest), honest_reward(base, on.honest)
             per_seed[str(seed)] = {
                 "honest_reward_on": reward,
                 "honest_reward_no_attack_on": no_attack,

@@ -46,7 +46,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sapo_async.experiment.attack.defended import defended, defended_lines
+from sapo_async.experiment.attack.defended import defended, defended_lines, honest_reward
 from sapo_async.experiment.attack.held_out import HONEST_REWARD_GOAL, held_out, held_out_lines
 from sapo_async.experiment.attack.over_time import by_quarter
 from sapo_async.experiment.attack.spec import RATIO_ATTACKS, AttackSpec, RunMeasure, config_label
@@ -72,10 +72,6 @@ def _tail(values: Sequence[float]) -> list[float]:
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
-
-
-def _honest_reward(run: RunMeasure, honest: Sequence[int]) -> float:
-    return sum(sum(run.rewards[i]) for i in honest)
 
 
 def _cpu(run: RunMeasure) -> list[float]:
@@ -177,12 +173,12 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
             per_seed[str(seed)] = {
                 "asr_off": _asr(attack, off, base_off),
                 "asr_on": _asr(attack, on, base_on),
-                "honest_reward_ratio_on": _honest_reward(on, honest)
-                / max(_honest_reward(base_off, honest), 1e-12),
-                "honest_reward_ratio_on_same": _honest_reward(on, honest)
-                / max(_honest_reward(base_on, honest), 1e-12),
-                "honest_reward_ratio_off": _honest_reward(off, honest)
-                / max(_honest_reward(base_off, honest), 1e-12),
+                "honest_reward_ratio_on": honest_reward(on, honest)
+                / max(honest_reward(base_off, honest), 1e-12),
+                "honest_reward_ratio_on_same": honest_reward(on, honest)
+                / max(honest_reward(base_on, honest), 1e-12),
+                "honest_reward_ratio_off": honest_reward(off, honest)
+                / max(honest_reward(base_off, honest), 1e-12),
                 "trained_from_attackers_off": off.trained_external.get("attacker", 0),
                 "trained_from_attackers_on": on.trained_external.get("attacker", 0),
                 "dropped_on": on.dropped,
@@ -196,18 +192,18 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
             if ("none", False, seed, solo) in key:
                 # The same honest nodes with no sharing at all: the bar a defence must
                 # clear for sharing under attack to be worth it.
-                alone = _honest_reward(key[("none", False, seed, solo)], honest)
+                alone = honest_reward(key[("none", False, seed, solo)], honest)
                 per_seed[str(seed)] |= {
-                    "honest_reward_ratio_on_solo": _honest_reward(on, honest) / max(alone, 1e-12),
-                    "honest_reward_ratio_off_solo": _honest_reward(off, honest) / max(alone, 1e-12),
+                    "honest_reward_ratio_on_solo": honest_reward(on, honest) / max(alone, 1e-12),
+                    "honest_reward_ratio_off_solo": honest_reward(off, honest) / max(alone, 1e-12),
                 }
             if ("none", False, seed, honest_only) in key:
                 # The honest nodes in a swarm of their own: the attackers absent.
-                own = _honest_reward(key[("none", False, seed, honest_only)], honest)
+                own = honest_reward(key[("none", False, seed, honest_only)], honest)
                 per_seed[str(seed)] |= {
-                    "honest_reward_ratio_on_honest_only": _honest_reward(on, honest)
+                    "honest_reward_ratio_on_honest_only": honest_reward(on, honest)
                     / max(own, 1e-12),
-                    "honest_reward_ratio_off_honest_only": _honest_reward(off, honest)
+                    "honest_reward_ratio_off_honest_only": honest_reward(off, honest)
                     / max(own, 1e-12),
                 }
             for name, base in (
