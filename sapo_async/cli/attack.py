@@ -106,6 +106,13 @@ def attack(
         help="With the defences on, draw peers' groups least served producer first "
         "([defence] balanced_draw, off by default); default output directory gets -balanced.",
     ),
+    brevity_guard: bool = typer.Option(
+        False,
+        "--brevity-guard",
+        help="With the defences on, drop groups whose rewarded answers show far less text "
+        "before the answer than the node's own ([defence] brevity_guard); default output "
+        "directory gets -brevity.",
+    ),
     eval_questions: int | None = typer.Option(
         None,
         help="After the last round each honest node answers this many held-out questions "
@@ -173,6 +180,7 @@ def attack(
             drop_after_answer=drop_after_answer,
             tail_share=tail_share,
             balanced_draw=balanced_draw,
+            brevity_guard=brevity_guard,
         )
         if quick:
             spec = runner.quick(spec)
@@ -187,6 +195,7 @@ def attack(
         name += "-drop" if drop_after_answer else ""
         name += "-tails" if tail_share else ""
         name += "-balanced" if balanced_draw else ""
+        name += "-brevity" if brevity_guard else ""
         out = Path(f"runs/{name}-quick" if quick else f"docs/results/{name}")
 
     def progress(m: runner.RunMeasure) -> None:

@@ -8,8 +8,10 @@ the payload. Each policy here answers one question, takes data and returns data:
 * :class:`Calibration` and :func:`screen`: measured on the node's *own* completions per
   family, is an external completion plausible under the node's own model (its mean token
   log-prob, and the mean of its few least likely tokens) and not needlessly long (rewarded
-  completions against the node's own rewarded lengths) and not padded with a repeated
-  pattern? [``implausible``, ``too_long``, ``repetitive``].
+  completions against the node's own rewarded lengths) nor needlessly brief (the text a
+  rewarded completion shows before its answer against what the node's own show, with the
+  brevity guard on) and not padded with a repeated pattern? [``implausible``,
+  ``too_long``, ``too_brief``, ``repetitive``].
   A family with too few own completions is judged by the floors of all the node's own
   completions pooled; before the pool has enough, not at all: its peers' groups wait in
   the buffer (:meth:`Thresholds.judges`);
@@ -25,12 +27,14 @@ thread a frozen :class:`Thresholds` snapshot, and applies verdicts on the event 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sapo_async.node.spec import DefenceSpec
+from sapo_async.tasks.reward import answer_lead
 from sapo_async.wire.reasons import RejectReason
 
 __all__ = [
@@ -174,11 +178,15 @@ class FamilyThresholds:
             the floor of the smallest bucket at or above its length (the largest when it is
             longer; empty: not calibrated yet, or the check is off; see
             :func:`length_buckets`).
+        min_rewarded_lead: a rewarded completion must show at least this many characters
+            before its answer (:func:`~sapo_async.tasks.reward.answer_lead`; None: not
+            calibrated yet, or the brevity guard is off).
     """
 
     min_mean_logprob: float | None
     max_rewarded_tokens: float | None
     low_floors: tuple[tuple[int, float], ...] = ()
+    min_rewarded_lead: float | None = None
 
     def low_floor(self, tokens: int) -> float | None:
         """The low-token floor for a completion of ``tokens`` tokens (None: no check)."""
@@ -202,7 +210,10 @@ class Thresholds:
             many tokens is dropped (0: off; needs no calibration and no forward pass).
         pooled: the plausibility floors of all own completions together, for a family
             with too few of its own (None: the pool is short too, or the check is off;
-            never a length limit: rewarded lengths differ too much between families).
+            never a length limit: rewarded lengths differ too much between families), and
+            the brevity floor of all own completions (how much a model writes before its
+            answer is its habit more than the family's).
+        brevity_guard: whether :func:`screen` drops needlessly brief rewarded completions.
     """
 
     families: dict[str, FamilyThresholds]
@@ -212,6 +223,7 @@ class Thresholds:
     low_tokens: int = 0
     repetition_limit: int = 0
     pooled: FamilyThresholds | None = None
+    brevity_guard: bool = False
 
     @property
     def needs_logprobs(self) -> bool:
@@ -237,14 +249,19 @@ class Thresholds:
         return self.limits(family).min_mean_logprob is not None
 
     def limits(self, family: str) -> FamilyThresholds:
-        """The limits that apply to ``family``: its own; the pooled plausibility floors
-        (with its own length limit) while it has too few own completions; else none."""
+        """The limits that apply to ``family``: its own; the pooled floors (with its own
+        length limit) while it has too few own completions; else none."""
         own = self.families.get(family, FamilyThresholds(None, None))
-        if own.min_mean_logprob is not None or self.pooled is None:
+        pooled = self.pooled
+        if pooled is None:
             return own
-        return FamilyThresholds(
-            self.pooled.min_mean_logprob, own.max_rewarded_tokens, self.pooled.low_floors
-        )
+        if own.min_mean_logprob is None and pooled.min_mean_logprob is not None:
+            own = dataclasses.replace(
+                own, min_mean_logprob=pooled.min_mean_logprob, low_floors=pooled.low_floors
+            )
+        if own.min_rewarded_lead is None:
+            own = dataclasses.replace(own, min_rewarded_lead=pooled.min_rewarded_lead)
+        return own
 
 
 class Calibration:
@@ -262,9 +279,17 @@ class Calibration:
         self._buckets = length_buckets(self._max_tokens)
         self._low: dict[str, dict[int, deque[float]]] = {}
         self._lengths: dict[str, deque[float]] = {}
+        self._leads: dict[str, deque[float]] = {}
 
-    def observe(self, family: str, logprobs: Sequence[float], reward: float) -> None:
-        """Record one own completion (its behaviour log-probs, EOS included)."""
+    def observe(
+        self, family: str, logprobs: Sequence[float], reward: float, text: str | None = None
+    ) -> None:
+        """Record one own completion (its behaviour log-probs, EOS included, and its text:
+        what the brevity guard measures; every completion, rewarded or not, counts: the
+        model's habit, known from the first rounds, when few are rewarded)."""
+        if text is not None and self.spec.brevity_guard:
+            leads = self._leads.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
+            leads.append(float(answer_lead(text)))
         if not logprobs:
             return
         lp = self._logprob.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
@@ -283,10 +308,11 @@ class Calibration:
         """The limits now, frozen (families with too few own completions get None)."""
         spec, need = self.spec, self.spec.calibration_min
         families: dict[str, FamilyThresholds] = {}
-        for family in set(self._logprob) | set(self._lengths):
+        for family in set(self._logprob) | set(self._lengths) | set(self._leads):
             lps = self._logprob.get(family, ())
             lows = self._low.get(family, {})
             lengths = self._lengths.get(family, ())
+            leads = self._leads.get(family, ())
             families[family] = FamilyThresholds(
                 self._floor(lps) if spec.plausibility and len(lps) >= need else None,
                 _quantile(list(lengths), spec.length_quantile) * spec.length_factor
@@ -295,6 +321,7 @@ class Calibration:
                 tuple((b, self._floor(lows[b])) for b in sorted(lows))
                 if spec.plausibility and len(lps) >= need
                 else (),
+                self._lead_floor(leads),
             )
         return Thresholds(
             families,
@@ -303,15 +330,17 @@ class Calibration:
             spec.length_guard,
             spec.plausibility_low_tokens,
             spec.repetition_limit,
-            self._pooled() if spec.plausibility else None,
+            self._pooled() if spec.plausibility or spec.brevity_guard else None,
+            spec.brevity_guard,
         )
 
     def _pooled(self) -> FamilyThresholds | None:
-        """The plausibility floors of every own completion, all families together (None
-        while there are fewer than ``calibration_min``)."""
+        """The plausibility and brevity floors of every own completion, all families
+        together (None, or a floor None, while there are fewer than ``calibration_min``)."""
         lps = [v for window in self._logprob.values() for v in window]
-        if len(lps) < self.spec.calibration_min:
-            return None
+        lead = self._lead_floor([v for window in self._leads.values() for v in window])
+        if len(lps) < self.spec.calibration_min or not self.spec.plausibility:
+            return None if lead is None else FamilyThresholds(None, None, (), lead)
         lows = {
             b: [v for per_family in self._low.values() for v in per_family.get(b, ())]
             for b in self._buckets
@@ -320,7 +349,15 @@ class Calibration:
             self._floor(lps),
             None,
             tuple((b, self._floor(lows[b])) for b in sorted(lows) if lows[b]),
+            lead,
         )
+
+    def _lead_floor(self, leads: Sequence[float]) -> float | None:
+        """The brevity floor over ``leads`` (None: guard off or too few)."""
+        spec = self.spec
+        if not spec.brevity_guard or len(leads) < spec.calibration_min:
+            return None
+        return _quantile(list(leads), spec.brevity_quantile) / spec.brevity_factor
 
     def _floor(self, values: Sequence[float]) -> float:
         spec = self.spec
@@ -336,11 +373,13 @@ class CompletionView:
             when no check that reads them is on).
         reward: the node's own verifier's reward.
         token_ids: the re-tokenised completion (what the repetition check reads).
+        text: its text (what the brevity guard reads).
     """
 
     logprobs: Sequence[float]
     reward: float
     token_ids: Sequence[int] = ()
+    text: str = ""
 
 
 def screen(
@@ -371,6 +410,13 @@ def screen(
             and tokens > family_limits.max_rewarded_tokens
         ):
             return RejectReason.TOO_LONG
+        if (
+            limits.brevity_guard
+            and c.reward > 0
+            and family_limits.min_rewarded_lead is not None
+            and answer_lead(c.text) < family_limits.min_rewarded_lead
+        ):
+            return RejectReason.TOO_BRIEF
         if limits.plausibility and tokens and _implausible(c.logprobs, family_limits, limits):
             return RejectReason.IMPLAUSIBLE
     return None

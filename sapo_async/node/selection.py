@@ -5,8 +5,9 @@ this node's verifier (re-deriving its task), build its one view
 (:class:`~sapo_async.node.view.CandidateView`: the receiver's tokens once, its log-probs at
 most once per completion), check it in this order on that view: the size bound in the
 receiver's tokens [``completion_too_many_tokens``], the token check
-[``token_mismatch``], plausibility, the length guard and the repetition check
-(:func:`~sapo_async.node.defence.screen`) [``implausible``, ``too_long``, ``repetitive``],
+[``token_mismatch``], plausibility, the length and brevity guards and the repetition check
+(:func:`~sapo_async.node.defence.screen`) [``implausible``, ``too_long``, ``too_brief``,
+``repetitive``],
 an experiment's external filter such as F-TIS's ratio [``ratio_extreme``]; and let the pure
 sampler pick J (with ``drop_after_answer``, or for a producer the
 :class:`~sapo_async.node.tails.TailRecord` finds tailing its rewarded answers, a peer's
@@ -132,7 +133,7 @@ def calibrate(calibration: Calibration, shared: SharedRound) -> None:
     """Feed a round's own completions (behaviour log-probs, own rewards) to the thresholds."""
     for g, scored in zip(shared.generated, shared.local, strict=True):
         for c, s in zip(g.result.completions, scored.completions, strict=True):
-            calibration.observe(g.item.ref.family, c.logprobs or (), s.reward)
+            calibration.observe(g.item.ref.family, c.logprobs or (), s.reward, s.text)
 
 
 def candidate_view(learner: Learner, scored: ScoredGroup) -> CandidateView:
@@ -234,14 +235,20 @@ def select_groups(
                 for i in pushed
             ):
                 raise _Screened(RejectReason.TOKEN_MISMATCH)
-            if (limits.needs_logprobs or limits.repetition_limit) and pushed:
+            text_checks = limits.repetition_limit or limits.brevity_guard
+            if (limits.needs_logprobs or text_checks) and pushed:
                 lps = (
                     [lp.tolist() for lp in view.logprobs(pushed)]
                     if limits.needs_logprobs
                     else [[] for _ in pushed]
                 )
                 views = [
-                    CompletionView(lp, scored.completions[i].reward, view.token_ids[i])
+                    CompletionView(
+                        lp,
+                        scored.completions[i].reward,
+                        view.token_ids[i],
+                        scored.completions[i].text,
+                    )
                     for i, lp in zip(pushed, lps, strict=True)
                 ]
                 reason = screen(b.group.task.family, views, limits)

@@ -91,6 +91,15 @@ class DefenceSpec(Settings):
         default=1.5, ge=1, description="Longest rewarded completion, times own rewarded length..."
     )
     length_quantile: float = Field(default=0.95, gt=0, le=1, description="...at this quantile.")
+    brevity_guard: bool = Field(
+        default=False,
+        description="Drop a group whose rewarded completion shows far less text before its "
+        "answer than the node's own completions do (a bare answer).",
+    )
+    brevity_factor: float = Field(
+        default=2.0, ge=1, description="Fewest characters before the answer: own, over this..."
+    )
+    brevity_quantile: float = Field(default=0.05, gt=0, le=1, description="...at this quantile.")
     repetition_limit: int = Field(
         default=12,
         ge=0,

@@ -65,6 +65,8 @@ class RejectReason(StrEnum):
     IMPLAUSIBLE = "implausible"
     TOO_LONG = "too_long"
     """A rewarded completion is longer than the length guard allows for its family."""
+    TOO_BRIEF = "too_brief"
+    """A rewarded completion shows far less text before its answer than the node's own do."""
     REPETITIVE = "repetitive"
     """A rewarded completion repeats a short token pattern over ``repetition_limit`` tokens."""
     RATIO_EXTREME = "ratio_extreme"
@@ -80,6 +82,7 @@ AFTER_ADMISSION: tuple[RejectReason, ...] = (
     RejectReason.TOKEN_MISMATCH,
     RejectReason.IMPLAUSIBLE,
     RejectReason.TOO_LONG,
+    RejectReason.TOO_BRIEF,
     RejectReason.REPETITIVE,
     RejectReason.RATIO_EXTREME,
 )

@@ -193,6 +193,9 @@ DEFENCE: dict[str, Any] = {
     "length_guard": False,
     "length_factor": 2.0,
     "length_quantile": 0.5,
+    "brevity_guard": True,
+    "brevity_factor": 3.0,
+    "brevity_quantile": 0.25,
     "repetition_limit": 5,
     "calibration_min": 4,
     "quarantine_rate": 0.9,
@@ -378,6 +381,19 @@ def test_balanced_draw_reaches_the_nodes_served_record(tmp_path: Path) -> None:
     on = _build({"defence": {"balanced_draw": True}}, tmp_path).spec
     assert NodeDefences.build(on, CPU_PRESET).served is not None
     assert NodeDefences.build(_build({}, tmp_path).spec, CPU_PRESET).served is None
+
+
+def test_brevity_guard_reaches_the_nodes_thresholds(tmp_path: Path) -> None:
+    from sapo_async.node.admission import NodeDefences
+    from sapo_async.tasks.spec import CPU_PRESET
+
+    defence = {"brevity_guard": True, "brevity_quantile": 0.5, "calibration_min": 4}
+    calibration = NodeDefences.build(_build({"defence": defence}, tmp_path).spec, CPU_PRESET)
+    for lead in ("ab", "abcd", "abcdef", "abcdefgh"):
+        calibration.calibration.observe("chain_sum", [-1.0], 0.0, f"{lead} <answer>1</answer>")
+    limits = calibration.calibration.thresholds()
+    assert limits.brevity_guard
+    assert limits.limits("chain_sum").min_rewarded_lead == 6 / 2.0
 
 
 def test_tail_share_reaches_the_nodes_tail_record(tmp_path: Path) -> None:

@@ -100,6 +100,9 @@ class AttackSpec:
             0: off, as in a node by default).
         balanced_draw: with the defences on, the sampler walks the least served producers
             first (``[defence] balanced_draw``; off, as in a node by default).
+        brevity_guard: with the defences on, drop a group whose rewarded completion shows
+            far less text before its answer than the node's own (``[defence]
+            brevity_guard``; off here, as every run recorded before it had it).
         eval_questions: after the last round, each honest node answers this many held-out
             questions (the same for every node and run; 0: none): its reward measured on
             many more answers than its rounds give, so one run's ratio is less noisy.
@@ -128,6 +131,7 @@ class AttackSpec:
     drop_after_answer: bool = False
     tail_share: float = 0.0
     balanced_draw: bool = False
+    brevity_guard: bool = False
     eval_questions: int = 0
     eval_completions: int = 8
 
