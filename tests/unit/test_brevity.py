@@ -1,0 +1,153 @@
+"""The brevity guard (``[defence] brevity_guard``): a rewarded peer completion that shows far
+less text before its answer than the node's own completions do condemns its group.
+
+Issue 23: with the cut on, the inject and tokens attackers' rewarded completions are bare
+answers, informative in every group; training on them cost SmolLM2's honest nodes about a
+quarter of their reward. SmolLM2's own completions (instruct prompt) show work before the
+answer in all but 1 of 384; the tiny model's (compact prompt) never do, and there the guard
+must never fire.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from sapo_async.fabric.collector import BufferedGroup
+from sapo_async.node.defence import Calibration, CompletionView, Thresholds, screen
+from sapo_async.node.selection import select_groups
+from sapo_async.node.spec import DefenceSpec, TrainingSpec
+from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup
+from sapo_async.tasks.reward import answer_lead
+from tests.fixtures.selection import BARE, RIGHT, TAILED, WRONG, fake_learner, scored_group
+
+WORKED = (" 2 + 3 = 5." + RIGHT, " 2 + 3 = 7." + WRONG, " 2 + 3 = 5." + RIGHT, WRONG)
+"""An honest SmolLM2-like group: the sum worked, then the answer (one bare wrong one)."""
+
+
+@pytest.mark.parametrize(
+    ("text", "lead"),
+    [
+        (" <answer>5</answer>", 0),
+        (" <answer>5</answer> (*)(*)", 0),
+        (" 2 + 3 = 5. <answer>5</answer>", 10),
+        ("2 + 3 <answer>4</answer> so <answer>5</answer>", 27),
+        ("<answer> <answer>5</answer>", 8),
+        ("no tags at all ", 14),
+        ("", 0),
+    ],
+)
+def test_answer_lead_counts_the_text_before_the_last_answer(text: str, lead: int) -> None:
+    assert answer_lead(text) == lead
+
+
+def _calibration(leads: list[str], families: tuple[str, ...] = ("chain_sum",)) -> Calibration:
+    spec = DefenceSpec(
+        brevity_guard=True, plausibility=False, length_guard=False, calibration_min=8
+    )
+    cal = Calibration(spec, max_new_tokens=48)
+    for i, lead in enumerate(leads):
+        cal.observe(families[i % len(families)], [-0.5] * 8, 0.0, f"{lead}{RIGHT}")
+    return cal
+
+
+def test_the_floor_is_the_own_quantile_over_the_factor_once_calibrated() -> None:
+    works = ["2 + 3 = 5."] * 19 + ["5."]  # 10 characters; one in 20 shows 2
+    assert _calibration(works[:7]).thresholds().limits("chain_sum").min_rewarded_lead is None
+    limits = _calibration(works).thresholds()
+    assert limits.brevity_guard
+    # The 5th percentile of 20 leads is the second shortest (10; one bare-ish answer in 20
+    # does not lower it), over 2.
+    assert limits.limits("chain_sum").min_rewarded_lead == 5
+
+
+def test_screen_drops_a_rewarded_bare_answer_and_keeps_worked_or_unrewarded_ones() -> None:
+    limits = _calibration(["2 + 3 = 5."] * 20).thresholds()
+    bare = CompletionView([], 1.0, (), RIGHT)
+    worked = CompletionView([], 1.0, (), " 2 + 3 = 5." + RIGHT)
+    wrong_bare = CompletionView([], 0.0, (), WRONG)
+    assert screen("chain_sum", [bare], limits) == "too_brief"
+    assert screen("chain_sum", [worked, wrong_bare], limits) is None
+
+
+def test_a_model_that_answers_bare_gets_a_floor_of_zero_and_the_guard_never_fires() -> None:
+    limits = _calibration([""] * 40).thresholds()  # the tiny model's compact prompt
+    assert limits.limits("chain_sum").min_rewarded_lead == 0
+    assert screen("chain_sum", [CompletionView([], 1.0, (), RIGHT)], limits) is None
+
+
+def test_a_family_without_its_own_floor_gets_the_pooled_one() -> None:
+    # 12 own completions over three families: 4 each, none has 8, the pool has 12.
+    limits = _calibration(["2 + 3 = 5."] * 12, ("chain_sum", "products", "base")).thresholds()
+    assert limits.families["products"].min_rewarded_lead is None
+    assert limits.limits("products").min_rewarded_lead == 5
+    assert screen("products", [CompletionView([], 1.0, (), RIGHT)], limits) == "too_brief"
+
+
+def test_off_by_default_and_calibration_without_text_is_not_counted() -> None:
+    cal = Calibration(DefenceSpec(calibration_min=1), max_new_tokens=48)
+    cal.observe("chain_sum", [-0.5] * 8, 1.0, "2 + 3 = 5." + RIGHT)
+    assert not cal.thresholds().brevity_guard
+    on = Calibration(DefenceSpec(brevity_guard=True, calibration_min=1), max_new_tokens=48)
+    on.observe("chain_sum", [-0.5] * 8, 1.0)  # no text: nothing to measure
+    assert on.thresholds().limits("chain_sum").min_rewarded_lead is None
+
+
+def _scored(producer: str, texts: tuple[str, ...]) -> ScoredGroup:
+    """Scored as this node's verifier would: 1 for the answer 5, wherever the work before it."""
+    rewards = [1.0 if "<answer>5</answer>" in t else 0.0 for t in texts]
+    return dataclasses.replace(
+        scored_group(producer, texts),
+        completions=tuple(
+            ScoredCompletion(t, r, "stop") for t, r in zip(texts, rewards, strict=True)
+        ),
+    )
+
+
+def _select(limits: Thresholds, pool: dict[str, tuple[str, ...]], round_: int) -> object:
+    scored = {p: _scored(p, texts) for p, texts in pool.items()}
+    fresh = tuple(
+        BufferedGroup(
+            SimpleNamespace(  # type: ignore[arg-type]
+                producer=p,
+                completions=[SimpleNamespace(text=t) for t in texts],
+                task=SimpleNamespace(family="chain_sum"),
+            ),
+            bytes([n]) * 32,
+            0.0,
+        )
+        for n, (p, texts) in enumerate(pool.items())
+    )
+    learner = fake_learner(lambda group: scored[group.producer], cut=True, drop=False)
+    return select_groups(
+        learner,
+        TrainingSpec(local=1, external=1),
+        round_,
+        local=[],
+        fresh=fresh,
+        newest={},
+        limits=limits,
+    )
+
+
+def test_the_attackers_cut_groups_are_dropped_and_the_honest_worked_one_is_trained() -> None:
+    limits = _calibration(["2 + 3 = 5."] * 20).thresholds()
+    pool = {"attacker1": TAILED, "honest": WORKED, "attacker2": TAILED}
+    for round_ in range(10):
+        choice = _select(limits, pool, round_)
+        assert [c.producer for c in choice.external] == ["honest"]  # type: ignore[attr-defined]
+        dropped = {(v.producer, v.reason) for v in choice.drops}  # type: ignore[attr-defined]
+        assert dropped <= {("attacker1", "too_brief"), ("attacker2", "too_brief")}
+    # An honest peer that answers bare where this node works is dropped too (the guard's
+    # stated cost), and with the guard off the attackers' groups are drawn.
+    choice = _select(limits, {"bare": BARE}, 0)
+    assert [(v.producer, v.reason) for v in choice.drops] == [("bare", "too_brief")]  # type: ignore[attr-defined]
+    off = _calibration([]).thresholds()
+    drawn = {
+        c.producer
+        for r in range(20)
+        for c in _select(off, pool, r).external  # type: ignore[attr-defined]
+    }
+    assert {"attacker1", "attacker2"} <= drawn
