@@ -69,10 +69,11 @@ paper-table-real *args:
     {{py}} -m sapo_async experiment paper-table --path async --model smollm2-135m --start-rounds 40 --workers 1 --resume {{args}}
 
 # the attack matrix on SmolLM2-135M over NATS with a node's default defences (the answer
-# cut on) into docs/results/attack-real; resumes, and grows with more --attacks or --seeds,
-# across sittings (a later --no-cut-after-answer or --out overrides)
+# cut and the brevity guard on) into docs/results/attack-real; resumes, and grows with more
+# --attacks or --seeds, across sittings (a later --no-cut-after-answer, --no-brevity-guard
+# or --out overrides)
 attack-real *args:
-    {{py}} -m sapo_async experiment attack --model smollm2-135m --train-layers 4 --tasks cpu_easy --nodes 4 --attackers 2 --questions 2 --completions 4 --local 1 --external 1 --max-new-tokens 32 --lr 2e-4 --rounds 20 --workers 2 --cut-after-answer --out docs/results/attack-real {{args}}
+    {{py}} -m sapo_async experiment attack --model smollm2-135m --train-layers 4 --tasks cpu_easy --nodes 4 --attackers 2 --questions 2 --completions 4 --local 1 --external 1 --max-new-tokens 32 --lr 2e-4 --rounds 20 --workers 2 --cut-after-answer --brevity-guard --out docs/results/attack-real {{args}}
 
 # build (or rebuild) the cached tiny model
 warmstart *args:

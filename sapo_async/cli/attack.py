@@ -108,10 +108,10 @@ def attack(
     ),
     brevity_guard: bool = typer.Option(
         False,
-        "--brevity-guard",
+        "--brevity-guard/--no-brevity-guard",
         help="With the defences on, drop groups whose rewarded answers show far less text "
-        "before the answer than the node's own ([defence] brevity_guard); default output "
-        "directory gets -brevity.",
+        "before the answer than the node's own ([defence] brevity_guard, on in a node by "
+        "default; `just attack-real` passes it); default output directory gets -brevity.",
     ),
     eval_questions: int | None = typer.Option(
         None,

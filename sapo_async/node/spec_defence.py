@@ -92,7 +92,7 @@ class DefenceSpec(Settings):
     )
     length_quantile: float = Field(default=0.95, gt=0, le=1, description="...at this quantile.")
     brevity_guard: bool = Field(
-        default=False,
+        default=True,
         description="Drop a group whose rewarded completion shows far less text before its "
         "answer than the node's own completions do (a bare answer).",
     )

@@ -211,7 +211,7 @@ def _attack_real_recipe() -> list[str]:
         (["--no-cut-after-answer", "--out", "x"], False, None, "x"),
         (["--drop-after-answer", "--out", "d"], True, None, "d"),
         (["--balanced-draw", "--out", "b"], True, None, "b"),
-        (["--brevity-guard", "--out", "v"], True, None, "v"),
+        (["--no-brevity-guard", "--out", "v"], True, None, "v"),
     ],
 )
 def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
@@ -242,5 +242,6 @@ def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
     assert spec.tail_share == (node.tail_share if tails is None else tails)
     assert spec.balanced_draw is ("--balanced-draw" in extra)
     assert not node.balanced_draw
-    assert spec.brevity_guard is (node.brevity_guard or "--brevity-guard" in extra)
+    assert spec.brevity_guard is ("--no-brevity-guard" not in extra)
+    assert node.brevity_guard
     assert node.cut_after_answer

@@ -86,11 +86,14 @@ def test_a_family_without_its_own_floor_gets_the_pooled_one() -> None:
     assert screen("products", [CompletionView([], 1.0, (), RIGHT)], limits) == "too_brief"
 
 
-def test_off_by_default_and_calibration_without_text_is_not_counted() -> None:
-    cal = Calibration(DefenceSpec(calibration_min=1), max_new_tokens=48)
+def test_on_by_default_and_calibration_without_text_is_not_counted() -> None:
+    assert DefenceSpec().brevity_guard
+    off = DefenceSpec(brevity_guard=False, calibration_min=1)
+    cal = Calibration(off, max_new_tokens=48)
     cal.observe("chain_sum", [-0.5] * 8, 1.0, "2 + 3 = 5." + RIGHT)
     assert not cal.thresholds().brevity_guard
-    on = Calibration(DefenceSpec(brevity_guard=True, calibration_min=1), max_new_tokens=48)
+    assert cal.thresholds().limits("chain_sum").min_rewarded_lead is None
+    on = Calibration(DefenceSpec(calibration_min=1), max_new_tokens=48)
     on.observe("chain_sum", [-0.5] * 8, 1.0)  # no text: nothing to measure
     assert on.thresholds().limits("chain_sum").min_rewarded_lead is None
 

@@ -193,7 +193,7 @@ DEFENCE: dict[str, Any] = {
     "length_guard": False,
     "length_factor": 2.0,
     "length_quantile": 0.5,
-    "brevity_guard": True,
+    "brevity_guard": False,
     "brevity_factor": 3.0,
     "brevity_quantile": 0.25,
     "repetition_limit": 5,
