@@ -17,11 +17,18 @@ import pytest
 
 from sapo_async.fabric.collector import BufferedGroup
 from sapo_async.node.defence import Calibration, CompletionView, Thresholds, screen
-from sapo_async.node.selection import select_groups
-from sapo_async.node.spec import DefenceSpec, TrainingSpec
+from sapo_async.node.spec import DefenceSpec
 from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup
 from sapo_async.tasks.reward import answer_lead
-from tests.fixtures.selection import BARE, RIGHT, TAILED, WRONG, fake_learner, scored_group
+from tests.fixtures.selection import (
+    BARE,
+    RIGHT,
+    TAILED,
+    WRONG,
+    fake_learner,
+    scored_group,
+    select_one,
+)
 
 WORKED = (" 2 + 3 = 5." + RIGHT, " 2 + 3 = 7." + WRONG, " 2 + 3 = 5." + RIGHT, WRONG)
 """An honest SmolLM2-like group: the sum worked, then the answer (one bare wrong one)."""
@@ -124,15 +131,7 @@ def _select(limits: Thresholds, pool: dict[str, tuple[str, ...]], round_: int) -
         for n, (p, texts) in enumerate(pool.items())
     )
     learner = fake_learner(lambda group: scored[group.producer], cut=True, drop=False)
-    return select_groups(
-        learner,
-        TrainingSpec(local=1, external=1),
-        round_,
-        local=[],
-        fresh=fresh,
-        newest={},
-        limits=limits,
-    )
+    return select_one(learner, fresh, round_, limits=limits)
 
 
 def test_the_attackers_cut_groups_are_dropped_and_the_honest_worked_one_is_trained() -> None:
