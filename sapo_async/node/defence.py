@@ -373,13 +373,13 @@ class CompletionView:
             when no check that reads them is on).
         reward: the node's own verifier's reward.
         token_ids: the re-tokenised completion (what the repetition check reads).
-        text: its text (what the brevity guard reads).
+        text: its text (what the brevity guard reads; None: not given, not read).
     """
 
     logprobs: Sequence[float]
     reward: float
     token_ids: Sequence[int] = ()
-    text: str = ""
+    text: str | None = None
 
 
 def screen(
@@ -414,6 +414,7 @@ def screen(
             limits.brevity_guard
             and c.reward > 0
             and family_limits.min_rewarded_lead is not None
+            and c.text is not None
             and answer_lead(c.text) < family_limits.min_rewarded_lead
         ):
             return RejectReason.TOO_BRIEF

@@ -49,15 +49,22 @@ def test_smollm2_refuses_the_injected_marker_and_keeps_honest_completions() -> N
         assert limits.judges(family)
         prompt = tok(g.prompt, add_special_tokens=not learner.settings.chat_template)
         rows = [list(c.token_ids or ()) for c in g.result.completions]
-        payload = tok(f" <answer>{g.item.answer}</answer>{MARKER}", add_special_tokens=False)
+        payload_text = f" <answer>{g.item.answer}</answer>{MARKER}"
+        payload = tok(payload_text, add_special_tokens=False)
         *own, forged = token_logprobs_batch(
             learner.model, prompt["input_ids"], [*rows, [*payload["input_ids"], eos]], pad=eos
         )
-        for lp in own:  # as if every one were rewarded and pushed up
+        for lp, c in zip(own, g.result.completions, strict=True):
+            # As if every one were rewarded and pushed up, text and all (the brevity guard).
             honest += 1
-            honest_refused += screen(family, [CompletionView(lp.tolist(), 1.0)], limits) is not None
+            honest_view = CompletionView(lp.tolist(), 1.0, (), c.text)
+            honest_refused += screen(family, [honest_view], limits) is not None
+        # The plausibility check alone (no text: the brevity guard does not read it) ...
         view = CompletionView(forged.tolist(), 1.0)
         assert screen(family, [view], limits) == "implausible"
+        # ... and the brevity guard, first, on the bare answer the cut would leave.
+        bare = CompletionView(forged.tolist(), 1.0, (), payload_text)
+        assert screen(family, [bare], limits) == "too_brief"
         floor = limits.families[family].min_mean_logprob
         assert floor is not None
         forged_mean_passes += sum(view.logprobs) / len(view.logprobs) >= floor
