@@ -249,8 +249,12 @@ class RunMeasure:
         received: external groups honest nodes' collectors saw.
         admitted: of those, the ones honest nodes' collectors admitted (the denominator of
             the per-check false-positive rates after admission).
-        honest_groups_dropped: groups from honest producers refused by honest nodes.
-        honest_groups_judged: groups from honest producers honest nodes admitted.
+        honest_groups_dropped: groups honest nodes refused by a defence, from any producer
+            (named for the no-attack run, where every producer is honest and this over
+            ``honest_groups_judged`` is the false-positive rate; in an attack run it counts
+            the attackers' groups too).
+        honest_groups_judged: groups honest nodes admitted or refused by a defence, from any
+            producer (the false-positive rate's denominator in a no-attack run).
         quarantined: producers quarantined by some honest node at the end.
         peak_rss_mb: the process's peak resident memory.
         seconds: wall time.
