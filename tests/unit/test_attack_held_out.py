@@ -81,18 +81,32 @@ def test_a_summary_of_defended_only_runs_has_the_held_out_section_and_a_table():
 def test_a_defended_only_summary_has_the_reward_ratio_it_was_run_for():
     # Before the defended section a --defended-only matrix had no training-reward ratio
     # and no count of attacker groups trained: the attacks rows need the off runs too.
-    def run(attack: str, seed: int, honest_reward: float, trained: dict[str, int]) -> RunMeasure:
+    def run(
+        attack: str,
+        seed: int,
+        honest_reward: float,
+        trained: dict[str, int],
+        payload: tuple[float, ...] = (0.0,) * 5,
+    ) -> RunMeasure:
         honest = [0, 1] if attack != "none" else [0, 1, 2, 3]
         rewards = [[honest_reward] * 4] * 2 + [[0.5] * 4] * 2
         return RunMeasure(
-            attack, True, seed, "1/1", honest, rewards=rewards, trained_external=trained
+            attack,
+            True,
+            seed,
+            "1/1",
+            honest,
+            rewards=rewards,
+            trained_external=trained,
+            payload=list(payload),
         )
 
     runs = [
         run("none", 0, 0.2, {"honest": 30}),
-        run("inject", 0, 0.1, {"attacker": 27, "honest": 7}),
+        # The payload rate is read over the last fifth of the rounds: here the last one.
+        run("inject", 0, 0.1, {"attacker": 27, "honest": 7}, (0.9, 0.0, 0.0, 0.0, 0.25)),
         run("none", 1, 0.1, {"honest": 30}),
-        run("inject", 1, 0.1, {"attacker": 30, "honest": 4}),
+        run("inject", 1, 0.1, {"attacker": 30, "honest": 4}, (0.0, 0.0, 0.0, 0.0, 0.75)),
         run("none", 2, 0.1, {"honest": 30}),  # seed 2's attack run is missing: not counted
     ]
     summary = summarise(SPEC, runs, seconds=0.0)
@@ -104,6 +118,10 @@ def test_a_defended_only_summary_has_the_reward_ratio_it_was_run_for():
     assert row["honest_reward_ratio_on_same_goal"]["seeds"] == 2
     assert (row["trained_from_attackers_on"], row["trained_from_honest_on"]) == (57, 11)
     assert "trained 57 attacker groups and 11 honest ones" in markdown_table(summary)
+    # The payload with the defences on, which a defended-only matrix is also run for.
+    assert row["seeds"]["0"]["asr_on"] == pytest.approx(0.25)
+    assert row["asr_on"] == pytest.approx(0.5)
+    assert "the attack's measure with the defences on 0.500" in markdown_table(summary)
 
 
 def test_defended_only_runs_no_attack_and_each_attack_with_the_defences_on():

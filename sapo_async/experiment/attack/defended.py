@@ -7,14 +7,17 @@ needs only the pair: per attack and seed, the honest nodes' reward summed over t
 under attack and in the no-attack run with the same defences (``honest_reward_on``,
 ``honest_reward_no_attack_on``), their ratio (``honest_reward_ratio_on_same``, as in
 :mod:`.summary`), and the external groups the honest nodes trained, by origin
-(``trained_from_attackers_on``, ``trained_from_honest_on``); the ratio's mean against the
-goal over the seeds (:func:`~sapo_async.experiment.report.goal_over_seeds`) and the
-trained counts summed.
+(``trained_from_attackers_on``, ``trained_from_honest_on``), and the attack's own measure
+with the defences on (``asr_on``, as the ``attacks`` rows compute it: the payload rate in
+honest nodes' own completions over the last rounds, or the length or CPU ratio to the
+defended no-attack run); the ratio's mean against the goal over the seeds
+(:func:`~sapo_async.experiment.report.goal_over_seeds`), the measure's mean and the trained
+counts summed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sapo_async.experiment.attack.held_out import HONEST_REWARD_GOAL
@@ -29,9 +32,14 @@ def honest_reward(run: RunMeasure, nodes: Sequence[int]) -> float:
     return sum(sum(run.rewards[i]) for i in nodes)
 
 
-def defended(spec: AttackSpec, runs: Sequence[RunMeasure]) -> dict[str, Any]:
+def defended(
+    spec: AttackSpec,
+    runs: Sequence[RunMeasure],
+    asr: Callable[[str, RunMeasure, RunMeasure], float],
+) -> dict[str, Any]:
     """The ``defended`` section (see the module docstring): per attack with at least one
-    seed whose defended attack run and defended no-attack run are both there."""
+    seed whose defended attack run and defended no-attack run are both there; ``asr``
+    measures an attack run against its no-attack run (``asr(attack, run, base)``)."""
     ij = f"{spec.local}/{spec.external}"
     key = {(r.attack, r.defences, r.seed, r.config): r for r in runs}
     out: dict[str, Any] = {}
@@ -48,6 +56,7 @@ def defended(spec: AttackSpec, runs: Sequence[RunMeasure]) -> dict[str, Any]:
                 "honest_reward_ratio_on_same": reward / max(no_attack, 1e-12),
                 "trained_from_attackers_on": on.trained_external.get("attacker", 0),
                 "trained_from_honest_on": on.trained_external.get("honest", 0),
+                "asr_on": asr(attack, on, base),
             }
         if not per_seed:
             continue
@@ -58,6 +67,7 @@ def defended(spec: AttackSpec, runs: Sequence[RunMeasure]) -> dict[str, Any]:
             "honest_reward_ratio_on_same_goal": goal_over_seeds(ratios, HONEST_REWARD_GOAL),
             "trained_from_attackers_on": sum(s["trained_from_attackers_on"] for s in seeds),
             "trained_from_honest_on": sum(s["trained_from_honest_on"] for s in seeds),
+            "asr_on": sum(s["asr_on"] for s in seeds) / len(seeds),
             "seeds": per_seed,
         }
     return out
@@ -70,7 +80,8 @@ def defended_lines(section: dict[str, Any] | None) -> list[str]:
     rows = [
         f"`{attack}` {goal_text(row['honest_reward_ratio_on_same_goal'])}, the honest nodes "
         f"trained {row['trained_from_attackers_on']} attacker groups and "
-        f"{row['trained_from_honest_on']} honest ones"
+        f"{row['trained_from_honest_on']} honest ones, the attack's measure with the defences "
+        f"on {row['asr_on']:.3f}"
         for attack, row in section.items()
     ]
     return [

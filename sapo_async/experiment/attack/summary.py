@@ -290,7 +290,7 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
         "transport": spec.transport,
         "sizes": {k: len(spec.seeds) if k == "seeds" else getattr(spec, k) for k in _SIZES},
         "attacks": attacks,
-        "defended": defended(spec, runs),
+        "defended": defended(spec, runs, _asr),
         "held_out": held_out(spec, runs),
         "honest_reward_by_quarter": by_quarter(spec, runs),
         "false_positive_rate": _mean(fp),
