@@ -14,7 +14,7 @@ import typer
 
 __all__ = ["attack"]
 
-_ATTACKS = "inject, tokens, length, flood, absurd, wrong"
+_ATTACKS = "inject, tokens, length, flood, absurd, wrong, filler"
 
 
 _OPTIONS = {

@@ -18,7 +18,7 @@ from sapo_async.errors import ConfigError
 from sapo_async.tasks.prompt import ANSWER_CLOSE, ANSWER_OPEN, extract_answer
 from sapo_async.tasks.source import TaskItem, score_entry
 
-__all__ = ["Verifier", "answer_lead", "answer_tail", "text_after_answer"]
+__all__ = ["Verifier", "answer_lead", "answer_lead_text", "answer_tail", "text_after_answer"]
 
 
 def answer_tail(text: str) -> str | None:
@@ -27,13 +27,18 @@ def answer_tail(text: str) -> str | None:
     return None if end < 0 else text[end + len(ANSWER_CLOSE) :].strip()
 
 
-def answer_lead(text: str) -> int:
-    """How many characters (stripped) come before the answer: before the opening tag nearest
-    the last closing one; the whole stripped text when no tag pair closes (the brevity
-    guard's measure, :mod:`sapo_async.node.defence`)."""
+def answer_lead_text(text: str) -> str:
+    """The text (stripped) before the answer: before the opening tag nearest the last
+    closing one; the whole stripped text when no tag pair closes."""
     end = text.rfind(ANSWER_CLOSE)
     start = text.rfind(ANSWER_OPEN, 0, end) if end >= 0 else -1
-    return len((text[:start] if start >= 0 else text).strip())
+    return (text[:start] if start >= 0 else text).strip()
+
+
+def answer_lead(text: str) -> int:
+    """How many characters :func:`answer_lead_text` shows (the brevity guard's measure,
+    :mod:`sapo_async.node.defence`)."""
+    return len(answer_lead_text(text))
 
 
 def text_after_answer(text: str) -> bool:

@@ -153,3 +153,32 @@ def test_the_attackers_cut_groups_are_dropped_and_the_honest_worked_one_is_train
         for c in _select(off, pool, r).external  # type: ignore[attr-defined]
     }
     assert {"attacker1", "attacker2"} <= drawn
+
+
+def test_the_filler_attackers_answer_passes_the_guard_and_its_payload_is_detected() -> None:
+    # The guard's named gap (docs/security.md): a few characters of filler where the work
+    # would be. The filler attack is that attacker; the guard's floor on SmolLM2 is a few
+    # characters, and the filler is more, so only a measured run can say what it costs.
+    import random
+
+    from sapo_async.experiment.attack.filler import FILLER, Filler
+    from sapo_async.experiment.attack.inject import Inject
+    from tests.fixtures.fabric import make_account, make_group
+
+    limits = _calibration(["2 + 3 = 5."] * 19 + ["5."]).thresholds()
+    group = make_group(make_account(0))
+    filler = Filler()
+    forged = filler.forge(group, make_account(1), random.Random(0))[0].group.completions
+    rewarded = [c.text for c in forged[::2]]
+    assert all(answer_lead(t) == len(FILLER) for t in rewarded)
+    views = [CompletionView([], 1.0, (), t) for t in rewarded]
+    assert screen("chain_sum", views, limits) is None
+    injected = Inject().forge(group, make_account(1), random.Random(0))[0].group.completions
+    bare = CompletionView([], 1.0, (), injected[0].text.split("</answer>")[0] + "</answer>")
+    assert screen("chain_sum", [bare], limits) == "too_brief"
+
+    assert all(filler.carries_payload(t, group.answer) for t in rewarded)
+    assert filler.carries_payload(" the  answer is:<answer>7</answer>", "7")
+    assert not filler.carries_payload(" 2 + 3 = 5. The answer is <answer>5</answer>", "5")
+    assert not filler.carries_payload(WRONG, "5")
+    assert not filler.carries_payload(" The answer is", "5")

@@ -13,6 +13,7 @@ from typing import Any
 from sapo_async.errors import ConfigError
 from sapo_async.experiment.attack.absurd import Absurd
 from sapo_async.experiment.attack.base import Attack
+from sapo_async.experiment.attack.filler import Filler
 from sapo_async.experiment.attack.flood import Flood
 from sapo_async.experiment.attack.inject import Inject
 from sapo_async.experiment.attack.length import Length
@@ -31,7 +32,7 @@ __all__ = [
     "quick",
 ]
 
-ATTACKS = ("inject", "tokens", "length", "flood", "absurd", "wrong")
+ATTACKS = ("inject", "tokens", "length", "flood", "absurd", "wrong", "filler")
 
 RATIO_ATTACKS = frozenset({"length", "flood", "absurd"})
 
@@ -60,6 +61,7 @@ def make_attack(name: str, max_new_tokens: int = 16, tokenizer: Any = None) -> A
         "flood": Flood,
         "absurd": Absurd,
         "wrong": Wrong,
+        "filler": Filler,
     }
     return attacks[name]()
 
