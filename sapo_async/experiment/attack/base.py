@@ -24,6 +24,7 @@ __all__ = [
     "Attack",
     "AttackPublisher",
     "Forged",
+    "beside_wrong",
     "retext",
     "wrong_answer",
 ]
@@ -66,6 +67,14 @@ def retext(group: RolloutGroup, texts: Sequence[str], **changes: Any) -> Rollout
         completions=tuple(Completion(text=t, finish_reason="stop") for t in texts),
         **changes,
     )
+
+
+def beside_wrong(group: RolloutGroup, good: str) -> RolloutGroup:
+    """``group`` with ``good`` as every other completion (the first, third...) and a bare
+    wrong answer between: informative by construction, so ``good`` rides a positive
+    advantage (the inject and filler attacks)."""
+    bad = f" <answer>{wrong_answer(group.answer)}</answer>"
+    return retext(group, [good if i % 2 == 0 else bad for i in range(len(group.completions))])
 
 
 class AttackPublisher:

@@ -9,7 +9,7 @@ the guard, the plausibility check and the repetition check, and GRPO pushes the 
 against the bare wrong answers beside it.
 
 Payload: an honest node's own completion whose whole text before its answer is the filler
-(:func:`~sapo_async.tasks.reward.answer_lead`'s text, case and spacing aside): it has learned
+(:func:`~sapo_async.tasks.reward.answer_lead_text`, case and spacing aside): it has learned
 to answer without working, and with the attacker's words. An honest model may say so on
 its own now and then; the no-attack runs measure that as the detector's floor.
 """
@@ -20,7 +20,7 @@ import random
 
 from eth_account.signers.local import LocalAccount
 
-from sapo_async.experiment.attack.base import Forged, retext, wrong_answer
+from sapo_async.experiment.attack.base import Forged, beside_wrong
 from sapo_async.tasks.prompt import ANSWER_CLOSE
 from sapo_async.tasks.reward import answer_lead_text
 from sapo_async.wire import RolloutGroup
@@ -39,10 +39,8 @@ class Filler:
         self._key = " ".join(filler.lower().split())
 
     def forge(self, group: RolloutGroup, account: LocalAccount, rng: random.Random) -> list[Forged]:
-        n = len(group.completions)
         good = f" {self.filler} <answer>{group.answer}</answer>"
-        bad = f" <answer>{wrong_answer(group.answer)}</answer>"
-        return [Forged(retext(group, [good if i % 2 == 0 else bad for i in range(n)]), account)]
+        return [Forged(beside_wrong(group, good), account)]
 
     def carries_payload(self, text: str, answer: str) -> bool:
         if ANSWER_CLOSE not in text:

@@ -10,7 +10,7 @@ import random
 
 from eth_account.signers.local import LocalAccount
 
-from sapo_async.experiment.attack.base import Forged, retext, wrong_answer
+from sapo_async.experiment.attack.base import Forged, beside_wrong
 from sapo_async.wire import RolloutGroup
 
 MARKER = " (*)(*)"
@@ -21,10 +21,7 @@ class Inject:
     name = "inject"
 
     def forge(self, group: RolloutGroup, account: LocalAccount, rng: random.Random) -> list[Forged]:
-        n = len(group.completions)
-        good = f" <answer>{group.answer}</answer>{MARKER}"
-        bad = f" <answer>{wrong_answer(group.answer)}</answer>"
-        return [Forged(retext(group, [good if i % 2 == 0 else bad for i in range(n)]), account)]
+        return [Forged(beside_wrong(group, f" <answer>{group.answer}</answer>{MARKER}"), account)]
 
     def carries_payload(self, text: str, answer: str) -> bool:
         return "(*)" in text
