@@ -28,6 +28,7 @@ _OPTIONS = {
     "rounds": "--rounds",
     "lr": "--lr",
     "tail_share": "--tail-share",
+    "stock_lead_share": "--stock-lead-share",
     "max_new_tokens": "--max-new-tokens",
     "questions_per_round": "--questions",
     "completions_per_question": "--completions",
@@ -99,6 +100,14 @@ def attack(
         help="With the defences on, do as --drop-after-answer for a producer once this share "
         "of its rewarded answers carried a tail ([defence] tail_share, off by default); "
         "default output directory gets -tails.",
+    ),
+    stock_lead_share: float = typer.Option(
+        0.0,
+        min=0.0,
+        max=1.0,
+        help="With the defences on, leave out a producer's completions showing its stock "
+        "lead, the same words before this share of its rewarded answers ([defence] "
+        "stock_lead_share, off by default); default output directory gets -leads.",
     ),
     balanced_draw: bool = typer.Option(
         False,
@@ -179,6 +188,7 @@ def attack(
             cut_after_answer=cut_after_answer,
             drop_after_answer=drop_after_answer,
             tail_share=tail_share,
+            stock_lead_share=stock_lead_share,
             balanced_draw=balanced_draw,
             brevity_guard=brevity_guard,
         )
@@ -194,6 +204,7 @@ def attack(
         name += "-cut" if cut_after_answer else ""
         name += "-drop" if drop_after_answer else ""
         name += "-tails" if tail_share else ""
+        name += "-leads" if stock_lead_share else ""
         name += "-balanced" if balanced_draw else ""
         name += "-brevity" if brevity_guard else ""
         out = Path(f"runs/{name}-quick" if quick else f"docs/results/{name}")

@@ -38,6 +38,7 @@ from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.transport.base import StartAt, Transport
 from sapo_async.node.defence import QUARANTINE_WINDOW, Calibration, Quarantine
 from sapo_async.node.fairness import ServedRecord
+from sapo_async.node.leads import LeadRecord
 from sapo_async.node.spec import NodeSpec
 from sapo_async.node.tails import TailRecord
 from sapo_async.tasks.source import dataset_seed
@@ -170,6 +171,8 @@ class NodeDefences:
             or ``tail_share`` 0; :mod:`sapo_async.node.tails`).
         served: which producers this node trained recently, for the balanced draw (None:
             ``defence.active`` or ``balanced_draw`` off; :mod:`sapo_async.node.fairness`).
+        leads: which producers show a stock lead before their rewarded answers (None:
+            ``defence.active`` off or ``stock_lead_share`` 0; :mod:`sapo_async.node.leads`).
     """
 
     quarantine: Quarantine
@@ -177,6 +180,7 @@ class NodeDefences:
     checks: tuple[Check, ...]
     tails: TailRecord | None = None
     served: ServedRecord | None = None
+    leads: LeadRecord | None = None
 
     @classmethod
     def build(cls, spec: NodeSpec, families: Sequence[FamilySpec]) -> NodeDefences:
@@ -195,8 +199,9 @@ class NodeDefences:
             checks.append(GroupCheck(extra))
         tails = TailRecord(d.tail_share) if d.active and d.tail_share > 0 else None
         served = ServedRecord() if d.active and d.balanced_draw else None
+        leads = LeadRecord(d.stock_lead_share) if d.active and d.stock_lead_share > 0 else None
         calibration = Calibration(d, spec.training.max_new_tokens)
-        return cls(quarantine, calibration, tuple(checks), tails, served)
+        return cls(quarantine, calibration, tuple(checks), tails, served, leads)
 
 
 def build_collector(

@@ -12,7 +12,8 @@ trainer), the publisher and collector (fabric), the sampler (pure core) and the 
    (:mod:`.selection`, in a worker thread: re-derive each candidate's task, score it with
    this node's verifier, screen it with the content defences); back on the event loop,
    drop what failed (once, by reason, fed to the quarantine), take what was chosen, record
-   which producers tail their answers (:mod:`.tails`) and which were served (:mod:`.fairness`);
+   which producers tail their answers (:mod:`.tails`) or show a stock lead
+   (:mod:`.leads`) and which were served (:mod:`.fairness`);
 5. one GRPO step on the I + J groups;
 6. journal the round's commitment (hashes shared, hashes used by producer) for the chain;
    the node never waits for the chain.
@@ -138,6 +139,7 @@ class RoundLoop:
         self.quarantine = defences.quarantine
         self.calibration = defences.calibration
         self.tails, self.served = defences.tails, defences.served
+        self.leads = defences.leads
 
     def _judged(self, producer: str, dropped: bool) -> None:
         """The quarantine's one source of verdicts: the round's judgement of verified,
@@ -361,12 +363,15 @@ class RoundLoop:
                 limits=limits,
                 tails=self.tails.copy() if self.tails is not None else None,
                 served=self.served.counts() if self.served is not None else None,
+                leads=self.leads.copy() if self.leads is not None else None,
             )
         )
         if self.served is not None:
             self.served.record(c.producer for c in choice.external)
         for producer in self.tails.observe(choice.tails) if self.tails is not None else ():
             self._log.warning("producer_tails_left_out", producer=producer)
+        for producer in self.leads.observe(choice.leads) if self.leads is not None else ():
+            self._log.warning("producer_stock_lead_left_out", producer=producer)
         by_reason: dict[str, list[bytes]] = {}
         for v in choice.drops:
             by_reason.setdefault(v.reason, []).append(v.rollout_hash)

@@ -42,13 +42,14 @@ from sapo_async.fabric.collector import BufferedGroup
 from sapo_async.limits import FOREIGN_TOKEN_SLACK
 from sapo_async.node.defence import Calibration, CompletionView, Thresholds, screen
 from sapo_async.node.groups import SharedRound, round_seed
+from sapo_async.node.leads import LeadObservation, LeadRecord
 from sapo_async.node.learner import Learner
 from sapo_async.node.sampler import ExternalSelection, select_external, select_local
 from sapo_async.node.spec import TrainingSpec
 from sapo_async.node.tails import TailObservation, TailRecord
 from sapo_async.node.view import CandidateView
 from sapo_async.policy.grpo.trainer import ScoredGroup
-from sapo_async.tasks.reward import text_after_answer
+from sapo_async.tasks.reward import lead_key, text_after_answer
 from sapo_async.wire.reasons import RejectReason
 
 __all__ = ["Candidate", "Choice", "Verdict", "calibrate", "candidate_view", "select_groups"]
@@ -117,6 +118,8 @@ class Choice:
             (:meth:`~sapo_async.node.defence.Thresholds.judges`).
         tails: the scored groups' tail counts (for the node's
             :class:`~sapo_async.node.tails.TailRecord`; none without one).
+        leads: the scored groups' rewarded leads (for the node's
+            :class:`~sapo_async.node.leads.LeadRecord`; none without one).
     """
 
     local: list[ScoredGroup]
@@ -127,6 +130,7 @@ class Choice:
     passed: list[str] = field(default_factory=list)
     held: int = 0
     tails: list[TailObservation] = field(default_factory=list)
+    leads: list[LeadObservation] = field(default_factory=list)
 
 
 def calibrate(calibration: Calibration, shared: SharedRound) -> None:
@@ -173,6 +177,7 @@ def select_groups(
     limits: Thresholds | None,
     tails: TailRecord | None = None,
     served: Mapping[str, int] | None = None,
+    leads: LeadRecord | None = None,
 ) -> Choice:
     """Choose I local and J external groups (safe in a worker thread: see the docstring).
 
@@ -188,6 +193,8 @@ def select_groups(
             groups are scored, so a producer can cross within the round.
         served: external groups trained recently per producer, for the balanced draw
             (None: the paper's uniform draw; :mod:`~sapo_async.node.fairness`).
+        leads: this thread's copy of the node's stock-lead record (None: off); updated as
+            groups are scored, as ``tails`` is.
     """
     rng = random.Random(round_seed(training.seed, learner.settings.node_index, round_, "external"))
     drops: list[Verdict] = []
@@ -195,6 +202,7 @@ def select_groups(
 
     drop_tailed = learner.settings.drop_after_answer
     seen: list[TailObservation] = []
+    led: list[LeadObservation] = []
 
     def score(b: BufferedGroup) -> _Ranked:
         scored = learner.score_external(b.group)
@@ -214,6 +222,16 @@ def select_groups(
             # with no spread and dropped as uninformative.
             kept = tuple(c for c in scored.completions if not text_after_answer(c.text))
             scored = dataclasses.replace(scored, completions=kept)
+        if leads is not None:
+            # Read after the tail record: what is left is what would be trained.
+            low = min(scored.rewards, default=0.0)
+            shown = tuple(lead_key(c.text) for c in scored.completions if c.reward > low)
+            if shown:
+                led.append(LeadObservation(b.rollout_hash, b.producer, scored.prompt, shown))
+                leads.add(led[-1])
+            if (stock := leads.stock(b.producer)) is not None:
+                kept = tuple(c for c in scored.completions if lead_key(c.text) != stock)
+                scored = dataclasses.replace(scored, completions=kept)
         # Lazy: only what reads it below (a defence that is on, the external filter, the
         # trainer for a chosen candidate) tokenises the text or runs the model.
         view = candidate_view(learner, scored)
@@ -301,4 +319,5 @@ def select_groups(
         passed,
         held=len(fresh) - len(judged),
         tails=seen,
+        leads=led,
     )

@@ -79,6 +79,14 @@ class DefenceSpec(Settings):
         "it was rewarded for (at least 8, in its last 16 groups) carried text after the "
         "closing tag (0: off; measured on SmolLM2 in docs/security.md).",
     )
+    stock_lead_share: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Leave out a peer's completions that show its stock lead: the same "
+        "words before at least this share of the answers it was rewarded for (at least 8, "
+        "in its last 16 groups, on 3 or more questions; 0: off; docs/security.md).",
+    )
     balanced_draw: bool = Field(
         default=False,
         description="Draw peers' groups least served producer first (over the last 32 "

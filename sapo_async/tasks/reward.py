@@ -18,7 +18,14 @@ from sapo_async.errors import ConfigError
 from sapo_async.tasks.prompt import ANSWER_CLOSE, ANSWER_OPEN, extract_answer
 from sapo_async.tasks.source import TaskItem, score_entry
 
-__all__ = ["Verifier", "answer_lead", "answer_lead_text", "answer_tail", "text_after_answer"]
+__all__ = [
+    "Verifier",
+    "answer_lead",
+    "answer_lead_text",
+    "answer_tail",
+    "lead_key",
+    "text_after_answer",
+]
 
 
 def answer_tail(text: str) -> str | None:
@@ -33,6 +40,12 @@ def answer_lead_text(text: str) -> str:
     end = text.rfind(ANSWER_CLOSE)
     start = text.rfind(ANSWER_OPEN, 0, end) if end >= 0 else -1
     return (text[:start] if start >= 0 else text).strip()
+
+
+def lead_key(text: str) -> str:
+    """:func:`answer_lead_text` as the stock-lead record compares it (:mod:`sapo_async.node.leads`):
+    lower case, runs of whitespace as one space, a trailing ``:``, ``.`` or ``,`` dropped."""
+    return " ".join(answer_lead_text(text).lower().split()).rstrip(":.,")
 
 
 def answer_lead(text: str) -> int:

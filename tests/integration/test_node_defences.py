@@ -359,6 +359,48 @@ async def test_a_peer_that_tails_every_right_answer_stops_being_trained_on(
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("share", [0.5, 0.0])
+async def test_a_peer_that_shows_the_same_filler_before_every_right_answer_stops_being_trained(
+    share: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: the filler attacker (its right answers behind ``The answer is``, beside
+    bare wrong ones) passes the brevity guard, and on SmolLM2 its groups were trained and
+    the filler spread (docs/security.md). The node's lead record leaves out a peer's
+    completions showing one lead on three or more questions once 8 of its rewarded
+    answers showed it; with ``stock_lead_share`` 0 every such group is trained."""
+    broker = MemoryBroker()
+    node = await _node(0, broker, plausibility=False, stock_lead_share=share)
+    peer = await _node(1, broker)
+    address = peer.publisher._account.address  # type: ignore[attr-defined]
+    trained: list[Any] = []
+    real_train = node.learner.train
+    monkeypatch.setattr(node.learner, "train", lambda gs: trained.extend(gs) or real_train(gs))
+    per_round, questions = [], set()
+    for round_ in range(4):
+        for group in await peer_wire_groups(peer, round_):
+            questions.add(group.task)
+            # The tiny model's cap is a few dozen characters: a short filler, same shape.
+            right, wrong = f" So: <answer>{group.answer}</answer>", " <answer>77</answer>"
+            texts = (right, wrong, right, wrong)
+            forged = replace(
+                group, completions=tuple(Completion(text=t, finish_reason="stop") for t in texts)
+            )
+            assert node.collector.ingest(_signed(peer, forged)) is not None
+        before = len(trained)
+        await node.train_round(await node.share_round())
+        per_round.append(sum(g.producer == address for g in trained[before:]))
+    assert len(questions) == 8  # two new questions a round
+    if share:
+        assert node.leads is not None
+        assert node.leads.stock(address) == "so"
+        # Flagged in round 1, once 8 of its rewarded answers showed the lead: never again.
+        assert per_round == [2, 1, 0, 0]
+    else:
+        assert node.leads is None
+        assert per_round == [2, 2, 2, 2]
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("balanced", [True, False])
 async def test_a_peer_whose_every_group_is_informative_wins_its_share_not_every_slot(
     balanced: bool, monkeypatch: pytest.MonkeyPatch

@@ -230,3 +230,19 @@ def test_a_node_keeps_a_tail_record_while_its_defences_and_tail_share_are_on(
     spec = NodeSpec.build(swarm=SWARM, ledger_enabled=False, **settings)
     tails = NodeDefences.build(spec, CPU_PRESET).tails
     assert (tails.share if tails is not None else None) == share
+
+
+@pytest.mark.parametrize(
+    ("settings", "share"),
+    [
+        ({}, None),  # off by default (docs/security.md says why)
+        ({"stock_lead_share": 0.5}, 0.5),
+        ({"stock_lead_share": 0.5, "defence_active": False}, None),
+    ],
+)
+def test_a_node_keeps_a_lead_record_while_its_defences_and_stock_lead_share_are_on(
+    settings: dict[str, object], share: float | None
+) -> None:
+    spec = NodeSpec.build(swarm=SWARM, ledger_enabled=False, **settings)
+    leads = NodeDefences.build(spec, CPU_PRESET).leads
+    assert (leads.share if leads is not None else None) == share

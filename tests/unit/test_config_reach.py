@@ -189,6 +189,7 @@ DEFENCE: dict[str, Any] = {
     "cut_after_answer": False,
     "drop_after_answer": True,
     "tail_share": 0.25,
+    "stock_lead_share": 0.75,
     "balanced_draw": True,
     "length_guard": False,
     "length_factor": 2.0,
@@ -405,3 +406,14 @@ def test_tail_share_reaches_the_nodes_tail_record(tmp_path: Path) -> None:
     )
     assert record.tails is not None
     assert record.tails.share == 0.25
+
+
+def test_stock_lead_share_reaches_the_nodes_lead_record(tmp_path: Path) -> None:
+    from sapo_async.node.admission import NodeDefences
+    from sapo_async.tasks.spec import CPU_PRESET
+
+    defences = NodeDefences.build(
+        _build({"defence": {"stock_lead_share": 0.75}}, tmp_path).spec, CPU_PRESET
+    )
+    assert defences.leads is not None
+    assert defences.leads.share == 0.75

@@ -9,9 +9,10 @@ the guard, the plausibility check and the repetition check, and GRPO pushes the 
 against the bare wrong answers beside it.
 
 Payload: an honest node's own completion whose whole text before its answer is the filler
-(:func:`~sapo_async.tasks.reward.answer_lead_text`, case and spacing aside): it has learned
-to answer without working, and with the attacker's words. An honest model may say so on
-its own now and then; the no-attack runs measure that as the detector's floor.
+(:func:`~sapo_async.tasks.reward.lead_key`: case, spacing and a trailing ``:.,`` aside):
+it has learned to answer without working, and with the attacker's words. An honest model
+may say so on its own now and then; the no-attack runs measure that as the detector's
+floor.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from eth_account.signers.local import LocalAccount
 
 from sapo_async.experiment.attack.base import Forged, beside_wrong
 from sapo_async.tasks.prompt import ANSWER_CLOSE
-from sapo_async.tasks.reward import answer_lead_text
+from sapo_async.tasks.reward import lead_key
 from sapo_async.wire import RolloutGroup
 
 FILLER = "The answer is"
@@ -36,7 +37,7 @@ class Filler:
 
     def __init__(self, filler: str = FILLER) -> None:
         self.filler = filler
-        self._key = " ".join(filler.lower().split())
+        self._key = lead_key(f"{filler} <answer>x</answer>")
 
     def forge(self, group: RolloutGroup, account: LocalAccount, rng: random.Random) -> list[Forged]:
         good = f" {self.filler} <answer>{group.answer}</answer>"
@@ -45,4 +46,4 @@ class Filler:
     def carries_payload(self, text: str, answer: str) -> bool:
         if ANSWER_CLOSE not in text:
             return False
-        return " ".join(answer_lead_text(text).lower().split()).rstrip(":.,") == self._key
+        return lead_key(text) == self._key

@@ -100,6 +100,9 @@ class AttackSpec:
         tail_share: with the defences on, do as ``drop_after_answer`` for a producer once
             this share of its rewarded answers carried a tail (``[defence] tail_share``;
             0: off, as in a node by default).
+        stock_lead_share: with the defences on, leave out a producer's completions showing
+            its stock lead, the same words before this share of its rewarded answers
+            (``[defence] stock_lead_share``; 0: off, as in a node by default).
         balanced_draw: with the defences on, the sampler walks the least served producers
             first (``[defence] balanced_draw``; off, as in a node by default).
         brevity_guard: with the defences on, drop a group whose rewarded completion shows
@@ -132,6 +135,7 @@ class AttackSpec:
     cut_after_answer: bool = False
     drop_after_answer: bool = False
     tail_share: float = 0.0
+    stock_lead_share: float = 0.0
     balanced_draw: bool = False
     brevity_guard: bool = False
     eval_questions: int = 0
@@ -188,6 +192,8 @@ class AttackSpec:
             raise bad("eval_completions", "at least 1")
         if not 0 <= self.tail_share <= 1:
             raise bad("tail_share", "from 0 (off) to 1")
+        if not 0 <= self.stock_lead_share <= 1:
+            raise bad("stock_lead_share", "from 0 (off) to 1")
         unknown = set(self.attacks) - set(ATTACKS)
         if unknown:
             raise ConfigError(

@@ -1,0 +1,120 @@
+"""Which peers show the same words before every right answer: the brevity guard's gap.
+
+The brevity guard (:mod:`sapo_async.node.defence`) drops a rewarded peer answer that shows
+far less text before its ``<answer>`` than the node's own do; SmolLM2's own leads are
+often a few characters, so its floor is low (1.5 to 4.5 characters on ``cpu_easy``), and
+a right answer behind a few characters of stock filler (``The answer is``, the ``filler``
+attack) passes it. On SmolLM2 that attacker's groups were trained and the filler spread to
+the honest nodes' own completions (docs/security.md).
+
+Work depends on the question; filler does not. This record keeps, per producer, the
+normalised lead (:func:`~sapo_async.tasks.reward.lead_key`) of each completion it was
+rewarded for (reward above its group's floor, what GRPO pushes up) in its last
+:data:`WINDOW_GROUPS` groups with any this node scored, and the question each answered.
+Once one lead is at least ``stock_lead_share`` of those answers (at least
+:data:`MIN_ANSWERS`) on at least :data:`MIN_QUESTIONS` different questions, that lead is
+the producer's *stock lead*: its completions showing it are left out of training (their
+group is judged by the rest; a group left with no spread is dropped as uninformative), as
+the tail record (:mod:`.tails`) does for text after the answer. An empty lead never counts
+(the brevity guard's case). Nothing is refused or quarantined for it.
+
+*Cannot* stop: an attacker that varies its filler (then each phrase is under the share,
+and the plausibility check must judge the words), or puts a stock lead on fewer than
+``stock_lead_share`` of its right answers.
+
+Threads: as the tail record, one :class:`LeadRecord` on the event loop; the selection
+thread gets a :meth:`~LeadRecord.copy` and returns what it observed; the loop records it
+(:meth:`~LeadRecord.observe`), each group once, by hash.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["MIN_ANSWERS", "MIN_QUESTIONS", "WINDOW_GROUPS", "LeadObservation", "LeadRecord"]
+
+WINDOW_GROUPS = 16
+"""Groups per producer the share is read over (the newest ones this node scored)."""
+
+MIN_ANSWERS = 8
+"""Rewarded completions a producer must have in the window before its share counts."""
+
+MIN_QUESTIONS = 3
+"""Different questions a lead must precede a rewarded answer on to be a stock lead: an
+honest model that words its work the same on one question twice is not showing filler."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeadObservation:
+    """One scored peer group: its question and the leads of its rewarded completions."""
+
+    rollout_hash: bytes
+    producer: str
+    question: str
+    leads: tuple[str, ...]
+
+
+class LeadRecord:
+    """Per producer, the rewarded leads of its last :data:`WINDOW_GROUPS` scored groups."""
+
+    def __init__(
+        self,
+        share: float,
+        *,
+        window: int = WINDOW_GROUPS,
+        least: int = MIN_ANSWERS,
+        questions: int = MIN_QUESTIONS,
+    ) -> None:
+        if not 0 < share <= 1:
+            raise ValueError(f"stock_lead_share {share!r} is not allowed: in (0, 1]")
+        self.share = share
+        self._window = window
+        self._least = least
+        self._questions = questions
+        self._groups: dict[str, OrderedDict[bytes, tuple[str, tuple[str, ...]]]] = {}
+
+    def copy(self) -> LeadRecord:
+        """An independent copy (what the selection thread may change)."""
+        out = LeadRecord(
+            self.share, window=self._window, least=self._least, questions=self._questions
+        )
+        out._groups = {p: OrderedDict(g) for p, g in self._groups.items()}
+        return out
+
+    def add(self, seen: LeadObservation) -> None:
+        """Record one group (again: no change; the newest ``window`` are kept)."""
+        groups = self._groups.setdefault(seen.producer, OrderedDict())
+        if seen.rollout_hash in groups:
+            return
+        groups[seen.rollout_hash] = (seen.question, seen.leads)
+        while len(groups) > self._window:
+            groups.popitem(last=False)
+
+    def stock(self, producer: str) -> str | None:
+        """``producer``'s stock lead (None: it has none): a non-empty lead before at least
+        ``share`` of its at least :data:`MIN_ANSWERS` recent rewarded answers, on at least
+        :data:`MIN_QUESTIONS` questions."""
+        groups = self._groups.get(producer)
+        if not groups:
+            return None
+        answers = sum(len(leads) for _, leads in groups.values())
+        if answers < self._least:
+            return None
+        counts = Counter(lead for _, leads in groups.values() for lead in leads if lead)
+        for lead, n in counts.most_common():
+            if n < self.share * answers:
+                return None
+            asked = {q for q, leads in groups.values() if lead in leads}
+            if len(asked) >= self._questions:
+                return lead
+        return None
+
+    def observe(self, seen: Iterable[LeadObservation]) -> list[str]:
+        """Record a round's observations; return the producers that got a stock lead."""
+        seen = list(seen)
+        before = {s.producer: self.stock(s.producer) for s in seen}
+        for s in seen:
+            self.add(s)
+        return sorted(p for p, was in before.items() if was is None and self.stock(p))

@@ -1,0 +1,146 @@
+"""The stock-lead record (``[defence] stock_lead_share``, off by default): a producer that
+shows the same words before its right answers on question after question (the ``filler``
+attack: ``The answer is``, what passes the brevity guard) gets those completions left out,
+while an honest peer whose work differs by question, or that words one question's work
+the same twice, is trained as before (issue 23)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from sapo_async.fabric.collector import BufferedGroup
+from sapo_async.node.leads import MIN_ANSWERS, WINDOW_GROUPS, LeadObservation, LeadRecord
+from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup, TokenSource
+from sapo_async.tasks.reward import lead_key
+from tests.fixtures import selection as fx
+
+
+def _group(producer: str, question: int, leads: tuple[str, str]) -> ScoredGroup:
+    """Two right answers (behind ``leads``) and two bare wrong ones, to question ``n``."""
+    right, wrong = f" <answer>{question}</answer>", " <answer>-1</answer>"
+    texts = (f" {leads[0]}{right}", wrong, f" {leads[1]}{right}", wrong)
+    return ScoredGroup(
+        prompt=f"What is {question} + 0?",
+        completions=tuple(ScoredCompletion(t, float(right in t), "stop") for t in texts),
+        tokenizer_id="theirs",
+        producer=producer,
+        token_source=TokenSource.TEXT,
+    )
+
+
+FILLER = ("The answer is", "the answer is:")
+"""The filler attack's lead (the record compares :func:`lead_key`: case and ':' aside)."""
+
+
+def _honest(n: int) -> tuple[str, str]:
+    return (f"{n} + 0 = {n}.", f"Adding 0 to {n} leaves {n}.")
+
+
+def _rounds(
+    groups: list[ScoredGroup], record: LeadRecord | None, rounds: int = 40
+) -> tuple[list[Counter[str]], list[Any], list[str]]:
+    """Rounds of J = 1 from the same pool, the record kept as a node keeps it (a copy to
+    the selection, the observations back): who was chosen each round, what was trained,
+    and the producers the record flagged."""
+    fresh, scored = [], {}
+    for n, group in enumerate(groups):
+        digest = n.to_bytes(32, "big")
+        wire = SimpleNamespace(producer=group.producer, completions=(), digest=digest)
+        fresh.append(BufferedGroup(wire, digest, 0.0))  # type: ignore[arg-type]
+        scored[digest] = group
+    learner = fx.fake_learner(lambda g: scored[g.digest], cut=True, drop=False)
+    chosen: list[Counter[str]] = []
+    trained: list[Any] = []
+    flagged: list[str] = []
+    for round_ in range(rounds):
+        from sapo_async.node.selection import select_groups
+        from sapo_async.node.spec import TrainingSpec
+
+        choice = select_groups(
+            learner,
+            TrainingSpec(local=1, external=1),
+            round_,
+            local=[],
+            fresh=tuple(fresh),
+            newest={},
+            limits=None,
+            leads=record.copy() if record is not None else None,
+        )
+        if record is not None:
+            flagged += record.observe(choice.leads)
+        chosen.append(Counter(c.producer for c in choice.external))
+        trained.extend(c.scored for c in choice.external)
+    return chosen, trained, flagged
+
+
+ATTACKED = [_group("attacker", n, FILLER) for n in range(6)] + [
+    _group("honest", n, _honest(n)) for n in range(3)
+]
+
+
+def test_lead_key_reads_the_words_before_the_answer_case_spacing_and_colon_aside() -> None:
+    assert lead_key(" The  answer is: <answer>5</answer>") == "the answer is"
+    assert lead_key("<answer>5</answer>") == ""
+    assert lead_key("2 + 3 = 5. <answer>5</answer> more") == "2 + 3 = 5"
+
+
+def test_without_the_record_a_filler_attacker_keeps_its_slots() -> None:
+    chosen, _, _ = _rounds(ATTACKED, None)
+    late = sum(chosen[10:], Counter())
+    assert late["attacker"] > late["honest"]
+
+
+def test_the_record_leaves_out_a_filler_attacker_and_keeps_an_honest_peer() -> None:
+    chosen, trained, flagged = _rounds(ATTACKED, LeadRecord(0.5))
+    assert flagged == ["attacker"]
+    late = sum(chosen[10:], Counter())
+    assert late == {"honest": 30}
+    # The honest peer's groups are trained whole: its work differs by question.
+    assert all(len(g.completions) == 4 for g in trained if g.producer == "honest")
+
+
+def test_one_question_worded_the_same_every_time_is_not_a_stock_lead() -> None:
+    # An honest peer that says "3 + 0 = 3." to the same question again and again is
+    # showing work, not filler: a lead must recur on MIN_QUESTIONS different questions.
+    same = [_group("steady", 3, ("3 + 0 = 3.", "3 + 0 = 3.")) for _ in range(8)]
+    _, trained, flagged = _rounds(same, LeadRecord(0.5), rounds=20)
+    assert flagged == []
+    assert len(trained) == 20
+    assert all(len(g.completions) == 4 for g in trained)
+
+
+def test_the_share_needs_enough_answers_and_reads_the_newest_groups_each_once() -> None:
+    def seen(n: int, leads: tuple[str, ...], question: int | None = None) -> LeadObservation:
+        q = f"q{n if question is None else question}"
+        return LeadObservation(bytes([n]) * 32, "p", q, leads)
+
+    record = LeadRecord(0.5)
+    stock = [seen(n, ("the answer is",) * 2) for n in range(MIN_ANSWERS // 2)]
+    assert record.observe(stock[:-1]) == []  # 6 answers: too few to judge
+    assert record.observe(stock[-2:]) == ["p"]  # the repeat counts once
+    assert record.stock("p") == "the answer is"
+    assert record.observe(stock) == []  # already flagged: not reported again
+    worked = [seen(100 + n, (f"{n} + 1 = {n + 1}", "")) for n in range(WINDOW_GROUPS)]
+    record.observe(worked[:4])  # 8 of 16 answers: the share is reached
+    assert record.stock("p") == "the answer is"
+    record.observe(worked[4:5])  # 8 of 18
+    assert record.stock("p") is None
+    assert record.stock("someone else") is None
+    # Only the newest WINDOW_GROUPS count; empty leads (bare answers) are never a stock
+    # lead (the brevity guard's case), though they count among the answers.
+    record.observe(worked)
+    bare = [seen(200 + n, ("", "")) for n in range(WINDOW_GROUPS)]
+    assert record.observe(bare) == []
+    # The same words on fewer than MIN_QUESTIONS questions: not stock.
+    two = [seen(220 + n, ("so",) * 2, question=n % 2) for n in range(WINDOW_GROUPS)]
+    assert record.observe(two) == []
+
+
+@pytest.mark.parametrize("share", [0.0, -0.1, 1.5])
+def test_a_share_outside_zero_to_one_is_refused(share: float) -> None:
+    with pytest.raises(ValueError, match="stock_lead_share"):
+        LeadRecord(share)
