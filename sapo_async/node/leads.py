@@ -29,9 +29,11 @@ thread gets a :meth:`~LeadRecord.copy` and returns what it observed; the loop re
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from sapo_async.node.windows import ProducerWindows
 
 __all__ = ["MIN_ANSWERS", "MIN_QUESTIONS", "WINDOW_GROUPS", "LeadObservation", "LeadRecord"]
 
@@ -70,43 +72,33 @@ class LeadRecord:
         if not 0 < share <= 1:
             raise ValueError(f"stock_lead_share {share!r} is not allowed: in (0, 1]")
         self.share = share
-        self._window = window
         self._least = least
         self._questions = questions
-        self._groups: dict[str, OrderedDict[bytes, tuple[str, tuple[str, ...]]]] = {}
+        self._groups: ProducerWindows[tuple[str, tuple[str, ...]]] = ProducerWindows(window)
 
     def copy(self) -> LeadRecord:
         """An independent copy (what the selection thread may change)."""
-        out = LeadRecord(
-            self.share, window=self._window, least=self._least, questions=self._questions
-        )
-        out._groups = {p: OrderedDict(g) for p, g in self._groups.items()}
+        out = LeadRecord(self.share, least=self._least, questions=self._questions)
+        out._groups = self._groups.copy()
         return out
 
     def add(self, seen: LeadObservation) -> None:
         """Record one group (again: no change; the newest ``window`` are kept)."""
-        groups = self._groups.setdefault(seen.producer, OrderedDict())
-        if seen.rollout_hash in groups:
-            return
-        groups[seen.rollout_hash] = (seen.question, seen.leads)
-        while len(groups) > self._window:
-            groups.popitem(last=False)
+        self._groups.add(seen.producer, seen.rollout_hash, (seen.question, seen.leads))
 
     def stock(self, producer: str) -> str | None:
         """``producer``'s stock lead (None: it has none): a non-empty lead before at least
         ``share`` of its at least :data:`MIN_ANSWERS` recent rewarded answers, on at least
         :data:`MIN_QUESTIONS` questions."""
-        groups = self._groups.get(producer)
-        if not groups:
-            return None
-        answers = sum(len(leads) for _, leads in groups.values())
+        groups = self._groups.values(producer)
+        answers = sum(len(leads) for _, leads in groups)
         if answers < self._least:
             return None
-        counts = Counter(lead for _, leads in groups.values() for lead in leads if lead)
+        counts = Counter(lead for _, leads in groups for lead in leads if lead)
         for lead, n in counts.most_common():
             if n < self.share * answers:
                 return None
-            asked = {q for q, leads in groups.values() if lead in leads}
+            asked = {q for q, leads in groups if lead in leads}
             if len(asked) >= self._questions:
                 return lead
         return None

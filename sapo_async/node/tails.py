@@ -30,9 +30,10 @@ records those (:meth:`~TailRecord.observe`), each group once, by hash.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from sapo_async.node.windows import ProducerWindows
 
 __all__ = ["MIN_ANSWERS", "WINDOW_GROUPS", "TailObservation", "TailRecord"]
 
@@ -60,33 +61,27 @@ class TailRecord:
         if not 0 < share <= 1:
             raise ValueError(f"tail_share {share!r} is not allowed: in (0, 1]")
         self.share = share
-        self._window = window
         self._least = least
-        self._groups: dict[str, OrderedDict[bytes, tuple[int, int]]] = {}
+        self._groups: ProducerWindows[tuple[int, int]] = ProducerWindows(window)
 
     def copy(self) -> TailRecord:
         """An independent copy (what the selection thread may change)."""
-        out = TailRecord(self.share, window=self._window, least=self._least)
-        out._groups = {p: OrderedDict(g) for p, g in self._groups.items()}
+        out = TailRecord(self.share, window=self._groups.window, least=self._least)
+        out._groups = self._groups.copy()
         return out
 
     def add(self, seen: TailObservation) -> None:
         """Record one group (again: no change; the newest ``window`` are kept)."""
-        groups = self._groups.setdefault(seen.producer, OrderedDict())
-        if seen.rollout_hash in groups:
-            return
-        groups[seen.rollout_hash] = (seen.tailed, seen.rewarded)
-        while len(groups) > self._window:
-            groups.popitem(last=False)
+        self._groups.add(seen.producer, seen.rollout_hash, (seen.tailed, seen.rewarded))
 
     def heavy(self, producer: str) -> bool:
         """Whether ``producer``'s tailed completions are left out: at least ``share`` of
         its at least :data:`MIN_ANSWERS` recent rewarded answers carried a tail."""
-        groups = self._groups.get(producer)
+        groups = self._groups.values(producer)
         if not groups:
             return False
-        tailed = sum(t for t, _ in groups.values())
-        rewarded = sum(r for _, r in groups.values())
+        tailed = sum(t for t, _ in groups)
+        rewarded = sum(r for _, r in groups)
         return rewarded >= self._least and tailed >= self.share * rewarded
 
     def observe(self, seen: Iterable[TailObservation]) -> list[str]:

@@ -217,32 +217,20 @@ def test_a_node_keeps_a_served_record_while_its_defences_and_balanced_draw_are_o
 
 
 @pytest.mark.parametrize(
-    ("settings", "share"),
-    [
-        ({}, None),  # off by default (docs/security.md says why)
-        ({"tail_share": 0.25}, 0.25),
-        ({"tail_share": 0.5, "defence_active": False}, None),
-    ],
+    ("record", "key"), [("tails", "tail_share"), ("leads", "stock_lead_share")]
 )
-def test_a_node_keeps_a_tail_record_while_its_defences_and_tail_share_are_on(
-    settings: dict[str, object], share: float | None
-) -> None:
-    spec = NodeSpec.build(swarm=SWARM, ledger_enabled=False, **settings)
-    tails = NodeDefences.build(spec, CPU_PRESET).tails
-    assert (tails.share if tails is not None else None) == share
-
-
 @pytest.mark.parametrize(
     ("settings", "share"),
     [
         ({}, None),  # off by default (docs/security.md says why)
-        ({"stock_lead_share": 0.5}, 0.5),
-        ({"stock_lead_share": 0.5, "defence_active": False}, None),
+        ({"SHARE": 0.25}, 0.25),
+        ({"SHARE": 0.5, "defence_active": False}, None),
     ],
 )
-def test_a_node_keeps_a_lead_record_while_its_defences_and_stock_lead_share_are_on(
-    settings: dict[str, object], share: float | None
+def test_a_node_keeps_a_tail_and_a_lead_record_while_its_defences_and_their_share_are_on(
+    record: str, key: str, settings: dict[str, object], share: float | None
 ) -> None:
-    spec = NodeSpec.build(swarm=SWARM, ledger_enabled=False, **settings)
-    leads = NodeDefences.build(spec, CPU_PRESET).leads
-    assert (leads.share if leads is not None else None) == share
+    given = {(key if k == "SHARE" else k): v for k, v in settings.items()}
+    spec = NodeSpec.build(swarm=SWARM, ledger_enabled=False, **given)
+    kept = getattr(NodeDefences.build(spec, CPU_PRESET), record)
+    assert (kept.share if kept is not None else None) == share
