@@ -12,8 +12,7 @@ trainer), the publisher and collector (fabric), the sampler (pure core) and the 
    (:mod:`.selection`, in a worker thread: re-derive each candidate's task, score it with
    this node's verifier, screen it with the content defences); back on the event loop,
    drop what failed (once, by reason, fed to the quarantine), take what was chosen, record
-   which producers tail their answers (:mod:`.tails`) or show a stock lead
-   (:mod:`.leads`) and which were served (:mod:`.fairness`);
+   who tails, shows a stock lead or was served (:mod:`.tails`, :mod:`.leads`, :mod:`.fairness`);
 5. one GRPO step on the I + J groups;
 6. journal the round's commitment (hashes shared, hashes used by producer) for the chain;
    the node never waits for the chain.
@@ -132,14 +131,11 @@ class RoundLoop:
         self._install_defences(defences)
 
     def _install_defences(self, defences: NodeDefences | None) -> None:
-        """Keep the defence state the collector's checks share (nothing is patched into the
-        collector: its checks were given when it was built)."""
+        """Keep the defence state the collector's checks share (given it when built)."""
         if defences is None:
             defences = NodeDefences.build(self.spec, self.learner.tasks.families)
-        self.quarantine = defences.quarantine
-        self.calibration = defences.calibration
-        self.tails, self.served = defences.tails, defences.served
-        self.leads = defences.leads
+        self.quarantine, self.calibration = defences.quarantine, defences.calibration
+        self.tails, self.served, self.leads = defences.tails, defences.served, defences.leads
 
     def _judged(self, producer: str, dropped: bool) -> None:
         """The quarantine's one source of verdicts: the round's judgement of verified,
