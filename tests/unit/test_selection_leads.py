@@ -57,19 +57,8 @@ def _rounds(
     trained: list[Any] = []
     flagged: list[str] = []
     for round_ in range(rounds):
-        from sapo_async.node.selection import select_groups
-        from sapo_async.node.spec import TrainingSpec
-
-        choice = select_groups(
-            learner,
-            TrainingSpec(local=1, external=1),
-            round_,
-            local=[],
-            fresh=tuple(fresh),
-            newest={},
-            limits=None,
-            leads=record.copy() if record is not None else None,
-        )
+        copy = record.copy() if record is not None else None
+        choice = fx.select_one(learner, tuple(fresh), round_, leads=copy)
         if record is not None:
             flagged += record.observe(choice.leads)
         chosen.append(Counter(c.producer for c in choice.external))
