@@ -29,6 +29,7 @@ _OPTIONS = {
     "lr": "--lr",
     "tail_share": "--tail-share",
     "stock_lead_share": "--stock-lead-share",
+    "lead_probation": "--lead-probation",
     "max_new_tokens": "--max-new-tokens",
     "questions_per_round": "--questions",
     "completions_per_question": "--completions",
@@ -108,6 +109,12 @@ def attack(
         help="With the defences on, leave out a producer's completions showing its stock "
         "lead, the same words before this share of its rewarded answers ([defence] "
         "stock_lead_share, off by default); default output directory gets -leads.",
+    ),
+    lead_probation: bool = typer.Option(
+        False,
+        "--lead-probation",
+        help="With --stock-lead-share, train no group of a producer until the record can "
+        "judge it ([defence] stock_lead_probation, off by default); output gets -probation.",
     ),
     balanced_draw: bool = typer.Option(
         False,
@@ -189,6 +196,7 @@ def attack(
             drop_after_answer=drop_after_answer,
             tail_share=tail_share,
             stock_lead_share=stock_lead_share,
+            lead_probation=lead_probation,
             balanced_draw=balanced_draw,
             brevity_guard=brevity_guard,
         )
@@ -205,6 +213,7 @@ def attack(
         name += "-drop" if drop_after_answer else ""
         name += "-tails" if tail_share else ""
         name += "-leads" if stock_lead_share else ""
+        name += "-probation" if lead_probation else ""
         name += "-balanced" if balanced_draw else ""
         name += "-brevity" if brevity_guard else ""
         out = Path(f"runs/{name}-quick" if quick else f"docs/results/{name}")

@@ -199,7 +199,9 @@ class NodeDefences:
             checks.append(GroupCheck(extra))
         tails = TailRecord(d.tail_share) if d.active and d.tail_share > 0 else None
         served = ServedRecord() if d.active and d.balanced_draw else None
-        leads = LeadRecord(d.stock_lead_share) if d.active and d.stock_lead_share > 0 else None
+        leads = None
+        if d.active and d.stock_lead_share > 0:
+            leads = LeadRecord(d.stock_lead_share, probation=d.stock_lead_probation)
         calibration = Calibration(d, spec.training.max_new_tokens)
         return cls(quarantine, calibration, tuple(checks), tails, served, leads)
 

@@ -18,9 +18,19 @@ group is judged by the rest; a group left with no spread is dropped as uninforma
 the tail record (:mod:`.tails`) does for text after the answer. An empty lead never counts
 (the brevity guard's case). Nothing is refused or quarantined for it.
 
+*Probation* (``stock_lead_probation``): on SmolLM2 the record alone came too late: each
+honest node trained a few of each attacker's groups before the share could be read, and a
+dozen such groups seeded the filler, which the nodes' own rollouts then carried. With
+probation a producer's groups are not trained until the record can judge it (at least
+:data:`MIN_ANSWERS` rewarded answers on :data:`MIN_QUESTIONS` questions); until then every
+group of it the node holds is scored for the record only and left in the buffer, so an
+honest peer's first groups are trained late (while fresh), not lost.
+
 *Cannot* stop: an attacker that varies its filler (then each phrase is under the share,
 and the plausibility check must judge the words), or puts a stock lead on fewer than
-``stock_lead_share`` of its right answers.
+``stock_lead_share`` of its right answers; with probation, one that shows honest work
+until it is judged and the filler after (its filler is trained until it is the share of
+the window again).
 
 Threads: as the tail record, one :class:`LeadRecord` on the event loop; the selection
 thread gets a :meth:`~LeadRecord.copy` and returns what it observed; the loop records it
@@ -68,23 +78,38 @@ class LeadRecord:
         window: int = WINDOW_GROUPS,
         least: int = MIN_ANSWERS,
         questions: int = MIN_QUESTIONS,
+        probation: bool = False,
     ) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"stock_lead_share {share!r} is not allowed: in (0, 1]")
         self.share = share
+        self.probation = probation
         self._least = least
         self._questions = questions
         self._groups: ProducerWindows[tuple[str, tuple[str, ...]]] = ProducerWindows(window)
 
     def copy(self) -> LeadRecord:
         """An independent copy (what the selection thread may change)."""
-        out = LeadRecord(self.share, least=self._least, questions=self._questions)
+        out = LeadRecord(
+            self.share, least=self._least, questions=self._questions, probation=self.probation
+        )
         out._groups = self._groups.copy()
         return out
 
     def add(self, seen: LeadObservation) -> None:
         """Record one group (again: no change; the newest ``window`` are kept)."""
         self._groups.add(seen.producer, seen.rollout_hash, (seen.question, seen.leads))
+
+    def judged(self, producer: str) -> bool:
+        """Whether the record can read ``producer``'s share: at least
+        :data:`MIN_ANSWERS` rewarded answers on at least :data:`MIN_QUESTIONS` questions."""
+        groups = self._groups.values(producer)
+        answers = sum(len(leads) for _, leads in groups)
+        return answers >= self._least and len({q for q, _ in groups}) >= self._questions
+
+    def unproven(self, producer: str) -> bool:
+        """Whether ``producer``'s groups wait for a verdict (probation on, not judged)."""
+        return self.probation and not self.judged(producer)
 
     def stock(self, producer: str) -> str | None:
         """``producer``'s stock lead (None: it has none): a non-empty lead before at least

@@ -31,6 +31,7 @@ Deliberately does not know about NATS, the chain, or how verdicts are counted.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import random
@@ -115,7 +116,8 @@ class Choice:
         drops: candidates that failed scoring or screening (drop them once).
         passed: producers of candidates that were screened and kept (one entry each).
         held: candidates left in the buffer unjudged, their family not calibrated yet
-            (:meth:`~sapo_async.node.defence.Thresholds.judges`).
+            (:meth:`~sapo_async.node.defence.Thresholds.judges`) or their producer on the
+            lead record's probation (:meth:`~sapo_async.node.leads.LeadRecord.unproven`).
         tails: the scored groups' tail counts (for the node's
             :class:`~sapo_async.node.tails.TailRecord`; none without one).
         leads: the scored groups' rewarded leads (for the node's
@@ -204,9 +206,25 @@ def select_groups(
     seen: list[TailObservation] = []
     led: list[LeadObservation] = []
 
+    def observe_leads(b: BufferedGroup, scored: ScoredGroup) -> None:
+        assert leads is not None
+        low = min(scored.rewards, default=0.0)
+        shown = tuple(lead_key(c.text) for c in scored.completions if c.reward > low)
+        if shown:
+            led.append(LeadObservation(b.rollout_hash, b.producer, scored.prompt, shown))
+            leads.add(led[-1])
+
+    def untailed(b: BufferedGroup, scored: ScoredGroup) -> ScoredGroup:
+        if not drop_tailed and (tails is None or not tails.heavy(b.producer)):
+            return scored
+        # Only completions that end at their answer are trained or judged: a group whose
+        # rewarded ones all carry a tail (the inject and tokens attacks) is left with no
+        # spread and dropped as uninformative.
+        kept = tuple(c for c in scored.completions if not text_after_answer(c.text))
+        return dataclasses.replace(scored, completions=kept)
+
     def score(b: BufferedGroup) -> _Ranked:
         scored = learner.score_external(b.group)
-        heavy = False
         if tails is not None:
             # Only groups with something rewarded count: padding the window with groups
             # of no spread cannot dilute a producer's share.
@@ -215,20 +233,9 @@ def select_groups(
                 tailed = sum(1 for c in top if text_after_answer(c.text))
                 seen.append(TailObservation(b.rollout_hash, b.producer, tailed, len(top)))
                 tails.add(seen[-1])
-            heavy = tails.heavy(b.producer)
-        if drop_tailed or heavy:
-            # Only completions that end at their answer are trained or judged: a group
-            # whose rewarded ones all carry a tail (the inject and tokens attacks) is left
-            # with no spread and dropped as uninformative.
-            kept = tuple(c for c in scored.completions if not text_after_answer(c.text))
-            scored = dataclasses.replace(scored, completions=kept)
+        scored = untailed(b, scored)
         if leads is not None:
-            # Read after the tail record: what is left is what would be trained.
-            low = min(scored.rewards, default=0.0)
-            shown = tuple(lead_key(c.text) for c in scored.completions if c.reward > low)
-            if shown:
-                led.append(LeadObservation(b.rollout_hash, b.producer, scored.prompt, shown))
-                leads.add(led[-1])
+            observe_leads(b, scored)  # after the tail record: what would be trained
             if (stock := leads.stock(b.producer)) is not None:
                 kept = tuple(c for c in scored.completions if lead_key(c.text) != stock)
                 scored = dataclasses.replace(scored, completions=kept)
@@ -293,6 +300,14 @@ def select_groups(
         # Not dropped, not taken: a later round judges them once the family is calibrated
         # (or the collector's staleness bound retires them).
         judged = tuple(b for b in fresh if limits.judges(b.group.task.family))
+    if leads is not None and leads.probation:
+        # A producer the lead record cannot judge yet is scored for the record only; its
+        # groups stay in the buffer (trained once it is judged, while fresh).
+        for b in judged:
+            if leads.unproven(b.producer):
+                with contextlib.suppress(Exception):  # the draw drops what fails to score
+                    observe_leads(b, untailed(b, learner.score_external(b.group)))
+        judged = tuple(b for b in judged if not leads.unproven(b.producer))
     ranked = select_external(
         judged,
         training.external,

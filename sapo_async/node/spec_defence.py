@@ -9,9 +9,9 @@ allowed. What each defence does and what it cannot stop: docs/security.md.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from sapo_async.policy.settings import Settings
 
@@ -87,6 +87,11 @@ class DefenceSpec(Settings):
         "words before at least this share of the answers it was rewarded for (at least 8, "
         "in its last 16 groups, on 3 or more questions; 0: off; docs/security.md).",
     )
+    stock_lead_probation: bool = Field(
+        default=False,
+        description="With stock_lead_share on, train no group of a peer until the record "
+        "can judge it (8 rewarded answers on 3 questions); its groups wait in the buffer.",
+    )
     balanced_draw: bool = Field(
         default=False,
         description="Draw peers' groups least served producer first (over the last 32 "
@@ -128,3 +133,12 @@ class DefenceSpec(Settings):
     )
     quarantine_min_events: int = Field(default=8, ge=1, description="...of at least this many...")
     quarantine_s: float = Field(default=600.0, ge=0, description="...were dropped, for this long.")
+
+    @model_validator(mode="after")
+    def _together(self) -> Self:
+        if self.stock_lead_probation and not self.stock_lead_share:
+            raise ValueError(
+                "stock_lead_probation = true needs stock_lead_share above 0 (the record "
+                "that judges a peer): set both, or leave probation off"
+            )
+        return self

@@ -197,7 +197,8 @@ def _translate(exc: ValidationError, source: str) -> ConfigError:
         loc = tuple(error["loc"])
         field = ".".join(str(part) for part in loc) or "(whole config)"
         first_field = first_field or field
-        message = error["msg"].removeprefix("Value error, ")
+        # A section's own check across its fields already names the section.
+        message = error["msg"].removeprefix("Value error, ").removeprefix(f"{field}: ")
         if error["type"] == "extra_forbidden":
             section = loc[0] if loc else ""
             allowed = _field_names(str(section)) if len(loc) > 1 else sorted(SECTIONS)

@@ -359,17 +359,20 @@ async def test_a_peer_that_tails_every_right_answer_stops_being_trained_on(
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("share", [0.5, 0.0])
+@pytest.mark.parametrize(("share", "probation"), [(0.5, False), (0.5, True), (0.0, False)])
 async def test_a_peer_that_shows_the_same_filler_before_every_right_answer_stops_being_trained(
-    share: float, monkeypatch: pytest.MonkeyPatch
+    share: float, probation: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 23: the filler attacker (its right answers behind ``The answer is``, beside
     bare wrong ones) passes the brevity guard, and on SmolLM2 its groups were trained and
     the filler spread (docs/security.md). The node's lead record leaves out a peer's
     completions showing one lead on three or more questions once 8 of its rewarded
-    answers showed it; with ``stock_lead_share`` 0 every such group is trained."""
+    answers showed it; with probation none is trained before that; with
+    ``stock_lead_share`` 0 every such group is trained."""
     broker = MemoryBroker()
-    node = await _node(0, broker, plausibility=False, stock_lead_share=share)
+    node = await _node(
+        0, broker, plausibility=False, stock_lead_share=share, stock_lead_probation=probation
+    )
     peer = await _node(1, broker)
     address = peer.publisher._account.address  # type: ignore[attr-defined]
     trained: list[Any] = []
@@ -393,8 +396,9 @@ async def test_a_peer_that_shows_the_same_filler_before_every_right_answer_stops
     if share:
         assert node.leads is not None
         assert node.leads.stock(address) == "so"
-        # Flagged in round 1, once 8 of its rewarded answers showed the lead: never again.
-        assert per_round == [2, 1, 0, 0]
+        # Flagged in round 1, once 8 of its rewarded answers showed the lead: never again;
+        # on probation its first groups wait for that verdict and are never trained.
+        assert per_round == ([0, 0, 0, 0] if probation else [2, 1, 0, 0])
     else:
         assert node.leads is None
         assert per_round == [2, 2, 2, 2]

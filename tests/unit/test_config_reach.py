@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 from eth_account import Account
 
+from sapo_async.errors import ConfigError
 from sapo_async.node.learner import LearnerSettings
 from sapo_async.node.spec import NodeSpec
 from sapo_async.ops.config import NodeConfig, load_config
@@ -140,6 +141,11 @@ COMBINED: dict[tuple[str, str], tuple[dict[str, dict[str, Any]], Check, Any]] = 
         ("http://127.0.0.1:8545", "0x" + "2" * 40),
     ),
 }
+COMBINED[("defence", "stock_lead_probation")] = (
+    {"defence": {"stock_lead_share": 0.5, "stock_lead_probation": True}},
+    lambda b: b.spec.defence.stock_lead_probation,
+    True,
+)
 COMBINED[("nats", "tls_key")] = COMBINED[("nats", "tls_cert")]
 COMBINED[("ledger", "contract_address")] = COMBINED[("ledger", "rpc_url")]
 
@@ -417,3 +423,12 @@ def test_stock_lead_share_reaches_the_nodes_lead_record(tmp_path: Path) -> None:
     )
     assert defences.leads is not None
     assert defences.leads.share == 0.75
+    assert not defences.leads.probation
+    on = {"defence": {"stock_lead_share": 0.75, "stock_lead_probation": True}}
+    leads = NodeDefences.build(_build(on, tmp_path).spec, CPU_PRESET).leads
+    assert leads is not None
+    assert leads.probation
+    # One line, the section named once.
+    once = "^[^:]*: defence: stock_lead_probation = true needs stock_lead_share above 0"
+    with pytest.raises(ConfigError, match=once):
+        _build({"defence": {"stock_lead_probation": True}}, tmp_path)

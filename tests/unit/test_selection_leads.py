@@ -40,25 +40,30 @@ def _honest(n: int) -> tuple[str, str]:
     return (f"{n} + 0 = {n}.", f"Adding 0 to {n} leaves {n}.")
 
 
-def _rounds(
-    groups: list[ScoredGroup], record: LeadRecord | None, rounds: int = 40
-) -> tuple[list[Counter[str]], list[Any], list[str]]:
-    """Rounds of J = 1 from the same pool, the record kept as a node keeps it (a copy to
-    the selection, the observations back): who was chosen each round, what was trained,
-    and the producers the record flagged."""
+def _pool(groups: list[ScoredGroup]) -> tuple[tuple[BufferedGroup, ...], Any]:
+    """``groups`` as buffered candidates, and a learner that scores each as given."""
     fresh, scored = [], {}
     for n, group in enumerate(groups):
         digest = n.to_bytes(32, "big")
         wire = SimpleNamespace(producer=group.producer, completions=(), digest=digest)
         fresh.append(BufferedGroup(wire, digest, 0.0))  # type: ignore[arg-type]
         scored[digest] = group
-    learner = fx.fake_learner(lambda g: scored[g.digest], cut=True, drop=False)
+    return tuple(fresh), fx.fake_learner(lambda g: scored[g.digest], cut=True, drop=False)
+
+
+def _rounds(
+    groups: list[ScoredGroup], record: LeadRecord | None, rounds: int = 40
+) -> tuple[list[Counter[str]], list[Any], list[str]]:
+    """Rounds of J = 1 from the same pool, the record kept as a node keeps it (a copy to
+    the selection, the observations back): who was chosen each round, what was trained,
+    and the producers the record flagged."""
+    fresh, learner = _pool(groups)
     chosen: list[Counter[str]] = []
     trained: list[Any] = []
     flagged: list[str] = []
     for round_ in range(rounds):
         copy = record.copy() if record is not None else None
-        choice = fx.select_one(learner, tuple(fresh), round_, leads=copy)
+        choice = fx.select_one(learner, fresh, round_, leads=copy)
         if record is not None:
             flagged += record.observe(choice.leads)
         chosen.append(Counter(c.producer for c in choice.external))
@@ -133,3 +138,33 @@ def test_the_share_needs_enough_answers_and_reads_the_newest_groups_each_once() 
 def test_a_share_outside_zero_to_one_is_refused(share: float) -> None:
     with pytest.raises(ValueError, match="stock_lead_share"):
         LeadRecord(share)
+
+
+def test_with_probation_a_filler_attacker_is_judged_before_any_of_its_groups_is_trained() -> None:
+    # On SmolLM2 the record alone came too late: the draw trained a few of each attacker's
+    # groups before it had scored enough of them to read the share (docs/security.md).
+    pool = [*ATTACKED, _group("honest", 3, _honest(3))]  # 8 honest answers: judged
+    chosen, _, _ = _rounds(pool, LeadRecord(0.5), rounds=20)
+    assert sum(chosen, Counter())["attacker"] > 0
+    chosen, trained, flagged = _rounds(pool, LeadRecord(0.5, probation=True), rounds=20)
+    assert flagged == ["attacker"]
+    assert sum(chosen, Counter()) == {"honest": 20}
+    assert all(len(g.completions) == 4 for g in trained)
+
+
+def test_on_probation_a_producers_groups_wait_in_the_buffer_until_it_can_be_judged() -> None:
+    fresh, learner = _pool([_group("honest", n, _honest(n)) for n in range(4)])
+    record = LeadRecord(0.5, probation=True)
+    # Two groups: 4 rewarded answers on 2 questions, too few to judge: scored for the
+    # record, held (not dropped, not trained).
+    first = fx.select_one(learner, fresh[:2], 0, leads=record.copy())
+    assert (first.external, first.drops, first.held) == ([], [], 2)
+    record.observe(first.leads)
+    assert record.unproven("honest")
+    # Two more: 8 answers on 4 questions, no stock lead: judged, and any of the four
+    # (the first two included) may be trained.
+    second = fx.select_one(learner, fresh, 1, leads=record.copy())
+    record.observe(second.leads)
+    assert not record.unproven("honest")
+    assert (len(second.external), second.held) == (1, 0)
+    assert not LeadRecord(0.5).unproven("anyone")  # probation off: nothing waits

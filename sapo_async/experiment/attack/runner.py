@@ -115,6 +115,7 @@ async def _run_one(
         defence_drop_after_answer=spec.drop_after_answer,
         defence_tail_share=spec.tail_share,
         defence_stock_lead_share=spec.stock_lead_share,
+        defence_stock_lead_probation=spec.lead_probation,
         defence_balanced_draw=spec.balanced_draw,
         defence_brevity_guard=spec.brevity_guard,
         **extra,

@@ -103,6 +103,8 @@ class AttackSpec:
         stock_lead_share: with the defences on, leave out a producer's completions showing
             its stock lead, the same words before this share of its rewarded answers
             (``[defence] stock_lead_share``; 0: off, as in a node by default).
+        lead_probation: with the lead record on, train no group of a producer until the
+            record can judge it (``[defence] stock_lead_probation``; off by default).
         balanced_draw: with the defences on, the sampler walks the least served producers
             first (``[defence] balanced_draw``; off, as in a node by default).
         brevity_guard: with the defences on, drop a group whose rewarded completion shows
@@ -136,6 +138,7 @@ class AttackSpec:
     drop_after_answer: bool = False
     tail_share: float = 0.0
     stock_lead_share: float = 0.0
+    lead_probation: bool = False
     balanced_draw: bool = False
     brevity_guard: bool = False
     eval_questions: int = 0
@@ -194,6 +197,8 @@ class AttackSpec:
             raise bad("tail_share", "from 0 (off) to 1")
         if not 0 <= self.stock_lead_share <= 1:
             raise bad("stock_lead_share", "from 0 (off) to 1")
+        if self.lead_probation and not self.stock_lead_share:
+            raise bad("lead_probation", "only with stock_lead_share above 0")
         unknown = set(self.attacks) - set(ATTACKS)
         if unknown:
             raise ConfigError(
