@@ -21,8 +21,9 @@ the tail record (:mod:`.tails`) does for text after the answer. An empty lead ne
 *Probation* (``stock_lead_probation``): on SmolLM2 the record alone came too late: each
 honest node trained a few of each attacker's groups before the share could be read, and a
 dozen such groups seeded the filler, which the nodes' own rollouts then carried. With
-probation a producer's groups are not trained until the record can judge it (at least
-:data:`MIN_ANSWERS` rewarded answers on :data:`MIN_QUESTIONS` questions); until then every
+probation a producer's groups are not trained until the record can judge it
+(:meth:`LeadRecord.judged`: answers on :data:`MIN_QUESTIONS` questions, and either
+:data:`MIN_ANSWERS` of them or no lead repeated across questions); until then every
 group of it the node holds is scored for the record only and left in the buffer, so an
 honest peer's first groups are trained late (while fresh), not lost.
 
@@ -101,11 +102,22 @@ class LeadRecord:
         self._groups.add(seen.producer, seen.rollout_hash, (seen.question, seen.leads))
 
     def judged(self, producer: str) -> bool:
-        """Whether the record can read ``producer``'s share: at least
-        :data:`MIN_ANSWERS` rewarded answers on at least :data:`MIN_QUESTIONS` questions."""
+        """Whether the record can judge ``producer``: rewarded answers on at least
+        :data:`MIN_QUESTIONS` questions, and either at least :data:`MIN_ANSWERS` of them
+        (its share can be read) or no non-empty lead before answers on two different
+        questions (it has shown no stock lead at all: an honest peer, whose work differs
+        by question, is judged from its first three informative groups, not its first
+        eight rewarded answers, which at a reward near 0.1 take about ten rounds)."""
         groups = self._groups.values(producer)
-        answers = sum(len(leads) for _, leads in groups)
-        return answers >= self._least and len({q for q, _ in groups}) >= self._questions
+        if len({q for q, _ in groups}) < self._questions:
+            return False
+        if sum(len(leads) for _, leads in groups) >= self._least:
+            return True
+        asked: dict[str, set[str]] = {}
+        for question, leads in groups:
+            for lead in filter(None, leads):
+                asked.setdefault(lead, set()).add(question)
+        return all(len(questions) < 2 for questions in asked.values())
 
     def unproven(self, producer: str) -> bool:
         """Whether ``producer``'s groups wait for a verdict (probation on, not judged)."""

@@ -90,7 +90,8 @@ class DefenceSpec(Settings):
     stock_lead_probation: bool = Field(
         default=False,
         description="With stock_lead_share on, train no group of a peer until the record "
-        "can judge it (8 rewarded answers on 3 questions); its groups wait in the buffer.",
+        "can judge it (rewarded answers on 3 questions: 8 of them, or no words repeated "
+        "before answers to two); its groups wait in the buffer.",
     )
     balanced_draw: bool = Field(
         default=False,

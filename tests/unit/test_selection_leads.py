@@ -143,10 +143,9 @@ def test_a_share_outside_zero_to_one_is_refused(share: float) -> None:
 def test_with_probation_a_filler_attacker_is_judged_before_any_of_its_groups_is_trained() -> None:
     # On SmolLM2 the record alone came too late: the draw trained a few of each attacker's
     # groups before it had scored enough of them to read the share (docs/security.md).
-    pool = [*ATTACKED, _group("honest", 3, _honest(3))]  # 8 honest answers: judged
-    chosen, _, _ = _rounds(pool, LeadRecord(0.5), rounds=20)
+    chosen, _, _ = _rounds(ATTACKED, LeadRecord(0.5), rounds=20)
     assert sum(chosen, Counter())["attacker"] > 0
-    chosen, trained, flagged = _rounds(pool, LeadRecord(0.5, probation=True), rounds=20)
+    chosen, trained, flagged = _rounds(ATTACKED, LeadRecord(0.5, probation=True), rounds=20)
     assert flagged == ["attacker"]
     assert sum(chosen, Counter()) == {"honest": 20}
     assert all(len(g.completions) == 4 for g in trained)
@@ -161,10 +160,29 @@ def test_on_probation_a_producers_groups_wait_in_the_buffer_until_it_can_be_judg
     assert (first.external, first.drops, first.held) == ([], [], 2)
     record.observe(first.leads)
     assert record.unproven("honest")
-    # Two more: 8 answers on 4 questions, no stock lead: judged, and any of the four
-    # (the first two included) may be trained.
+    # Two more: answers on 4 questions, none behind the same words: judged, and any of
+    # the four (the first two included) may be trained.
     second = fx.select_one(learner, fresh, 1, leads=record.copy())
     record.observe(second.leads)
     assert not record.unproven("honest")
     assert (len(second.external), second.held) == (1, 0)
     assert not LeadRecord(0.5).unproven("anyone")  # probation off: nothing waits
+
+
+def test_a_producer_is_judged_from_three_questions_if_no_words_repeat_else_from_eight() -> None:
+    def seen(n: int, leads: tuple[str, ...]) -> LeadObservation:
+        return LeadObservation(bytes([n]) * 32, "p", f"q{n}", leads)
+
+    varied = LeadRecord(0.5, probation=True)
+    varied.observe([seen(n, (f"{n} + 1 = {n + 1}", "")) for n in range(2)])
+    assert varied.unproven("p")  # two questions: not yet
+    varied.observe([seen(2, ("2 + 1 = 3",))])
+    assert not varied.unproven("p")  # 5 answers, but nothing repeated on three questions
+    repeated = LeadRecord(0.5, probation=True)
+    # One phrase on two questions, beside varied work: it might be stock, so the record
+    # waits for the eight answers that let it read the share.
+    repeated.observe([seen(n, ("so", f"{n} + 1 = {n + 1}")) for n in range(3)])
+    assert repeated.unproven("p")
+    repeated.observe([seen(3, ("so", "3 + 1 = 4"))])
+    assert not repeated.unproven("p")
+    assert repeated.stock("p") == "so"  # 4 of the 8: at the share, and judged stock
