@@ -40,13 +40,20 @@ thread gets a :meth:`~LeadRecord.copy` and returns what it observed; the loop re
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sapo_async.node.windows import ProducerWindows
 
-__all__ = ["MIN_ANSWERS", "MIN_QUESTIONS", "WINDOW_GROUPS", "LeadObservation", "LeadRecord"]
+__all__ = [
+    "MIN_ANSWERS",
+    "MIN_QUESTIONS",
+    "TRIED_GROUPS",
+    "WINDOW_GROUPS",
+    "LeadObservation",
+    "LeadRecord",
+]
 
 WINDOW_GROUPS = 16
 """Groups per producer the share is read over (the newest ones this node scored)."""
@@ -59,9 +66,15 @@ MIN_QUESTIONS = 3
 honest model that words its work the same on one question twice is not showing filler."""
 
 
+TRIED_GROUPS = 4096
+"""Scored groups remembered by hash, so probation scores a held group once, not every
+round it waits (a peer that is never judged, or floods, costs one score per group)."""
+
+
 @dataclass(frozen=True, slots=True)
 class LeadObservation:
-    """One scored peer group: its question and the leads of its rewarded completions."""
+    """One scored peer group: its question and the leads of its rewarded completions
+    (none: nothing rewarded; the group is only remembered as scored)."""
 
     rollout_hash: bytes
     producer: str
@@ -88,6 +101,7 @@ class LeadRecord:
         self._least = least
         self._questions = questions
         self._groups: ProducerWindows[tuple[str, tuple[str, ...]]] = ProducerWindows(window)
+        self._tried: OrderedDict[bytes, None] = OrderedDict()
 
     def copy(self) -> LeadRecord:
         """An independent copy (what the selection thread may change)."""
@@ -95,11 +109,21 @@ class LeadRecord:
             self.share, least=self._least, questions=self._questions, probation=self.probation
         )
         out._groups = self._groups.copy()
+        out._tried = OrderedDict(self._tried)
         return out
 
     def add(self, seen: LeadObservation) -> None:
-        """Record one group (again: no change; the newest ``window`` are kept)."""
-        self._groups.add(seen.producer, seen.rollout_hash, (seen.question, seen.leads))
+        """Record one group (again: no change; the newest ``window`` with a rewarded
+        answer are kept, so groups of no spread cannot dilute a producer's share)."""
+        self._tried[seen.rollout_hash] = None
+        while len(self._tried) > TRIED_GROUPS:
+            self._tried.popitem(last=False)
+        if seen.leads:
+            self._groups.add(seen.producer, seen.rollout_hash, (seen.question, seen.leads))
+
+    def tried(self, rollout_hash: bytes) -> bool:
+        """Whether the group was scored already (one of the last :data:`TRIED_GROUPS`)."""
+        return rollout_hash in self._tried
 
     def judged(self, producer: str) -> bool:
         """Whether the record can judge ``producer``: rewarded answers on at least

@@ -31,7 +31,6 @@ Deliberately does not know about NATS, the chain, or how verdicts are counted.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import random
@@ -210,9 +209,8 @@ def select_groups(
         assert leads is not None
         low = min(scored.rewards, default=0.0)
         shown = tuple(lead_key(c.text) for c in scored.completions if c.reward > low)
-        if shown:
-            led.append(LeadObservation(b.rollout_hash, b.producer, scored.prompt, shown))
-            leads.add(led[-1])
+        led.append(LeadObservation(b.rollout_hash, b.producer, scored.prompt, shown))
+        leads.add(led[-1])
 
     def untailed(b: BufferedGroup, scored: ScoredGroup) -> ScoredGroup:
         if not drop_tailed and (tails is None or not tails.heavy(b.producer)):
@@ -303,11 +301,16 @@ def select_groups(
     if leads is not None and leads.probation:
         # A producer the lead record cannot judge yet is scored for the record only; its
         # groups stay in the buffer (trained once it is judged, while fresh).
+        failed: set[bytes] = set()
         for b in judged:
-            if leads.unproven(b.producer):
-                with contextlib.suppress(Exception):  # the draw drops what fails to score
+            if leads.unproven(b.producer) and not leads.tried(b.rollout_hash):
+                try:
                     observe_leads(b, untailed(b, learner.score_external(b.group)))
-        judged = tuple(b for b in judged if not leads.unproven(b.producer))
+                except Exception:
+                    failed.add(b.rollout_hash)
+        judged = tuple(
+            b for b in judged if b.rollout_hash in failed or not leads.unproven(b.producer)
+        )
     ranked = select_external(
         judged,
         training.external,

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sapo_async.errors import RejectedInput
 from sapo_async.fabric.collector import BufferedGroup
 from sapo_async.node.leads import MIN_ANSWERS, WINDOW_GROUPS, LeadObservation, LeadRecord
 from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup, TokenSource
@@ -186,3 +187,26 @@ def test_a_producer_is_judged_from_three_questions_if_no_words_repeat_else_from_
     repeated.observe([seen(3, ("so", "3 + 1 = 4"))])
     assert not repeated.unproven("p")
     assert repeated.stock("p") == "so"  # 4 of the 8: at the share, and judged stock
+
+
+def test_on_probation_a_held_group_is_scored_once_and_one_that_fails_scoring_is_dropped() -> None:
+    fresh, learner = _pool([_group("new", n, FILLER) for n in range(2)])
+    calls: Counter[bytes] = Counter()
+    score = learner.score_external
+
+    def counted(group: Any) -> Any:
+        calls[group.digest] += 1
+        if group.digest == fresh[1].rollout_hash:
+            raise RejectedInput("task_mismatch", "claims an answer its task does not have")
+        return score(group)
+
+    learner.score_external = counted
+    record = LeadRecord(0.5, probation=True)
+    for round_ in range(3):
+        choice = fx.select_one(learner, fresh[:1] if round_ else fresh, round_, leads=record.copy())
+        record.observe(choice.leads)
+        assert choice.external == []
+        assert choice.held == 1  # the one that scored waits
+        if round_ == 0:  # the one that failed reached the draw: dropped with its reason
+            assert [v.reason for v in choice.drops] == ["task_mismatch"]
+    assert calls == {fresh[0].rollout_hash: 1, fresh[1].rollout_hash: 2}
