@@ -306,7 +306,7 @@ def select_groups(
             if leads.unproven(b.producer) and not leads.tried(b.rollout_hash):
                 try:
                     observe_leads(b, untailed(b, learner.score_external(b.group)))
-                except Exception:
+                except Exception:  # the draw scores it again and drops it with its reason
                     failed.add(b.rollout_hash)
         judged = tuple(
             b for b in judged if b.rollout_hash in failed or not leads.unproven(b.producer)
