@@ -61,6 +61,9 @@ class RoundReport:
         external_failed: candidates dropped at scoring, by reason (e.g. task_mismatch).
         external_held: candidates left in the buffer unjudged this round, their family not
             yet calibrated on the node's own completions (docs/security.md).
+        external_left_out: completions left out of the external groups scored this round
+            before they were judged, by producer and reason (``after_answer``,
+            ``stock_lead``: :attr:`~sapo_async.node.selection.Choice.left_out`).
         staleness_rounds: mean of (producer's newest round - group's round) over the
             external groups used (0 = all fresh).
         rejections: external groups the collector rejected this round, by reason
@@ -113,6 +116,7 @@ class RoundReport:
     stream_missing: bool = False
     max_pending: int | None = None
     external_held: int = 0
+    external_left_out: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def external_total(self) -> int:

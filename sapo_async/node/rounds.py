@@ -328,9 +328,8 @@ class RoundLoop:
         return done
 
     def _fresh_candidates(self) -> tuple[tuple[BufferedGroup, ...], dict[str, int]]:
-        """The buffered external groups (all fresh: the collector owns staleness) in a
-        canonical order, an immutable snapshot taken on the event loop (the buffer's owner),
-        and the newest round held per producer (for the staleness report)."""
+        """A snapshot of the buffered external groups (fresh: the collector owns staleness),
+        canonically ordered, taken on the loop, and each producer's newest round held."""
         fresh = self.collector.candidates(exclude_producers=(self.address,))
         newest: dict[str, int] = {}
         for b in fresh:
@@ -473,6 +472,7 @@ class RoundLoop:
             external_uninformative=choice.selection.dropped_uninformative,
             external_failed=dict(choice.selection.failed),
             external_held=choice.held,
+            external_left_out=choice.left_out,
             staleness_rounds=sum(staleness) / len(staleness) if staleness else 0.0,
             rejections=rejections,
             commitments_pending=pending,

@@ -121,6 +121,11 @@ class Choice:
             :class:`~sapo_async.node.tails.TailRecord`; none without one).
         leads: the scored groups' rewarded leads (for the node's
             :class:`~sapo_async.node.leads.LeadRecord`; none without one).
+        left_out: completions the draw's scoring left out of their group before judging
+            it, by producer and reason (``after_answer``: text after the answer, with
+            ``drop_after_answer`` or the tail record; ``stock_lead``: the producer's stock
+            lead); what the records cost a peer, counted whether or not the group is then
+            chosen (the probation pre-pass, which trains nothing, counts none).
     """
 
     local: list[ScoredGroup]
@@ -132,6 +137,7 @@ class Choice:
     held: int = 0
     tails: list[TailObservation] = field(default_factory=list)
     leads: list[LeadObservation] = field(default_factory=list)
+    left_out: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def calibrate(calibration: Calibration, shared: SharedRound) -> None:
@@ -204,6 +210,12 @@ def select_groups(
     drop_tailed = learner.settings.drop_after_answer
     seen: list[TailObservation] = []
     led: list[LeadObservation] = []
+    left_out: dict[str, dict[str, int]] = {}
+
+    def leave_out(b: BufferedGroup, reason: str, before: ScoredGroup, after: ScoredGroup) -> None:
+        if n := len(before.completions) - len(after.completions):
+            counts = left_out.setdefault(b.producer, {})
+            counts[reason] = counts.get(reason, 0) + n
 
     def observe_leads(b: BufferedGroup, scored: ScoredGroup) -> None:
         assert leads is not None
@@ -231,12 +243,14 @@ def select_groups(
                 tailed = sum(1 for c in top if text_after_answer(c.text))
                 seen.append(TailObservation(b.rollout_hash, b.producer, tailed, len(top)))
                 tails.add(seen[-1])
-        scored = untailed(b, scored)
+        untouched, scored = scored, untailed(b, scored)
+        leave_out(b, "after_answer", untouched, scored)
         if leads is not None:
             observe_leads(b, scored)  # after the tail record: what would be trained
             if (stock := leads.stock(b.producer)) is not None:
                 kept = tuple(c for c in scored.completions if lead_key(c.text) != stock)
-                scored = dataclasses.replace(scored, completions=kept)
+                untouched, scored = scored, dataclasses.replace(scored, completions=kept)
+                leave_out(b, "stock_lead", untouched, scored)
         # Lazy: only what reads it below (a defence that is on, the external filter, the
         # trainer for a chosen candidate) tokenises the text or runs the model.
         view = candidate_view(learner, scored)
@@ -338,4 +352,5 @@ def select_groups(
         held=len(fresh) - len(judged),
         tails=seen,
         leads=led,
+        left_out=left_out,
     )

@@ -68,6 +68,12 @@ class NodeMetrics:
             ["node", "reason"],
             registry=r,
         )
+        self.left_out = Counter(
+            "sapo_completions_left_out",
+            "Completions of scored external groups left out before judging, by reason.",
+            ["node", "reason"],
+            registry=r,
+        )
         self.staleness = Gauge(
             "sapo_staleness_rounds",
             "Mean rounds behind of the groups trained on in the last round.",
@@ -123,6 +129,9 @@ class NodeMetrics:
         self.groups_trained_external.labels(node).inc(report.external_total)
         for reason, count in report.rejections.items():
             self.rejected(reason, count, node=node)
+        for counts in report.external_left_out.values():
+            for reason, count in counts.items():
+                self.left_out.labels(node, reason).inc(count)
         self.staleness.labels(node).set(report.staleness_rounds)
         self.commitments_pending.labels(node).set(report.commitments_pending)
         self.commitments_confirmed.labels(node).set(report.commitments_confirmed)

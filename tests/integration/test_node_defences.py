@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -378,7 +379,7 @@ async def test_a_peer_that_shows_the_same_filler_before_every_right_answer_stops
     trained: list[Any] = []
     real_train = node.learner.train
     monkeypatch.setattr(node.learner, "train", lambda gs: trained.extend(gs) or real_train(gs))
-    per_round, questions = [], set()
+    per_round, questions, left_out = [], set(), Counter[str]()
     for round_ in range(4):
         for group in await peer_wire_groups(peer, round_):
             questions.add(group.task)
@@ -390,10 +391,16 @@ async def test_a_peer_that_shows_the_same_filler_before_every_right_answer_stops
             )
             assert node.collector.ingest(_signed(peer, forged)) is not None
         before = len(trained)
-        await node.train_round(await node.share_round())
+        report = await node.train_round(await node.share_round())
+        left_out.update(report.external_left_out.get(address, {}))
         per_round.append(sum(g.producer == address for g in trained[before:]))
     assert len(questions) == 8  # two new questions a round
     if share:
+        # What the record left out is in the round reports (and the node's metrics): both
+        # filler answers of each of the peer's groups the draw scored once it was flagged.
+        assert set(left_out) == {"stock_lead"}
+        assert left_out["stock_lead"] > 0
+        assert left_out["stock_lead"] % 2 == 0
         assert node.leads is not None
         assert node.leads.stock(address) == "so"
         # Flagged in round 1, once 8 of its rewarded answers showed the lead: never again;
@@ -402,6 +409,7 @@ async def test_a_peer_that_shows_the_same_filler_before_every_right_answer_stops
     else:
         assert node.leads is None
         assert per_round == [2, 2, 2, 2]
+        assert not left_out
 
 
 @pytest.mark.timeout(300)

@@ -124,6 +124,35 @@ def test_a_defended_only_summary_has_the_reward_ratio_it_was_run_for():
     assert "the attack's measure with the defences on 0.500" in markdown_table(summary)
 
 
+def test_the_defended_section_counts_what_the_records_left_out_and_none_if_not_kept():
+    def run(attack: str, seed: int, left_out: dict[str, dict[str, int]] | None) -> RunMeasure:
+        honest = [0, 1] if attack != "none" else [0, 1, 2, 3]
+        return RunMeasure(
+            attack, True, seed, "1/1", honest, rewards=[[0.1] * 4] * 4, left_out=left_out
+        )
+
+    counted = [
+        run("none", 0, {"honest": {"stock_lead": 2}}),
+        run("inject", 0, {"attacker": {"stock_lead": 9, "after_answer": 3}}),
+        run("none", 1, {}),
+        run("inject", 1, {"attacker": {"after_answer": 4}, "honest": {"after_answer": 1}}),
+    ]
+    row = summarise(SPEC, counted, seconds=0.0)["defended"]["inject"]
+    assert row["seeds"]["0"]["left_out_from_attackers_on"] == 12
+    assert row["left_out_from_attackers_on"] == 16
+    assert row["left_out_from_honest_on"] == 1
+    assert row["left_out_from_honest_no_attack_on"] == 2
+    text = markdown_table(summarise(SPEC, counted, seconds=0.0))
+    assert "left out before judging 16 of the attackers' and 1 of honest peers'" in text
+    # A run recorded before the count was kept reads None, not a count of 0.
+    old = [*counted[:2], run("none", 1, None), counted[3]]
+    row = summarise(SPEC, old, seconds=0.0)["defended"]["inject"]
+    assert row["seeds"]["0"]["left_out_from_honest_no_attack_on"] == 2
+    assert row["seeds"]["1"]["left_out_from_honest_no_attack_on"] is None
+    assert row["left_out_from_honest_no_attack_on"] is None
+    assert "left out before judging" not in markdown_table(summarise(SPEC, old, seconds=0.0))
+
+
 def test_defended_only_runs_no_attack_and_each_attack_with_the_defences_on():
     spec = AttackSpec(attacks=("inject", "tokens"), seeds=(0, 1))
     cells = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -51,6 +52,26 @@ def test_round_reports_update_counters_and_gauges() -> None:
     assert _sample(text, 'sapo_commitments_pending{node="0xA"}') == 2
     assert _sample(text, 'sapo_commitments_confirmed{node="0xA"}') == 6
     assert _sample(text, 'sapo_round_seconds_count{node="0xA"}') == 2
+
+
+def test_completions_left_out_are_counted_by_reason_over_producers() -> None:
+    metrics = NodeMetrics()
+    left_out = {"0xB": {"stock_lead": 2, "after_answer": 1}, "0xC": {"stock_lead": 3}}
+    metrics.observe_round(dataclasses.replace(REPORT, external_left_out=left_out), node="0xA")
+    metrics.observe_round(REPORT, node="0xA")  # nothing left out: nothing added
+    text = metrics.exposition().decode()
+    assert _sample(text, 'sapo_completions_left_out_total{node="0xA",reason="stock_lead"}') == 5
+    assert _sample(text, 'sapo_completions_left_out_total{node="0xA",reason="after_answer"}') == 1
+
+
+def test_every_metric_a_node_serves_is_in_the_volunteer_guides_table() -> None:
+    table = (Path(__file__).resolve().parents[2] / "docs" / "volunteer.md").read_text()
+    families = list(NodeMetrics().registry.collect())
+    assert len(families) == 16
+    suffix = {"counter": "_total"}
+    for family in families:
+        shown = family.name + suffix.get(family.type, "")
+        assert f"| `{shown}" in table, f"docs/volunteer.md's metrics table lacks {shown}"
 
 
 def test_two_nodes_share_one_registry_by_label() -> None:

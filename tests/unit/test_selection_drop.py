@@ -87,3 +87,22 @@ def test_with_drop_a_group_with_every_completion_tailed_is_uninformative_not_an_
     assert choice.external == []
     assert choice.drops == []
     assert choice.selection.dropped_uninformative == 1
+
+
+def test_the_completions_left_out_are_counted_by_producer_and_reason() -> None:
+    fresh, scored = _pool(("attacker", TAILED), ("rambler", ONE_TAIL), ("honest", (WRONG,) * 4))
+    learner = _learner(scored, cut=True, drop=True)
+    left_out: dict[str, Counter[str]] = {}
+    for round_ in range(40):
+        choice = select_one(learner, fresh, round_)
+        assert [c.producer for c in choice.external] == ["rambler"]  # the one with spread
+        for producer, counts in choice.left_out.items():
+            left_out.setdefault(producer, Counter()).update(counts)
+    # Counted for every group the draw scored, chosen or not (the attacker's, whenever it
+    # was drawn before the rambler's: both its right answers carry the marker).
+    assert set(left_out) == {"attacker", "rambler"}
+    assert left_out["rambler"] == {"after_answer": 40}
+    assert left_out["attacker"]["after_answer"] > 0
+    assert left_out["attacker"]["after_answer"] % 2 == 0
+    # Without the drop nothing is left out, and nothing is counted.
+    assert select_one(_learner(scored, cut=True, drop=False), fresh).left_out == {}

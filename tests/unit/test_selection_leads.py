@@ -98,6 +98,20 @@ def test_the_record_leaves_out_a_filler_attacker_and_keeps_an_honest_peer() -> N
     assert all(len(g.completions) == 4 for g in trained if g.producer == "honest")
 
 
+def test_the_completions_the_record_leaves_out_are_counted_as_stock_lead() -> None:
+    fresh, learner = _pool(ATTACKED)
+    record, left_out = LeadRecord(0.5), Counter[str]()
+    for round_ in range(40):
+        choice = fx.select_one(learner, fresh, round_, leads=record.copy())
+        record.observe(choice.leads)
+        assert set(choice.left_out) <= {"attacker"}  # the honest peer loses nothing
+        left_out.update(choice.left_out.get("attacker", {}))
+    # Both filler answers of every attacker group scored once the lead was read.
+    assert set(left_out) == {"stock_lead"}
+    assert left_out["stock_lead"] >= 2 * 10
+    assert left_out["stock_lead"] % 2 == 0
+
+
 def test_one_question_worded_the_same_every_time_is_not_a_stock_lead() -> None:
     # An honest peer that says "3 + 0 = 3." to the same question again and again is
     # showing work, not filler: a lead must recur on MIN_QUESTIONS different questions.

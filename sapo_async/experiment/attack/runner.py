@@ -207,6 +207,7 @@ async def _run_rounds(
     for i, node in enumerate(nodes):  # each collector's work charged to its own node
         collector = node.collector
         collector.ingest = clock.collector(collector.ingest, honest=i < first_attacker)
+    left_out = m.left_out = m.left_out or {}
     for _r in range(spec.rounds):
         clock.start()
         shared = []
@@ -240,6 +241,11 @@ async def _run_rounds(
             for producer, n in report.external_used.items():
                 origin = "attacker" if producer in attackers else "honest"
                 m.trained_external[origin] = m.trained_external.get(origin, 0) + n
+            for producer, counts in report.external_left_out.items():
+                origin = "attacker" if producer in attackers else "honest"
+                mine = left_out.setdefault(origin, {})
+                for reason, n in counts.items():
+                    mine[reason] = mine.get(reason, 0) + n
         for i in range(first_attacker, spec.nodes):
             m.rewards[i].append(0.0)
         times = clock.stop()

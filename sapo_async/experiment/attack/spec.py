@@ -258,6 +258,10 @@ class RunMeasure:
         round_total_wall_s: wall-clock seconds of the whole round (what sizes a matrix).
         trained_external: external groups honest nodes trained on, by origin
             (``honest`` / ``attacker``).
+        left_out: completions honest nodes' scoring left out of external groups before
+            judging them, by origin and reason (``{"honest": {"stock_lead": n}}``:
+            :attr:`~sapo_async.node.report.RoundReport.external_left_out`); None in runs
+            recorded before it was kept.
         dropped: honest nodes' refusals by reason (admission and after).
         received: external groups honest nodes' collectors saw.
         admitted: of those, the ones honest nodes' collectors admitted (the denominator of
@@ -297,6 +301,7 @@ class RunMeasure:
     round_wall_s: list[float] = field(default_factory=list)
     round_total_wall_s: list[float] = field(default_factory=list)
     trained_external: dict[str, int] = field(default_factory=dict)
+    left_out: dict[str, dict[str, int]] | None = None
     dropped: dict[str, int] = field(default_factory=dict)
     received: int = 0
     admitted: int = 0
