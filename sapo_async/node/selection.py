@@ -234,7 +234,7 @@ def select_groups(
         return dataclasses.replace(scored, completions=kept)
 
     def score(b: BufferedGroup) -> _Ranked:
-        scored = learner.score_external(b.group)
+        scored = whole = learner.score_external(b.group)
         if tails is not None:
             # Only groups with something rewarded count: padding the window with groups
             # of no spread cannot dilute a producer's share.
@@ -261,9 +261,13 @@ def select_groups(
         pushed = [i for i, c in enumerate(scored.completions) if c.reward > floor]
         if limits is not None:
             # Every completion is trained on (the low ones pushed down), so the size bound
-            # holds for all of them, in this node's tokens, before any forward pass.
-            bound = size_bound(limits, same_tokenizer=view.same_tokenizer)
-            if any(len(ids) > bound for ids in view.sent_token_ids):
+            # holds for all of them, in this node's tokens, before any forward pass; and
+            # for what the records left out too: an oversize completion is refused (and
+            # counts toward quarantine) whether or not it would be trained.
+            left = len(whole.completions) != len(scored.completions)
+            sent = candidate_view(learner, whole) if left else view
+            bound = size_bound(limits, same_tokenizer=sent.same_tokenizer)
+            if any(len(ids) > bound for ids in sent.sent_token_ids):
                 raise _Screened(RejectReason.COMPLETION_TOO_MANY_TOKENS)
             # A same-tokenizer peer's ids must spell its text: what the trainer uses
             # (the view's ids) is then what the peer sent and what every check read.

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from sapo_async.fabric.collector import BufferedGroup
+from sapo_async.node.defence import Thresholds
 from tests.fixtures.selection import (
     BARE,
     ONE_TAIL,
@@ -106,3 +107,20 @@ def test_the_completions_left_out_are_counted_by_producer_and_reason() -> None:
     assert left_out["attacker"]["after_answer"] % 2 == 0
     # Without the drop nothing is left out, and nothing is counted.
     assert select_one(_learner(scored, cut=True, drop=False), fresh).left_out == {}
+
+
+def test_an_oversize_completion_is_refused_though_the_drop_would_leave_it_out() -> None:
+    # Before, the size bound read only what was left after the drop: a peer could send a
+    # completion of any size after its answer and its group went on to the draw, neither
+    # refused nor counted toward quarantine.
+    huge = RIGHT + " (*)" * 40  # 179 characters: one token each here
+    fresh, scored = _pool(("attacker", (huge, WRONG, RIGHT, WRONG)))
+    limits = Thresholds(families={}, max_tokens=64, plausibility=False, length_guard=False)
+    choice = select_one(_learner(scored, cut=True, drop=True), fresh, limits=limits)
+    assert choice.external == []
+    assert [v.reason for v in choice.drops] == ["completion_too_many_tokens"]
+    # Within the bound the same group is trained, its tailed completion left out.
+    fresh, scored = _pool(("rambler", (RIGHT + " (*)", WRONG, RIGHT, WRONG)))
+    choice = select_one(_learner(scored, cut=True, drop=True), fresh, limits=limits)
+    assert [c.producer for c in choice.external] == ["rambler"]
+    assert choice.left_out == {"rambler": {"after_answer": 1}}

@@ -6,6 +6,7 @@ the same twice, is trained as before (issue 23)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from types import SimpleNamespace
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 
 from sapo_async.errors import RejectedInput
 from sapo_async.fabric.collector import BufferedGroup
+from sapo_async.node.defence import Thresholds
 from sapo_async.node.leads import MIN_ANSWERS, WINDOW_GROUPS, LeadObservation, LeadRecord
 from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup, TokenSource
 from sapo_async.tasks.reward import lead_key
@@ -110,6 +112,27 @@ def test_the_completions_the_record_leaves_out_are_counted_as_stock_lead() -> No
     assert set(left_out) == {"stock_lead"}
     assert left_out["stock_lead"] >= 2 * 10
     assert left_out["stock_lead"] % 2 == 0
+
+
+def test_a_flagged_producers_oversize_completion_is_refused_not_just_left_out() -> None:
+    # The record leaves out a flagged attacker's filler; the size bound still reads it, so
+    # a filler too long to send is refused (and counts toward quarantine) as before the
+    # record, not dropped as uninformative where nothing counts it.
+    groups = [_group("attacker", n, FILLER) for n in range(6)]
+    first, *rest = groups[5].completions  # the filler, then 40 words after the answer
+    long = dataclasses.replace(first, text=first.text + " so" * 40)
+    groups[5] = dataclasses.replace(groups[5], completions=(long, *rest))
+    fresh, learner = _pool(groups)
+    record = LeadRecord(0.5)
+    for round_ in range(30):  # until the record has flagged the attacker
+        record.observe(fx.select_one(learner, fresh[:5], round_, leads=record.copy()).leads)
+    assert record.stock("attacker") == "the answer is"
+    limits = Thresholds(families={}, max_tokens=64, plausibility=False, length_guard=False)
+    choice = fx.select_one(learner, fresh[5:], 0, leads=record.copy(), limits=limits)
+    assert [v.reason for v in choice.drops] == ["completion_too_many_tokens"]
+    choice = fx.select_one(learner, fresh[:1], 0, leads=record.copy(), limits=limits)
+    assert choice.drops == []
+    assert choice.selection.dropped_uninformative == 1  # left out, nothing to refuse
 
 
 def test_one_question_worded_the_same_every_time_is_not_a_stock_lead() -> None:
