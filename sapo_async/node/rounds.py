@@ -55,7 +55,7 @@ from sapo_async.node.groups import GeneratedGroup, SharedRound, to_rollout_group
 from sapo_async.node.learner import Learner
 from sapo_async.node.pacing import RoundPacing
 from sapo_async.node.report import NodeStats, RoundHistory, RoundReport, rewards_by_family
-from sapo_async.node.selection import Candidate, Choice, calibrate, select_groups
+from sapo_async.node.selection import Candidate, Choice, calibrate, pool_key, select_groups
 from sapo_async.node.spec import NodeSpec
 from sapo_async.policy.grpo.trainer import ScoredGroup, StepMetrics
 from sapo_async.wire import RolloutGroup
@@ -334,9 +334,9 @@ class RoundLoop:
         newest: dict[str, int] = {}
         for b in fresh:
             newest[b.producer] = max(newest.get(b.producer, -1), b.group.producer_round)
-        # Sorting by hash makes the sampler's draw depend only on the pool's contents and
-        # the seeded rng, not on delivery order (common random numbers across runs).
-        fresh.sort(key=lambda b: b.rollout_hash)
+        # The draw then depends only on what the pool holds and the seeded rng, not on
+        # delivery order or time stamps (common random numbers across runs).
+        fresh.sort(key=pool_key)
         return tuple(fresh), newest
 
     async def _choose(self, shared: SharedRound) -> Choice:

@@ -52,7 +52,15 @@ from sapo_async.policy.grpo.trainer import ScoredGroup
 from sapo_async.tasks.reward import lead_key, text_after_answer
 from sapo_async.wire.reasons import RejectReason
 
-__all__ = ["Candidate", "Choice", "Verdict", "calibrate", "candidate_view", "select_groups"]
+__all__ = [
+    "Candidate",
+    "Choice",
+    "Verdict",
+    "calibrate",
+    "candidate_view",
+    "pool_key",
+    "select_groups",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +146,25 @@ class Choice:
     tails: list[TailObservation] = field(default_factory=list)
     leads: list[LeadObservation] = field(default_factory=list)
     left_out: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def pool_key(b: BufferedGroup) -> tuple[str, int, str, str, int, int, bytes]:
+    """A candidate's place in the pool's canonical order, which the seeded draw reads: what
+    the group is (producer, round, task), not when it was made. The rollout hash covers
+    ``created_at_ms``, so an order by hash alone differed from run to run, and two runs of
+    one seed (an attack and its no-attack control) drew different groups from the same
+    pool: no common random numbers. The hash only breaks ties (copies of one group)."""
+    g = b.group
+    task = g.task
+    return (
+        g.producer,
+        g.producer_round,
+        task.family,
+        task.config_digest,
+        task.seed,
+        task.index,
+        b.rollout_hash,
+    )
 
 
 def calibrate(calibration: Calibration, shared: SharedRound) -> None:

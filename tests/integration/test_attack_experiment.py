@@ -194,6 +194,27 @@ def test_smollm2_inject_round_runs_over_nats_with_tiny_sizes():
     assert m.payload == [0.0]
 
 
+@pytest.mark.timeout(300)
+def test_two_runs_of_one_seed_draw_the_same_groups_and_earn_the_same_rewards():
+    # Common random numbers: an attack run and its no-attack control differ only by the
+    # attack. The pool was ordered by rollout hash, which covers each group's time stamp,
+    # so every run drew other peers' groups: rewards of one seed differed from round 1.
+    spec = AttackSpec(
+        attacks=("filler",),
+        rounds=6,
+        seeds=(0,),
+        nodes=4,
+        attackers=1,
+        transport="memory",
+        brevity_guard=True,
+        cut_after_answer=True,
+    )
+    first, second = (run_one(spec, "none", True, 0, (2, 2)) for _ in range(2))
+    assert first.trained_external["honest"] > 0  # something was drawn
+    assert first.rewards == second.rewards
+    assert first.trained_external == second.trained_external
+
+
 def _attack_real_recipe() -> list[str]:
     """The arguments `just attack-real` passes to `sapo_async experiment attack`."""
     lines = (Path(__file__).parents[2] / "Justfile").read_text().splitlines()
