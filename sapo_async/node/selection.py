@@ -260,8 +260,32 @@ def select_groups(
         kept = tuple(c for c in scored.completions if not text_after_answer(c.text))
         return dataclasses.replace(scored, completions=kept)
 
+    refused: dict[tuple[object, ...], str] = {}
+
     def score(b: BufferedGroup) -> _Ranked:
-        scored = whole = learner.score_external(b.group)
+        scored = learner.score_external(b.group)
+        # A flood sends one group under many keys: a copy of a group the screens refused
+        # this round is refused for the same reason without being screened again (each
+        # copy still dropped, and counted against its producer). The key is what a
+        # verdict depends on besides the receiver: the group as scored and what the
+        # records do to its producer's completions.
+        content = (
+            scored.prompt,
+            scored.tokenizer_id,
+            tuple((c.text, c.token_ids, c.finish_reason) for c in scored.completions),
+            tails is not None and tails.heavy(b.producer),
+            leads.stock(b.producer) if leads is not None else None,
+        )
+        if (reason := refused.get(content)) is not None:
+            raise _Screened(reason)
+        try:
+            return screened(b, scored)
+        except _Screened as exc:
+            refused[content] = exc.reason
+            raise
+
+    def screened(b: BufferedGroup, scored: ScoredGroup) -> _Ranked:
+        whole = scored
         if tails is not None:
             # Only groups with something rewarded count: padding the window with groups
             # of no spread cannot dilute a producer's share.

@@ -10,8 +10,12 @@ from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from sapo_async.fabric.collector import BufferedGroup
+from sapo_async.node import selection
 from sapo_async.node.defence import Thresholds
+from sapo_async.node.spec import TrainingSpec
 from tests.fixtures.selection import (
     BARE,
     ONE_TAIL,
@@ -124,3 +128,37 @@ def test_an_oversize_completion_is_refused_though_the_drop_would_leave_it_out() 
     choice = select_one(_learner(scored, cut=True, drop=True), fresh, limits=limits)
     assert [c.producer for c in choice.external] == ["rambler"]
     assert choice.left_out == {"rambler": {"after_answer": 1}}
+
+
+def test_copies_of_a_refused_group_are_refused_without_being_screened_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The flood attack sends each group under four more keys, 20 times each: on SmolLM2
+    # with the guard, once the screens refused such copies, every copy the draw reached was
+    # tokenised and screened again (honest CPU per round 2.1x the no-attack run's, seed 2).
+    huge = RIGHT + " (*)" * 40
+    texts = (huge, WRONG, RIGHT, WRONG)
+    fresh, scored = _pool(*((f"key{n}", texts) for n in range(10)), ("honest", BARE))
+    views: Counter[str] = Counter()
+    real_view = selection.candidate_view
+
+    def counted_view(learner: Any, group: Any) -> Any:
+        views[group.producer] += 1
+        return real_view(learner, group)
+
+    monkeypatch.setattr(selection, "candidate_view", counted_view)
+    limits = Thresholds(families={}, max_tokens=64, plausibility=False, length_guard=False)
+    choice = selection.select_groups(
+        _learner(scored, cut=True, drop=False),
+        TrainingSpec(local=1, external=1, sampler="topk"),  # scores every candidate
+        0,
+        local=[],
+        fresh=fresh,
+        newest={},
+        limits=limits,
+    )
+    assert [c.producer for c in choice.external] == ["honest"]
+    # Every copy dropped and counted against its own key; one of them screened.
+    assert sorted(v.producer for v in choice.drops) == sorted(f"key{n}" for n in range(10))
+    assert {v.reason for v in choice.drops} == {"completion_too_many_tokens"}
+    assert sum(views[f"key{n}"] for n in range(10)) == 1
