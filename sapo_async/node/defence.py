@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sapo_async.node.spec import DefenceSpec
-from sapo_async.tasks.reward import answer_lead, closes_answer
+from sapo_async.tasks.reward import answer_lead
 from sapo_async.wire.reasons import RejectReason
 
 __all__ = [
@@ -285,12 +285,9 @@ class Calibration:
         self, family: str, logprobs: Sequence[float], reward: float, text: str | None = None
     ) -> None:
         """Record one own completion (its behaviour log-probs, EOS included, and its text:
-        what the brevity guard measures; every completion that gives an answer, rewarded
-        or not, counts: the model's habit, known from the first rounds, when few are
-        rewarded). One that closes no answer tag has no lead: counting its whole text as
-        one raised the tiny model's floor above its own bare answers, and the default
-        swarm refused 6.9 % of honest groups as ``too_brief``."""
-        if text is not None and self.spec.brevity_guard and closes_answer(text):
+        what the brevity guard measures; every completion, rewarded or not, counts: the
+        model's habit, known from the first rounds, when few are rewarded)."""
+        if text is not None and self.spec.brevity_guard:
             leads = self._leads.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
             leads.append(float(answer_lead(text)))
         if not logprobs:

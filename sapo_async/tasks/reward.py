@@ -48,13 +48,6 @@ def lead_key(text: str) -> str:
     return " ".join(answer_lead_text(text).lower().split()).rstrip(":.,")
 
 
-def closes_answer(text: str) -> bool:
-    """True when an opening answer tag precedes the last closing one (the text gives an
-    answer, so what stands before it is a lead)."""
-    end = text.rfind(ANSWER_CLOSE)
-    return end >= 0 and text.rfind(ANSWER_OPEN, 0, end) >= 0
-
-
 def answer_lead(text: str) -> int:
     """How many characters :func:`answer_lead_text` shows (the brevity guard's measure,
     :mod:`sapo_async.node.defence`)."""

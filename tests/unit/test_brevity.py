@@ -19,7 +19,7 @@ from sapo_async.fabric.collector import BufferedGroup
 from sapo_async.node.defence import Calibration, CompletionView, Thresholds, screen
 from sapo_async.node.spec import DefenceSpec
 from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup
-from sapo_async.tasks.reward import answer_lead, closes_answer
+from sapo_async.tasks.reward import answer_lead
 from tests.fixtures.selection import (
     BARE,
     RIGHT,
@@ -83,32 +83,6 @@ def test_a_model_that_answers_bare_gets_a_floor_of_zero_and_the_guard_never_fire
     limits = _calibration([""] * 40).thresholds()  # the tiny model's compact prompt
     assert limits.limits("chain_sum").min_rewarded_lead == 0
     assert screen("chain_sum", [CompletionView([], 1.0, (), RIGHT)], limits) is None
-
-
-def test_own_completions_that_close_no_answer_tag_do_not_raise_the_floor() -> None:
-    # The tiny model's own completions mostly stop before closing a tag (16 tokens); each
-    # counted its whole text as a lead, the floor rose above its bare answers, and the
-    # default swarm refused 2,464 of 35,840 honest groups (6.9 %) as too_brief.
-    spec = DefenceSpec(
-        brevity_guard=True, plausibility=False, length_guard=False, calibration_min=8
-    )
-    cal = Calibration(spec, max_new_tokens=16)
-    for i in range(200):
-        text = RIGHT if i % 25 == 0 else "5 5 <answer>5"  # 24 in 25 close no answer tag
-        cal.observe("chain_sum", [-0.5] * 8, 0.0, text)
-    limits = cal.thresholds()
-    assert limits.limits("chain_sum").min_rewarded_lead == 0
-    assert screen("chain_sum", [CompletionView([], 1.0, (), RIGHT)], limits) is None
-
-
-@pytest.mark.parametrize(
-    ("text", "closes"),
-    [(RIGHT, True), (" 2 + 3 = 5." + RIGHT, True), ("5 <answer>5", False), ("5</answer>", False)],
-)
-def test_closes_answer_needs_an_opening_tag_before_the_last_closing_one(
-    text: str, closes: bool
-) -> None:
-    assert closes_answer(text) is closes
 
 
 def test_a_family_without_its_own_floor_gets_the_pooled_one() -> None:
