@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sapo_async.node.spec import DefenceSpec
-from sapo_async.tasks.reward import answer_lead
+from sapo_async.tasks.reward import answer_lead, own_lead
 from sapo_async.wire.reasons import RejectReason
 
 __all__ = [
@@ -56,6 +56,13 @@ SmolLM2 token, ``" . ,"`` two, a padding phrase a few more."""
 CALIBRATION_WINDOW = 2048
 """Own completions remembered per family: a few dozen rounds of B x L = 64, recent enough to
 follow the model as it learns, long enough for a stable 1 % quantile."""
+
+BREVITY_MIN_LEADS = 8
+"""The fewest own completions that show a lead (:func:`~sapo_async.tasks.reward.own_lead`)
+the brevity floor is taken over, once ``calibration_min`` own completions are seen. A model
+that seldom answers within its cap (the tiny model: about 1 in 25) is judged by the guard
+as soon as it has 8 answers; their 5th percentile is then their least lead, so one bare
+answer among them puts the floor at 0."""
 
 QUARANTINE_WINDOW = 64
 """Verdicts remembered per producer: eight rounds of an honest peer's B = 8 groups."""
@@ -280,16 +287,26 @@ class Calibration:
         self._low: dict[str, dict[int, deque[float]]] = {}
         self._lengths: dict[str, deque[float]] = {}
         self._leads: dict[str, deque[float]] = {}
+        self._seen: dict[str, int] = {}
 
     def observe(
-        self, family: str, logprobs: Sequence[float], reward: float, text: str | None = None
+        self,
+        family: str,
+        logprobs: Sequence[float],
+        reward: float,
+        text: str | None = None,
+        finish_reason: str = "stop",
     ) -> None:
-        """Record one own completion (its behaviour log-probs, EOS included, and its text:
-        what the brevity guard measures; every completion, rewarded or not, counts: the
-        model's habit, known from the first rounds, when few are rewarded)."""
+        """Record one own completion (its behaviour log-probs, EOS included, and its text
+        and finish reason: what the brevity guard measures; every completion that answers
+        or was cut counts, rewarded or not: the model's habit, known from the first rounds,
+        when few are rewarded; :func:`~sapo_async.tasks.reward.own_lead`)."""
         if text is not None and self.spec.brevity_guard:
-            leads = self._leads.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
-            leads.append(float(answer_lead(text)))
+            self._seen[family] = self._seen.get(family, 0) + 1
+            lead = own_lead(text, finish_reason)
+            if lead is not None:
+                leads = self._leads.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
+                leads.append(float(lead))
         if not logprobs:
             return
         lp = self._logprob.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
@@ -321,7 +338,7 @@ class Calibration:
                 tuple((b, self._floor(lows[b])) for b in sorted(lows))
                 if spec.plausibility and len(lps) >= need
                 else (),
-                self._lead_floor(leads),
+                self._lead_floor(leads, self._seen.get(family, 0)),
             )
         return Thresholds(
             families,
@@ -338,7 +355,9 @@ class Calibration:
         """The plausibility and brevity floors of every own completion, all families
         together (None, or a floor None, while there are fewer than ``calibration_min``)."""
         lps = [v for window in self._logprob.values() for v in window]
-        lead = self._lead_floor([v for window in self._leads.values() for v in window])
+        lead = self._lead_floor(
+            [v for window in self._leads.values() for v in window], sum(self._seen.values())
+        )
         if len(lps) < self.spec.calibration_min or not self.spec.plausibility:
             return None if lead is None else FamilyThresholds(None, None, (), lead)
         lows = {
@@ -352,10 +371,11 @@ class Calibration:
             lead,
         )
 
-    def _lead_floor(self, leads: Sequence[float]) -> float | None:
-        """The brevity floor over ``leads`` (None: guard off or too few)."""
+    def _lead_floor(self, leads: Sequence[float], seen: int) -> float | None:
+        """The brevity floor over ``leads`` of ``seen`` own completions (None: guard off,
+        too few seen, or too few of them show a lead: :data:`BREVITY_MIN_LEADS`)."""
         spec = self.spec
-        if not spec.brevity_guard or len(leads) < spec.calibration_min:
+        if not spec.brevity_guard or seen < spec.calibration_min or len(leads) < BREVITY_MIN_LEADS:
             return None
         return _quantile(list(leads), spec.brevity_quantile) / spec.brevity_factor
 

@@ -171,7 +171,9 @@ def calibrate(calibration: Calibration, shared: SharedRound) -> None:
     """Feed a round's own completions (behaviour log-probs, own rewards) to the thresholds."""
     for g, scored in zip(shared.generated, shared.local, strict=True):
         for c, s in zip(g.result.completions, scored.completions, strict=True):
-            calibration.observe(g.item.ref.family, c.logprobs or (), s.reward, s.text)
+            calibration.observe(
+                g.item.ref.family, c.logprobs or (), s.reward, s.text, c.finish_reason
+            )
 
 
 def candidate_view(learner: Learner, scored: ScoredGroup) -> CandidateView:

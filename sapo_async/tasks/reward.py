@@ -24,6 +24,7 @@ __all__ = [
     "answer_lead_text",
     "answer_tail",
     "lead_key",
+    "own_lead",
     "text_after_answer",
 ]
 
@@ -52,6 +53,25 @@ def answer_lead(text: str) -> int:
     """How many characters :func:`answer_lead_text` shows (the brevity guard's measure,
     :mod:`sapo_async.node.defence`)."""
     return len(answer_lead_text(text))
+
+
+def own_lead(text: str, finish_reason: str) -> int | None:
+    """What an own completion tells the brevity guard of how much text this model shows
+    before an answer (:mod:`sapo_async.node.defence`), in characters; None: nothing.
+
+    A completion that closes an answer tag shows its :func:`answer_lead`. One cut at the
+    token cap (``"length"``) had not answered yet: its lead is at least its text before
+    the answer tag it opened, or its whole text (a lower bound; SmolLM2's at 32 tokens are
+    mostly these). One that ended without closing a tag gave no answer, so it tells
+    nothing: counted as all lead, the tiny model's untagged ``" 10"`` put the floor above
+    its own tagged bare answers (README swarm: 6.9 % of honest groups refused).
+    """
+    if ANSWER_CLOSE in text:
+        return answer_lead(text)
+    if finish_reason != "length":
+        return None
+    start = text.rfind(ANSWER_OPEN)
+    return len((text[:start] if start >= 0 else text).strip())
 
 
 def text_after_answer(text: str) -> bool:

@@ -17,9 +17,11 @@ import pytest
 
 from sapo_async.fabric.collector import BufferedGroup
 from sapo_async.node.defence import Calibration, CompletionView, Thresholds, screen
+from sapo_async.node.groups import SharedRound
+from sapo_async.node.selection import calibrate
 from sapo_async.node.spec import DefenceSpec
 from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup
-from sapo_async.tasks.reward import answer_lead
+from sapo_async.tasks.reward import answer_lead, own_lead
 from tests.fixtures.selection import (
     BARE,
     RIGHT,
@@ -83,6 +85,94 @@ def test_a_model_that_answers_bare_gets_a_floor_of_zero_and_the_guard_never_fire
     limits = _calibration([""] * 40).thresholds()  # the tiny model's compact prompt
     assert limits.limits("chain_sum").min_rewarded_lead == 0
     assert screen("chain_sum", [CompletionView([], 1.0, (), RIGHT)], limits) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "finish_reason", "lead"),
+    [
+        (" 2 + 3 = 5. <answer>5</answer>", "stop", 10),
+        (" 2 + 3 = 5. <answer>5</answer>", "length", 10),
+        (" <answer>5</answer>", "stop", 0),
+        (" 10", "stop", None),  # ended without answering: tells nothing
+        (" 2 + 3 = 5. So the", "stop", None),
+        (" 2 + 3 = 5. So the", "length", 17),  # cut before answering: at least this
+        (" 2 + 3 = 5. <answer>", "length", 10),  # cut inside its answer: exactly this
+        (" <answer>1", "length", 0),
+        ("", "length", 0),
+    ],
+)
+def test_own_lead_reads_answers_and_cut_completions_and_skips_unanswered_ones(
+    text: str, finish_reason: str, lead: int | None
+) -> None:
+    assert own_lead(text, finish_reason) == lead
+
+
+def _own_round(texts: list[tuple[str, str]], family: str = "chain_sum") -> SharedRound:
+    """One round of a node's own completions (text, finish reason) as calibrate reads it."""
+    generated = [
+        SimpleNamespace(
+            item=SimpleNamespace(ref=SimpleNamespace(family=family)),
+            result=SimpleNamespace(
+                completions=[SimpleNamespace(logprobs=None, finish_reason=f) for _, f in texts]
+            ),
+        )
+    ]
+    local = [
+        SimpleNamespace(
+            completions=[SimpleNamespace(text=t, reward=float(RIGHT in t)) for t, _ in texts]
+        )
+    ]
+    return SharedRound(0, generated, local, [], 0, 0.0, 0.0, 0.0)  # type: ignore[arg-type]
+
+
+def test_the_tiny_models_untagged_answers_do_not_raise_the_floor_over_its_tagged_ones() -> None:
+    # The README's default swarm (issue 23, 2026-12-05): over its first 12 rounds the tiny
+    # model's 6,144 own completions were 96 % untagged bare answers (" 10" then EOS: leads
+    # of 1 to 3 characters counted as all lead), 4 % tagged, and those mostly bare
+    # (lead 0). Counted, the untagged ones set a floor of 0.5 to 1.5 and every honest peer's
+    # rewarded bare answer was refused: 6.9 % of honest groups over 80 rounds, a third of
+    # the learning. One node's first 8 rounds at B x L = 8 x 8:
+    spec = DefenceSpec(plausibility=False, length_guard=False)
+    calibration = Calibration(spec, max_new_tokens=16)
+    untagged = [(f" {n % 90 + 10}", "stop") for n in range(60)]
+    tagged = [(RIGHT, "stop"), (WRONG, "stop"), (" 7+3" + WRONG, "stop")]
+    for _ in range(8):
+        calibrate(calibration, _own_round([*untagged, *tagged, (" 1+2=3 and 4", "length")]))
+    limits = calibration.thresholds()
+    assert limits.limits("chain_sum").min_rewarded_lead == 0
+    assert screen("chain_sum", [CompletionView([], 1.0, (), RIGHT)], limits) is None
+
+
+def test_cut_completions_count_so_a_model_that_works_still_refuses_a_bare_answer() -> None:
+    # SmolLM2 at 32 tokens (instruct prompt): most own completions are cut while working,
+    # and the ones that close a tag within the cap are its shortest; counting only those
+    # put the floor at 0 (the reverted mend, 94fa469). Counted as lower bounds, the cut
+    # ones keep it where the model's work is.
+    spec = DefenceSpec(plausibility=False, length_guard=False)
+    calibration = Calibration(spec, max_new_tokens=32)
+    own = [
+        *[(" Let a be 5. 5 - 3 = 2, so we add the next", "length")] * 10,
+        *[(" 2 + 3 = 5." + RIGHT, "stop")] * 4,
+        *[(" 2 + 3 = 5.", "stop")] * 2,  # ended without answering: not counted
+    ]
+    calibrate(calibration, _own_round([*own, (RIGHT, "stop")]))  # one bare answer in 43
+    calibrate(calibration, _own_round(own))
+    calibrate(calibration, _own_round(own))
+    limits = calibration.thresholds()
+    assert limits.limits("chain_sum").min_rewarded_lead == 5  # 10 characters over 2
+    assert screen("chain_sum", [CompletionView([], 1.0, (), RIGHT)], limits) == "too_brief"
+
+
+def test_the_floor_waits_for_calibration_min_completions_and_eight_leads() -> None:
+    spec = DefenceSpec(plausibility=False, length_guard=False, calibration_min=32)
+    calibration = Calibration(spec, max_new_tokens=16)
+    calibrate(calibration, _own_round([(RIGHT, "stop")] * 31))
+    assert calibration.thresholds().limits("chain_sum").min_rewarded_lead is None
+    calibration = Calibration(spec, max_new_tokens=16)
+    calibrate(calibration, _own_round([(" 10", "stop")] * 40 + [(RIGHT, "stop")] * 7))
+    assert calibration.thresholds().limits("chain_sum").min_rewarded_lead is None
+    calibrate(calibration, _own_round([(RIGHT, "stop")]))
+    assert calibration.thresholds().limits("chain_sum").min_rewarded_lead == 0
 
 
 def test_a_family_without_its_own_floor_gets_the_pooled_one() -> None:
