@@ -67,6 +67,12 @@ def test_attack_quick_measures_each_attack_with_defences_off_and_on(tmp_path, mo
     absurd_off = next(r for r in runs if r["attack"] == "absurd" and not r["defences"])
     # Off: the huge-question groups reach scoring; on: refused at admission, never trained.
     assert absurd_on["dropped"].get("task_outside_preset", 0) > 0
+    # The refusals round by round add up to the run's (a no-attack run's false positives
+    # over time: issue 23's tiny 40-round runs refused more every ten rounds).
+    assert absurd_on["honest_groups_dropped"] > 0
+    for r in runs:
+        assert len(r["dropped_by_round"]) == 3
+        assert sum(r["dropped_by_round"]) == r["honest_groups_dropped"]
     assert absurd_on["trained_external"].get("attacker", 0) <= absurd_off["trained_external"].get(
         "attacker", 0
     )

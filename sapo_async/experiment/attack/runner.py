@@ -208,6 +208,7 @@ async def _run_rounds(
         collector = node.collector
         collector.ingest = clock.collector(collector.ingest, honest=i < first_attacker)
     left_out = m.left_out = m.left_out or {}
+    by_round = m.dropped_by_round = m.dropped_by_round or []
     for _r in range(spec.rounds):
         clock.start()
         shared = []
@@ -248,6 +249,7 @@ async def _run_rounds(
                     mine[reason] = mine.get(reason, 0) + n
         for i in range(first_attacker, spec.nodes):
             m.rewards[i].append(0.0)
+        by_round.append(_honest_verdicts(nodes, honest)[1] - sum(by_round))
         times = clock.stop()
         m.round_cpu_s.append(times.cpu_s)
         m.round_cpu_honest_s.append(times.cpu_honest_s)

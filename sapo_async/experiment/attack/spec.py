@@ -272,6 +272,8 @@ class RunMeasure:
             the attackers' groups too).
         honest_groups_judged: groups honest nodes admitted or refused by a defence, from any
             producer (the false-positive rate's denominator in a no-attack run).
+        dropped_by_round: ``honest_groups_dropped`` round by round (a no-attack run's false
+            positives over time); None in runs recorded before it was kept.
         quarantined: producers quarantined by some honest node at the end.
         peak_rss_mb: the process's peak resident memory.
         seconds: wall time.
@@ -307,6 +309,7 @@ class RunMeasure:
     admitted: int = 0
     honest_groups_dropped: int = 0
     honest_groups_judged: int = 0
+    dropped_by_round: list[int] | None = None
     quarantined: int = 0
     peak_rss_mb: float = 0.0
     seconds: float = 0.0
