@@ -59,7 +59,8 @@ follow the model as it learns, long enough for a stable 1 % quantile."""
 
 BREVITY_MIN_LEADS = 8
 """The fewest own completions that show a lead (:func:`~sapo_async.tasks.reward.own_lead`)
-the brevity floor is taken over, once ``calibration_min`` own completions are seen. A model
+the brevity floor is taken over (or ``calibration_min``, if smaller), once
+``calibration_min`` own completions are seen. A model
 that seldom answers within its cap (the tiny model: about 1 in 25) is judged by the guard
 as soon as it has 8 answers; their 5th percentile is then their least lead, so one bare
 answer among them puts the floor at 0."""
@@ -375,7 +376,8 @@ class Calibration:
         """The brevity floor over ``leads`` of ``seen`` own completions (None: guard off,
         too few seen, or too few of them show a lead: :data:`BREVITY_MIN_LEADS`)."""
         spec = self.spec
-        if not spec.brevity_guard or seen < spec.calibration_min or len(leads) < BREVITY_MIN_LEADS:
+        need = min(BREVITY_MIN_LEADS, spec.calibration_min)
+        if not spec.brevity_guard or seen < spec.calibration_min or len(leads) < need:
             return None
         return _quantile(list(leads), spec.brevity_quantile) / spec.brevity_factor
 
