@@ -80,7 +80,7 @@ class DefenceSpec(Settings):
         "closing tag (0: off; measured on SmolLM2 in docs/security.md).",
     )
     stock_lead_share: float = Field(
-        default=0.0,
+        default=0.5,
         ge=0,
         le=1,
         description="Leave out a peer's completions that show its stock lead: the same "
@@ -88,7 +88,7 @@ class DefenceSpec(Settings):
         "in its last 16 groups, on 3 or more questions; 0: off; docs/security.md).",
     )
     stock_lead_probation: bool = Field(
-        default=False,
+        default=True,
         description="With stock_lead_share on, train no group of a peer until the record "
         "can judge it (rewarded answers on 3 questions: 8 of them, or no words repeated "
         "before answers to two); its groups wait in the buffer.",
@@ -137,7 +137,10 @@ class DefenceSpec(Settings):
 
     @model_validator(mode="after")
     def _together(self) -> Self:
-        if self.stock_lead_probation and not self.stock_lead_share:
+        # Probation is on by default: `stock_lead_share = 0` alone turns the record and
+        # its probation off; only probation asked for in so many words contradicts it.
+        asked = "stock_lead_probation" in self.model_fields_set
+        if asked and self.stock_lead_probation and not self.stock_lead_share:
             raise ValueError(
                 "stock_lead_probation = true needs stock_lead_share above 0 (the record "
                 "that judges a peer): set both, or leave probation off"

@@ -222,14 +222,16 @@ def test_a_node_keeps_a_served_record_while_its_defences_and_balanced_draw_are_o
 @pytest.mark.parametrize(
     ("settings", "share"),
     [
-        ({}, None),  # off by default (docs/security.md says why)
+        ({}, "default"),  # tails off, leads at 0.5 by default (docs/security.md says why)
         ({"SHARE": 0.25}, 0.25),
         ({"SHARE": 0.5, "defence_active": False}, None),
     ],
 )
 def test_a_node_keeps_a_tail_and_a_lead_record_while_its_defences_and_their_share_are_on(
-    record: str, key: str, settings: dict[str, object], share: float | None
+    record: str, key: str, settings: dict[str, object], share: float | str | None
 ) -> None:
+    if share == "default":
+        share = {"tails": None, "leads": 0.5}[record]
     given = {(key if k == "SHARE" else k): v for k, v in settings.items()}
     spec = NodeSpec.build(swarm=SWARM, ledger_enabled=False, **given)
     kept = getattr(NodeDefences.build(spec, CPU_PRESET), record)

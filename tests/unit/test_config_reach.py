@@ -423,12 +423,15 @@ def test_stock_lead_share_reaches_the_nodes_lead_record(tmp_path: Path) -> None:
     )
     assert defences.leads is not None
     assert defences.leads.share == 0.75
-    assert not defences.leads.probation
-    on = {"defence": {"stock_lead_share": 0.75, "stock_lead_probation": True}}
-    leads = NodeDefences.build(_build(on, tmp_path).spec, CPU_PRESET).leads
+    assert defences.leads.probation  # on by default since 2026-12-05 (docs/security.md)
+    off = {"defence": {"stock_lead_share": 0.75, "stock_lead_probation": False}}
+    leads = NodeDefences.build(_build(off, tmp_path).spec, CPU_PRESET).leads
     assert leads is not None
-    assert leads.probation
+    assert not leads.probation
+    # A share of 0 alone turns the record, and so its probation, off.
+    none = {"defence": {"stock_lead_share": 0}}
+    assert NodeDefences.build(_build(none, tmp_path).spec, CPU_PRESET).leads is None
     # One line, the section named once.
     once = "^[^:]*: defence: stock_lead_probation = true needs stock_lead_share above 0"
     with pytest.raises(ConfigError, match=once):
-        _build({"defence": {"stock_lead_probation": True}}, tmp_path)
+        _build({"defence": {"stock_lead_share": 0, "stock_lead_probation": True}}, tmp_path)
