@@ -201,7 +201,9 @@ async def _run_rounds(
 
     nodes = swarm.nodes
     honest = m.honest
-    attackers = {nodes[i].address for i in range(first_attacker, spec.nodes)}
+    # Any producer that is not an honest node is the attack's: the flood signs its copies
+    # with extra keys of its own, and those groups are the attackers' too.
+    honest_keys = {nodes[i].address for i in honest}
     pid = swarm.server_pid
     clock = RoundClock(server=(lambda: process_cpu_s(pid)) if pid is not None else lambda: None)
     for i, node in enumerate(nodes):  # each collector's work charged to its own node
@@ -209,6 +211,7 @@ async def _run_rounds(
         collector.ingest = clock.collector(collector.ingest, honest=i < first_attacker)
     left_out = m.left_out = m.left_out or {}
     by_round = m.dropped_by_round = m.dropped_by_round or []
+    dropped_so_far = sum(by_round)
     for _r in range(spec.rounds):
         clock.start()
         shared = []
@@ -240,16 +243,18 @@ async def _run_rounds(
             report = await swarm.train(i, s)
             m.rewards[i].append(report.reward_mean)
             for producer, n in report.external_used.items():
-                origin = "attacker" if producer in attackers else "honest"
+                origin = "honest" if producer in honest_keys else "attacker"
                 m.trained_external[origin] = m.trained_external.get(origin, 0) + n
             for producer, counts in report.external_left_out.items():
-                origin = "attacker" if producer in attackers else "honest"
+                origin = "honest" if producer in honest_keys else "attacker"
                 mine = left_out.setdefault(origin, {})
                 for reason, n in counts.items():
                     mine[reason] = mine.get(reason, 0) + n
         for i in range(first_attacker, spec.nodes):
             m.rewards[i].append(0.0)
-        by_round.append(_honest_verdicts(nodes, honest)[1] - sum(by_round))
+        dropped = _honest_verdicts(nodes, honest)[1]
+        by_round.append(dropped - dropped_so_far)
+        dropped_so_far = dropped
         times = clock.stop()
         m.round_cpu_s.append(times.cpu_s)
         m.round_cpu_honest_s.append(times.cpu_honest_s)
