@@ -69,11 +69,12 @@ paper-table-real *args:
     {{py}} -m sapo_async experiment paper-table --path async --model smollm2-135m --start-rounds 40 --workers 1 --resume {{args}}
 
 # the attack matrix on SmolLM2-135M over NATS with a node's default defences (the answer
-# cut and the brevity guard on) into docs/results/attack-real; resumes, and grows with more
-# --attacks or --seeds, across sittings (a later --no-cut-after-answer, --no-brevity-guard
-# or --out overrides)
+# cut, the brevity guard, the stock-lead record and its probation) into
+# docs/results/attack-real; resumes, and grows with more --attacks or --seeds, across
+# sittings (a later --no-cut-after-answer, --no-brevity-guard, --stock-lead-share 0
+# --no-lead-probation or --out overrides)
 attack-real *args:
-    {{py}} -m sapo_async experiment attack --model smollm2-135m --train-layers 4 --tasks cpu_easy --nodes 4 --attackers 2 --questions 2 --completions 4 --local 1 --external 1 --max-new-tokens 32 --lr 2e-4 --rounds 20 --workers 2 --cut-after-answer --brevity-guard --out docs/results/attack-real {{args}}
+    {{py}} -m sapo_async experiment attack --model smollm2-135m --train-layers 4 --tasks cpu_easy --nodes 4 --attackers 2 --questions 2 --completions 4 --local 1 --external 1 --max-new-tokens 32 --lr 2e-4 --rounds 20 --workers 2 --cut-after-answer --brevity-guard --stock-lead-share 0.5 --lead-probation --out docs/results/attack-real {{args}}
 
 # build (or rebuild) the cached tiny model
 warmstart *args:

@@ -108,13 +108,15 @@ def attack(
         max=1.0,
         help="With the defences on, leave out a producer's completions showing its stock "
         "lead, the same words before this share of its rewarded answers ([defence] "
-        "stock_lead_share, off by default); default output directory gets -leads.",
+        "stock_lead_share, 0.5 in a node by default; `just attack-real` passes it); "
+        "default output directory gets -leads.",
     ),
     lead_probation: bool = typer.Option(
         False,
-        "--lead-probation",
+        "--lead-probation/--no-lead-probation",
         help="With --stock-lead-share, train no group of a producer until the record can "
-        "judge it ([defence] stock_lead_probation, off by default); output gets -probation.",
+        "judge it ([defence] stock_lead_probation, on in a node by default; `just "
+        "attack-real` passes it); output gets -probation.",
     ),
     balanced_draw: bool = typer.Option(
         False,

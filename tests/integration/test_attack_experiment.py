@@ -239,6 +239,8 @@ def _attack_real_recipe() -> list[str]:
         (["--drop-after-answer", "--out", "d"], True, None, "d"),
         (["--balanced-draw", "--out", "b"], True, None, "b"),
         (["--no-brevity-guard", "--out", "v"], True, None, "v"),
+        (["--stock-lead-share", "0", "--no-lead-probation", "--out", "s"], True, None, "s"),
+        (["--no-lead-probation", "--out", "p"], True, None, "p"),
     ],
 )
 def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
@@ -272,6 +274,14 @@ def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
     assert spec.brevity_guard is ("--no-brevity-guard" not in extra)
     assert node.brevity_guard
     assert node.cut_after_answer
+    # The stock-lead record and its probation, a node's defaults since dbffa91 (the recipe
+    # ran without them until the sitting after); a recorded command from before turns
+    # them off with `--stock-lead-share 0 --no-lead-probation`, the last value winning.
+    off = "--stock-lead-share" in extra
+    assert spec.stock_lead_share == (0.0 if off else node.stock_lead_share)
+    assert spec.lead_probation is ("--no-lead-probation" not in extra)
+    assert node.stock_lead_share > 0
+    assert node.stock_lead_probation
 
 
 @pytest.mark.timeout(300)
