@@ -1,9 +1,11 @@
 """``sapo-async audit``, ``verify`` and ``deploy``: the ledger from the command line.
 
 Owns argument parsing and printing only; the work is in :mod:`sapo_async.ledger.audit` and
-:mod:`sapo_async.ledger`. The chain is reached by JSON-RPC (``--rpc`` / ``SAPO_LEDGER_RPC``)
-and the ledger by address (``--ledger`` / ``SAPO_LEDGER_ADDRESS``). The embedded chain
-lives inside its process, so a local swarm prints its own audit table (same code) instead.
+:mod:`sapo_async.ledger`, which return rows (:class:`~sapo_async.ledger.audit.NodeAudit`);
+the tables are drawn here. The chain is reached by JSON-RPC (``--rpc`` /
+``SAPO_LEDGER_RPC``) and the ledger by address (``--ledger`` / ``SAPO_LEDGER_ADDRESS``).
+The embedded chain lives inside its process, so a local swarm prints its own audit table
+instead (the same :func:`swarm_table`).
 
 Exit codes: 0 success; 1 a verification failed or found nothing; 2 bad input or the chain
 could not be used.
@@ -21,9 +23,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from rich.table import Table
+
+    from sapo_async.ledger.audit import NodeAudit
     from sapo_async.ledger.evm import EvmLedger
 
-__all__ = ["register"]
+__all__ = ["register", "swarm_table"]
 
 _Rpc = Annotated[
     str,
@@ -97,10 +104,8 @@ def audit(  # noqa: PLR0917 - typer maps each parameter to an option
     its contribution score (read from the ledger's events, see docs/ledger.md)."""
     import anyio
     from rich.console import Console
-    from rich.table import Table
 
     from sapo_async.errors import SapoError
-    from sapo_async.ledger.audit import NodeAudit, swarm_table
     from sapo_async.ops.status import print_unclipped
 
     if (node is None) == (not swarm):
@@ -123,12 +128,52 @@ def audit(  # noqa: PLR0917 - typer maps each parameter to an option
             ("credit received, by consumer", a.credit_by_consumer),
             ("external rollouts used, by producer", a.usage_by_producer),
         ):
-            table = Table(title=title)
-            table.add_column("node")
-            table.add_column("rollouts", justify="right")
-            for other, count in sorted(rows.items()):
-                table.add_row(other, str(count))
-            print_unclipped(console, table)
+            print_unclipped(console, _counts_table(title, rows))
+
+
+_CAPTION = (
+    "rounds: commitments; last: last round; shared: rollouts committed; "
+    "used: external rollouts trained on; credit: own rollouts others trained on; "
+    "score: consumer rounds that used the node, weighted by the consumer's standing"
+)
+
+
+def swarm_table(audits: Sequence[NodeAudit], *, title: str = "swarm ledger audit") -> Table:
+    """A rich table: one row per node with its committed and used/credited counts."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, caption=_CAPTION)
+    table.add_column("node", no_wrap=True, min_width=42)  # an address must stay copyable
+    table.add_column("metadata", max_width=14, overflow="ellipsis", no_wrap=True)
+    # Short headers and no wrapping keep the numbers whole in an 80-column terminal.
+    for header in ("rounds", "last", "shared", "used", "credit", "score"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for a in audits:
+        p = a.participation
+        table.add_row(
+            a.node,
+            Text(a.metadata),  # any node registers any metadata: plain text, never markup
+            str(p.rounds_committed),
+            "-" if a.last_round is None else str(a.last_round),
+            str(p.rollouts_committed),
+            str(p.external_used),
+            str(p.credit_received),
+            "-" if a.score is None else f"{a.score.score:.2f}",
+        )
+    return table
+
+
+def _counts_table(title: str, rows: Mapping[str, int]) -> Table:
+    """One row per other node with its rollout count, by address."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("node")
+    table.add_column("rollouts", justify="right")
+    for other, count in sorted(rows.items()):
+        table.add_row(other, str(count))
+    return table
 
 
 def _audit_json(a: Any) -> dict[str, Any]:

@@ -201,7 +201,8 @@ async def _run_swarm(opts: dict[str, Any]) -> dict[str, Any]:
         print_unclipped(console, _drops_table(drop_rates((s.accepted, s.dropped) for s in stats)))
         handle = embedded_ledger(opts["name"]) if opts["ledger"] else None
         if handle is not None:
-            from sapo_async.ledger.audit import audit_swarm, swarm_table
+            from sapo_async.cli.audit import swarm_table
+            from sapo_async.ledger.audit import audit_swarm
 
             print_unclipped(console, swarm_table(await audit_swarm(handle.ledger, breakdown=False)))
             console.print(_landing_summary(run.nodes))

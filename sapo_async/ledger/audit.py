@@ -1,11 +1,13 @@
 """Audit: what each node committed and how much of its work others used, read from chain.
 
 Owns the audit read model (:class:`NodeAudit`), rollout verification against the chain
-(:func:`verify_rollout`), the expected numbers derived from commitments a node made
-(:func:`expected_participation`, for comparing with what the chain says), and the rich table
-the CLI and the local swarm print. It reads only through the :class:`Ledger` port and, for
-verification, local journals (the chain stores roots, not rollout hashes, so finding which
-(node, round) committed a hash needs an index of published hashes: the journal is one).
+(:func:`verify_rollout`) and the expected numbers derived from commitments a node made
+(:func:`expected_participation`, for comparing with what the chain says). It returns rows
+(:class:`NodeAudit`, :class:`RolloutVerification`) and does not know how they are shown:
+the tables the CLI and the local swarm print are :mod:`sapo_async.cli.audit`'s. It reads
+only through the :class:`Ledger` port and, for verification, local journals (the chain
+stores roots, not rollout hashes, so finding which (node, round) committed a hash needs an
+index of published hashes: the journal is one).
 The contribution score (what a clique of colluding addresses cannot inflate) is computed by
 :func:`sapo_async.ledger.score.contribution_scores` from the chain's credit events.
 """
@@ -15,9 +17,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-
-from rich.table import Table
-from rich.text import Text
 
 from sapo_async.ledger.base import Ledger
 from sapo_async.ledger.journal import Journal
@@ -32,7 +31,6 @@ __all__ = [
     "audit_swarm",
     "expected_participation",
     "ledger_scores",
-    "swarm_table",
     "verify_rollout",
 ]
 
@@ -248,33 +246,3 @@ async def verify_rollout(
                 )
             )
     return results
-
-
-_CAPTION = (
-    "rounds: commitments; last: last round; shared: rollouts committed; "
-    "used: external rollouts trained on; credit: own rollouts others trained on; "
-    "score: consumer rounds that used the node, weighted by the consumer's standing"
-)
-
-
-def swarm_table(audits: Sequence[NodeAudit], *, title: str = "swarm ledger audit") -> Table:
-    """A rich table: one row per node with its committed and used/credited counts."""
-    table = Table(title=title, caption=_CAPTION)
-    table.add_column("node", no_wrap=True, min_width=42)  # an address must stay copyable
-    table.add_column("metadata", max_width=14, overflow="ellipsis", no_wrap=True)
-    # Short headers and no wrapping keep the numbers whole in an 80-column terminal.
-    for header in ("rounds", "last", "shared", "used", "credit", "score"):
-        table.add_column(header, justify="right", no_wrap=True)
-    for a in audits:
-        p = a.participation
-        table.add_row(
-            a.node,
-            Text(a.metadata),  # any node registers any metadata: plain text, never markup
-            str(p.rounds_committed),
-            "-" if a.last_round is None else str(a.last_round),
-            str(p.rollouts_committed),
-            str(p.external_used),
-            str(p.credit_received),
-            "-" if a.score is None else f"{a.score.score:.2f}",
-        )
-    return table

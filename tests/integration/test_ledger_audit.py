@@ -13,6 +13,7 @@ import pytest
 from eth_account import Account
 from typer.testing import CliRunner
 
+from sapo_async.cli.audit import swarm_table
 from sapo_async.cli.main import build_app
 from sapo_async.ledger import (
     EvmLedger,
@@ -25,7 +26,6 @@ from sapo_async.ledger import (
 from sapo_async.ledger.audit import (
     audit_swarm,
     expected_participation,
-    swarm_table,
     verify_rollout,
 )
 from sapo_async.ledger.journal import EntryState, Journal

@@ -6,7 +6,8 @@ import os
 
 from web3 import Web3
 
-from sapo_async.ledger.audit import NodeAudit, Participation, expected_participation, swarm_table
+from sapo_async.cli.audit import swarm_table
+from sapo_async.ledger.audit import NodeAudit, Participation, expected_participation
 from sapo_async.ledger.types import RoundCommitment
 
 A, B, C = (Web3.to_checksum_address("0x" + f"{i:02x}" * 20) for i in (10, 11, 12))

@@ -10,9 +10,10 @@ from eth_account import Account
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sapo_async.cli.audit import swarm_table
 from sapo_async.errors import RejectedInput
 from sapo_async.ledger import MemoryLedger, RoundCommitment
-from sapo_async.ledger.audit import audit_swarm, ledger_scores, swarm_table
+from sapo_async.ledger.audit import audit_swarm, ledger_scores
 from sapo_async.ledger.score import contribution_scores
 from sapo_async.ledger.types import MAX_ROLLOUTS_PER_ROUND, UsageCredit
 

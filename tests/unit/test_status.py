@@ -129,7 +129,8 @@ def test_a_table_printed_after_the_live_table_starts_on_its_own_line() -> None:
 
 
 def test_a_piped_audit_table_keeps_full_addresses_and_shows_markup_as_text() -> None:
-    from sapo_async.ledger.audit import NodeAudit, Participation, swarm_table
+    from sapo_async.cli.audit import swarm_table
+    from sapo_async.ledger.audit import NodeAudit, Participation
     from sapo_async.ops.status import print_unclipped
 
     audits = [
