@@ -282,17 +282,3 @@ def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
     assert spec.lead_probation is ("--no-lead-probation" not in extra)
     assert node.stock_lead_share > 0
     assert node.stock_lead_probation
-
-
-@pytest.mark.timeout(300)
-def test_groups_the_flood_signs_with_its_extra_keys_count_as_the_attackers():
-    # Issue 23: the summary counted groups from the flood's extra keys as honest producers',
-    # so "attacker groups trained" saw only the attackers' own key. Defences off, nearly
-    # every group in an honest node's pool is a flood copy.
-    spec = AttackSpec(
-        attacks=("flood",), rounds=2, seeds=(0,), nodes=3, attackers=1, transport="memory"
-    )
-    m = run_one(spec, "flood", False, 0, (2, 2))
-    trained = m.trained_external
-    # Two honest nodes, each with one honest peer: at most that peer's groups are honest.
-    assert trained.get("attacker", 0) > trained.get("honest", 0)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sapo_async.experiment.attack.base import Attack
+from sapo_async.experiment.attack.origin import add_counts, by_origin, reasons_by_origin
 from sapo_async.experiment.attack.spec import (
     ATTACKS,
     RATIO_ATTACKS,
@@ -201,8 +202,7 @@ async def _run_rounds(
 
     nodes = swarm.nodes
     honest = m.honest
-    # Any producer that is not an honest node is the attack's: the flood signs its copies
-    # with extra keys of its own, and those groups are the attackers' too.
+    # Any producer that is not an honest node is the attack's (.origin: the flood's keys).
     honest_keys = {nodes[i].address for i in honest}
     pid = swarm.server_pid
     clock = RoundClock(server=(lambda: process_cpu_s(pid)) if pid is not None else lambda: None)
@@ -242,14 +242,10 @@ async def _run_rounds(
                 continue
             report = await swarm.train(i, s)
             m.rewards[i].append(report.reward_mean)
-            for producer, n in report.external_used.items():
-                origin = "honest" if producer in honest_keys else "attacker"
-                m.trained_external[origin] = m.trained_external.get(origin, 0) + n
-            for producer, counts in report.external_left_out.items():
-                origin = "honest" if producer in honest_keys else "attacker"
-                mine = left_out.setdefault(origin, {})
-                for reason, n in counts.items():
-                    mine[reason] = mine.get(reason, 0) + n
+            add_counts(m.trained_external, by_origin(report.external_used, honest_keys))
+            left = reasons_by_origin(report.external_left_out, honest_keys)
+            for origin, counts in left.items():
+                add_counts(left_out.setdefault(origin, {}), counts)
         for i in range(first_attacker, spec.nodes):
             m.rewards[i].append(0.0)
         dropped = _honest_verdicts(nodes, honest)[1]
