@@ -18,9 +18,6 @@ model loading is done before actors start)."""
 ACTOR_DRAIN_TIMEOUT_S = 10.0
 """Drain must fit inside a typical SIGTERM grace period (docker/k8s default: 10 to 30 s)."""
 
-DEFAULT_MAILBOX_SIZE = 64
-"""Bounded mailboxes give backpressure; 64 groups is several rounds of a node's output."""
-
 
 # --- transport ----------------------------------------------------------------------
 

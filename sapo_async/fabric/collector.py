@@ -86,7 +86,7 @@ from sapo_async.wire.signing import decode_envelope, verify_signer
 __all__ = ["BufferedGroup", "Collector", "CollectorStatistics"]
 
 
-class Collector(Actor[None]):
+class Collector(Actor):
     """Consumes a transport subscription into a bounded buffer of verified groups.
 
     Use as an actor (``async with Collector(...)``, or ``task_group.start(c.run)``); the
@@ -136,7 +136,7 @@ class Collector(Actor[None]):
         clock: Callable[[], float] | None = None,
         name: str = "collector",
     ) -> None:
-        super().__init__(name, mailbox_size=0)
+        super().__init__(name)
         if buffer_max_groups < 1 or buffer_max_age_s <= 0 or max_round_lag < 0:
             raise ValueError("buffer bounds must be positive and max_round_lag >= 0")
         self._transport = transport

@@ -96,7 +96,7 @@ class RecorderStats:
     claims_settled: int = 0
 
 
-class Recorder(Actor[None]):
+class Recorder(Actor):
     """Journals and lands one node's round commitments.
 
     Args:
@@ -125,7 +125,7 @@ class Recorder(Actor[None]):
         drain_timeout_s: float = limits.ACTOR_DRAIN_TIMEOUT_S,
         settle_defer_s: float = limits.LEDGER_SETTLE_MAX_DEFER_S,
     ) -> None:
-        super().__init__("recorder", mailbox_size=0, drain_timeout=drain_timeout_s)
+        super().__init__("recorder", drain_timeout=drain_timeout_s)
         self._ledger = ledger
         self._journal = journal
         self._account = account
@@ -241,7 +241,7 @@ class Recorder(Actor[None]):
             raise RejectedInput("unknown_round", f"round {round_} of {self.node}")
         return entry
 
-    def statistics(self) -> RecorderStats:  # type: ignore[override] # journal counts, not a mailbox
+    def statistics(self) -> RecorderStats:  # type: ignore[override] # journal counts
         """Counts of this node's journal entries and this session's send failures."""
         counts = self._journal.counts(self.node)
         claims = self._journal.claim_counts(self.node)

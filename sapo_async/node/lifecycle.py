@@ -47,7 +47,7 @@ def default_name(address: str) -> str:
     return f"node-{address[2:8].lower()}"
 
 
-class Node(Actor[None]):
+class Node(Actor):
     """A running SAPO node (an async context manager; see the module docstring).
 
     Args:
@@ -64,7 +64,6 @@ class Node(Actor[None]):
         spec = round_loop.spec
         super().__init__(
             round_loop.name,
-            mailbox_size=0,
             drain_timeout=spec.drain_timeout_s,
             teardown_timeout=NODE_TEARDOWN_TIMEOUT_S,
         )

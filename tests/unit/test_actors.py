@@ -1,4 +1,4 @@
-"""The actor runtime: readiness, backpressure, drain, failure, idempotent stop, no hangs."""
+"""The actor runtime: readiness, drain, failure, idempotent stop, no hangs."""
 
 from __future__ import annotations
 
@@ -11,112 +11,76 @@ from sapo_async.errors import ActorError, ActorFailed, ActorStopped
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
 
 
-class Recorder(Actor[int]):
-    """Handles ints slowly enough that drain has in-flight work to finish."""
+class Worker(Actor):
+    """Serves until stopped, drains slowly enough to have in-flight work, and notes each
+    hook it ran, in order."""
 
-    def __init__(self, *, delay: float = 0.0, fail_on: int | None = None, **kw: object) -> None:
-        super().__init__("recorder", **kw)  # type: ignore[arg-type]
-        self.delay = delay
-        self.fail_on = fail_on
-        self.seen: list[int] = []
-        self.setup_done = False
-        self.drained = False
-        self.torn_down = False
+    def __init__(
+        self,
+        *,
+        drain_delay: float = 0.0,
+        fail_serving: bool = False,
+        stop_itself: bool = False,
+        **kw: float,
+    ) -> None:
+        super().__init__("worker", **kw)
+        self.drain_delay = drain_delay
+        self.fail_serving = fail_serving
+        self.stop_itself = stop_itself
+        self.ran: list[str] = []
 
     async def _setup(self) -> None:
         await anyio.sleep(0.01)
-        self.setup_done = True
+        self.ran.append("setup")
 
-    async def _handle(self, message: int) -> None:
-        if message == self.fail_on:
-            raise ValueError(f"cannot handle {message}")
-        await anyio.sleep(self.delay)
-        self.seen.append(message)
+    async def _serve(self) -> None:
+        self.ran.append("serve")
+        await anyio.sleep(0)
+        if self.fail_serving:
+            raise ValueError("cannot serve")
+        if self.stop_itself:
+            self.stop_nowait()
+        await anyio.sleep_forever()
 
     async def _drain(self) -> None:
-        self.drained = True
+        await anyio.sleep(self.drain_delay)
+        self.ran.append("drained")
 
     async def _teardown(self) -> None:
-        self.torn_down = True
+        self.ran.append("torn_down")
 
 
 async def test_actor_reports_ready_only_after_setup_and_is_running() -> None:
-    actor = Recorder()
+    actor = Worker()
     assert actor.state is ActorState.CREATED
     async with actor:
-        assert actor.setup_done
+        assert actor.ran[0] == "setup"
         assert actor.state is ActorState.RUNNING
+        assert actor.statistics().state is ActorState.RUNNING
     assert actor.state is ActorState.STOPPED
-    assert actor.torn_down
+    assert actor.statistics().name == "worker"
+    assert actor.ran[-1] == "torn_down"
 
 
-async def test_stop_drains_queued_and_in_flight_messages_before_stopping() -> None:
-    async with Recorder(delay=0.01, mailbox_size=16) as actor:
-        for i in range(10):
-            await actor.send(i)
+async def test_stop_finishes_the_drain_before_tearing_down() -> None:
+    async with Worker(drain_delay=0.05) as actor:
         await actor.stop()
-        assert actor.seen == list(range(10))
-        assert actor.drained
-        assert actor.statistics().handled == 10
-
-
-async def test_full_mailbox_applies_backpressure_to_senders() -> None:
-    async with Recorder(delay=10, mailbox_size=2, drain_timeout=0.2) as actor:
-        await actor.send(0)  # taken by the handler, which then sleeps
-        with anyio.fail_after(2):
-            while actor.statistics().mailbox.size != 0:
-                await anyio.sleep(0.001)
-        actor.send_nowait(1)
-        actor.send_nowait(2)
-        with pytest.raises(anyio.WouldBlock):
-            actor.send_nowait(3)
-        stats = actor.statistics()
-        assert stats.mailbox.size == 2
-        assert stats.mailbox.capacity == 2
+        assert actor.state is ActorState.STOPPED
+    assert actor.ran[-2:] == ["drained", "torn_down"]
 
 
 async def test_drain_deadline_cancels_work_that_does_not_finish() -> None:
-    actor = Recorder(delay=60, drain_timeout=0.2)
-    async with actor:
-        await actor.send(1)
+    actor = Worker(drain_delay=60, drain_timeout=0.2)
+    with anyio.fail_after(5):
+        async with actor:
+            pass
     assert actor.state is ActorState.STOPPED
-    assert actor.seen == []
-    assert actor.torn_down
-
-
-async def test_sending_to_a_stopped_actor_raises_actor_stopped() -> None:
-    async with Recorder() as actor:
-        pass
-    with pytest.raises(ActorStopped):
-        await actor.send(1)
-    with pytest.raises(ActorStopped):
-        actor.send_nowait(1)
-
-
-async def test_sender_blocked_on_a_full_mailbox_gets_actor_stopped_not_a_hang() -> None:
-    actor = Recorder(delay=60, mailbox_size=0, drain_timeout=0.2)
-    outcome: list[BaseException] = []
-
-    async def blocked_sender() -> None:
-        try:
-            await actor.send(2)
-        except ActorStopped as exc:
-            outcome.append(exc)
-
-    async with anyio.create_task_group() as tg:
-        await tg.start(actor.run)
-        await actor.send(1)  # the handler holds this one for 60 s
-        tg.start_soon(blocked_sender)
-        with anyio.fail_after(2):
-            while actor.statistics().mailbox.senders_waiting == 0:
-                await anyio.sleep(0.001)
-        with anyio.fail_after(5):
-            await actor.stop()
-    assert len(outcome) == 1
+    assert "drained" not in actor.ran
+    assert actor.ran[-1] == "torn_down"
 
 
 async def test_stop_is_idempotent_and_waiting_on_a_stopped_actor_returns() -> None:
-    actor = Recorder()
+    actor = Worker()
     async with actor:
         await actor.stop()
         await actor.stop()
@@ -127,75 +91,60 @@ async def test_stop_is_idempotent_and_waiting_on_a_stopped_actor_returns() -> No
 
 async def test_waiting_on_a_never_started_actor_raises_instead_of_hanging() -> None:
     with pytest.raises(ActorStopped):
-        await Recorder().wait_stopped()
+        await Worker().wait_stopped()
 
 
 async def test_stopping_a_never_started_actor_marks_it_stopped() -> None:
-    actor = Recorder()
+    actor = Worker()
     await actor.stop()
     assert actor.state is ActorState.STOPPED
-    with pytest.raises(ActorStopped):
-        await actor.send(1)
+    assert actor.ran == []  # never set up, so nothing to tear down
 
 
 async def test_failing_actor_surfaces_to_its_supervisor_as_actor_failed() -> None:
-    actor = Recorder(fail_on=3)
+    actor = Worker(fail_serving=True)
     with pytest.raises(ExceptionGroup) as caught:  # noqa: PT012 - the failure arrives mid-block
         async with anyio.create_task_group() as tg:
             await tg.start(actor.run)
-            for i in range(5):
-                await actor.send(i)
             await anyio.sleep_forever()
     (failure,) = caught.value.exceptions
     assert isinstance(failure, ActorFailed)
-    assert failure.actor == "recorder"
+    assert failure.actor == "worker"
     assert isinstance(failure.__cause__, ValueError)
     assert actor.state is ActorState.FAILED
-    assert actor.torn_down
-    with pytest.raises(ActorStopped):
-        await actor.send(9)
+    assert actor.ran[-1] == "torn_down"
     await actor.wait_stopped()  # returns at once, never hangs
 
 
 async def test_failing_actor_used_as_context_manager_raises_actor_failed() -> None:
-    with pytest.raises(ExceptionGroup) as caught:  # noqa: PT012
-        async with Recorder(fail_on=0) as actor:
-            await actor.send(0)
+    with pytest.raises(ExceptionGroup) as caught:
+        async with Worker(fail_serving=True):
             await anyio.sleep_forever()
     assert caught.group_contains(ActorFailed)
 
 
 async def test_an_actor_cannot_be_started_twice() -> None:
-    actor = Recorder()
+    actor = Worker()
     async with actor:
         with pytest.raises(ActorError, match="already started"):
             await actor.run()
 
 
 async def test_cancelled_supervisor_still_leaves_a_stopped_actor() -> None:
-    actor = Recorder(delay=60)
+    actor = Worker(drain_delay=60)
     with anyio.move_on_after(0.2):
         async with anyio.create_task_group() as tg:
             await tg.start(actor.run)
-            await actor.send(1)
             await anyio.sleep_forever()
     assert actor.state is ActorState.STOPPED
-    assert actor.torn_down
+    assert actor.ran[-1] == "torn_down"
 
 
 async def test_an_actor_can_ask_itself_to_stop_from_a_hook() -> None:
-    class StopsOnNegative(Recorder):
-        async def _handle(self, message: int) -> None:
-            if message < 0:
-                self.stop_nowait()
-            await super()._handle(message)
-
-    actor = StopsOnNegative()
+    actor = Worker(stop_itself=True)
     async with anyio.create_task_group() as tg:
         await tg.start(actor.run)
-        await actor.send(1)
-        await actor.send(-1)
         with anyio.fail_after(5):
             await actor.wait_stopped()
     assert actor.state is ActorState.STOPPED
-    assert actor.seen == [1, -1]
+    assert actor.ran == ["setup", "serve", "drained", "torn_down"]
