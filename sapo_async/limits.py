@@ -175,6 +175,31 @@ SEEN_HASHES_MAX = 65536
 """Rollout hashes remembered for duplicate rejection (16x the buffer); entries older than the
 buffer age are forgotten anyway, since staleness rejects those replays."""
 
+PRODUCERS_REMEMBERED = 2 * BUFFER_MAX_GROUPS
+"""Producers each per-producer memory keeps (the quarantine's verdicts, the stock-lead
+record's windows, the collector's newest round per producer), the least recently seen
+forgotten first: keys are free, so without a bound a stranger who signs each group with a
+new key grows them for ever. Entries come only from groups the node admitted or judged, at
+most BUFFER_MAX_GROUPS of them held at once, so a producer seen within the last two
+buffers' worth of other producers is kept whatever the flood; a forgotten one starts again
+as a new key would. Measured full under a one-key-a-group flood
+(tests/unit/test_producer_memory.py): the verdicts 8.3 MB (~1 KB a producer: a window of
+64 is allocated whole), the lead record's windows 3.7 MB, the newest rounds 2.5 MB."""
+
+PRODUCER_ROUNDS_REMEMBERED = 2 * BUFFER_MAX_GROUPS
+"""(producer, producer round) pairs the producer-round cap counts admitted groups of, the
+least recently admitted or claimed forgotten first. Forgetting one gives its producer a new
+quota for that round, which it could have had anyway from its next round or a new key (the
+cap bounds a round, not a person); a round being flooded now is touched by its every group
+and is the last one forgotten. 2.9 MB full (~0.35 KB a pair)."""
+
+QUARANTINED_MAX = 16384
+"""Producers held in quarantine at once, apart from the verdicts so that no flood of fresh
+keys can free one; when more are quarantined, those whose quarantine ends soonest are
+released first. Filling it takes 8 dropped verified groups per key (the fewest verdicts a
+producer is judged on), 131,072 judged groups within one quarantine's time; 5.6 MB full
+(~0.35 KB a producer)."""
+
 
 # --- generation and training --------------------------------------------------------
 
