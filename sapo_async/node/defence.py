@@ -33,6 +33,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from cachetools import LRUCache, TTLCache
+
+from sapo_async.limits import PRODUCERS_REMEMBERED, QUARANTINED_MAX
 from sapo_async.node.spec import DefenceSpec
 from sapo_async.tasks.reward import answer_lead, own_lead
 from sapo_async.wire.reasons import RejectReason
@@ -126,6 +129,24 @@ class Quarantine:
     """Refuses a producer for ``duration_s`` once ``rate`` of its last verdicts (at least
     ``min_events`` of them) were drops.
 
+    Bounded in producers, not only per producer (keys are free: a stranger signing each
+    group with a new key must not grow it for ever), by two ``cachetools`` maps kept apart so
+    that churn in one cannot free anyone from the other:
+
+    * the verdicts (a window of :data:`QUARANTINE_WINDOW` per producer) of at most
+      :data:`~sapo_async.limits.PRODUCERS_REMEMBERED` producers, the least recently judged
+      forgotten first (an LRU cache). A peer that keeps sending is judged every round it
+      has groups, and a round judges at most a buffer's worth of producers, so a peer
+      judged at least every other round keeps its verdicts whatever the flood; a producer
+      forgotten had none of its groups judged while that many others had, and starts again
+      as a new key would (which any stranger can have at will), its drops so far forgiven;
+    * the quarantined producers, at most :data:`~sapo_async.limits.QUARANTINED_MAX`, each
+      until its quarantine ends (a TTL cache on ``clock``). A flood of fresh keys never
+      enters it (a key gets in only by ``min_events`` judged verdicts, mostly drops), so it
+      cannot free a quarantined producer; only more quarantines than the bound within one
+      ``duration_s`` can, and then the one whose quarantine ends soonest goes first (a look
+      at a producer does not count as use: the map forgets in order of entry).
+
     Args:
         rate / min_events / duration_s: see :class:`~sapo_async.node.spec.DefenceSpec`.
         clock: unix seconds (injectable for tests).
@@ -141,13 +162,15 @@ class Quarantine:
     ) -> None:
         self._rate, self._min, self._duration = rate, min_events, duration_s
         self._clock = clock or time.time  # looked up now, not at import
-        self._verdicts: dict[str, deque[bool]] = {}
-        self._until: dict[str, float] = {}
+        self._verdicts: LRUCache[str, deque[bool]] = LRUCache(PRODUCERS_REMEMBERED)
+        self._until: TTLCache[str, float] = TTLCache(QUARANTINED_MAX, duration_s, self._clock)
         self.entered = 0
 
     def record(self, producer: str, dropped: bool) -> bool:
         """Count one verdict on a producer's group; True when it enters quarantine now."""
-        window = self._verdicts.setdefault(producer, deque(maxlen=QUARANTINE_WINDOW))
+        window = self._verdicts.get(producer)
+        if window is None:
+            window = self._verdicts[producer] = deque(maxlen=QUARANTINE_WINDOW)
         window.append(dropped)
         if self.blocked(producer) or len(window) < self._min:
             return False
@@ -160,17 +183,11 @@ class Quarantine:
 
     def blocked(self, producer: str) -> bool:
         """True while ``producer`` is quarantined."""
-        until = self._until.get(producer)
-        if until is None:
-            return False
-        if self._clock() >= until:
-            del self._until[producer]
-            return False
-        return True
+        return producer in self._until  # a look, not a use: no reordering, expiry checked
 
     def active(self) -> list[str]:
         """The producers quarantined now, sorted."""
-        return sorted(p for p in list(self._until) if self.blocked(p))
+        return sorted(self._until)  # the cache lists only those not expired
 
 
 @dataclass(frozen=True, slots=True)
