@@ -47,6 +47,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
 import anyio
+from cachetools import LRUCache
 
 from sapo_async.actors import Actor, ActorState
 from sapo_async.backoff import NATS_JOIN_BACKOFF, retry_async
@@ -77,6 +78,7 @@ from sapo_async.limits import (
     MAX_GROUP_BYTES,
     MAX_ROUND_LAG,
     NATS_JOIN_TIMEOUT_S,
+    PRODUCERS_REMEMBERED,
     SEEN_HASHES_MAX,
 )
 from sapo_async.logs import get_logger
@@ -174,7 +176,12 @@ class Collector(Actor):
         # taken or dropped are skipped when they surface, and compacted away in bulk).
         self._by_age: list[tuple[int, bytes]] = []
         self._seen: OrderedDict[bytes, float] = OrderedDict()
-        self._newest_round: dict[str, int] = {}
+        # The newest round admitted per producer, for the round-lag check, of at most
+        # PRODUCERS_REMEMBERED producers (keys are free), the least recently seen (admitted,
+        # or named by a message) forgotten first: a producer that keeps sending is seen with
+        # its every group. Forgetting one costs only its lag check until its next admitted
+        # group; a replay of its old rounds still meets the age and duplicate checks.
+        self._newest_round: LRUCache[str, int] = LRUCache(PRODUCERS_REMEMBERED)
         self._counts = Counters()
         self._sub: Subscription | None = None
         self._admitted = anyio.Event()

@@ -27,16 +27,18 @@ Deliberately does not know about models or the round: it reads specs and wire gr
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from cachetools import LRUCache
 
 from sapo_async.errors import RejectedInput
 from sapo_async.fabric.admission import Arrival, Check, Stage
 from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.transport.base import StartAt, Transport
-from sapo_async.node.defence import QUARANTINE_WINDOW, Calibration, Quarantine
+from sapo_async.limits import PRODUCER_ROUNDS_REMEMBERED
+from sapo_async.node.defence import Calibration, Quarantine
 from sapo_async.node.fairness import ServedRecord
 from sapo_async.node.leads import LeadRecord
 from sapo_async.node.spec import NodeSpec
@@ -124,26 +126,34 @@ class SizeBounds:
 @dataclass(slots=True)
 class ProducerRoundCap:
     """At most ``limit`` admitted groups per (producer, producer round)
-    [``producer_round_flood``]; only admitted (verified) groups are counted."""
+    [``producer_round_flood``]; only admitted (verified) groups are counted.
+
+    The counts are kept for at most :data:`~sapo_async.limits.PRODUCER_ROUNDS_REMEMBERED`
+    producer rounds (a ``cachetools`` LRU cache), the least recently admitted or claimed
+    forgotten first, so a many-key flood cannot grow them. A round being flooded is touched
+    by its every group and is the last forgotten; a forgotten round's producer gets a new
+    quota for it, which it could have had anyway from its next round or a new key (the cap
+    bounds a round, not a person).
+    """
 
     limit: int
     stage: Stage = Stage.BEFORE_SIGNATURE
-    _counts: Counter[tuple[str, int]] = field(default_factory=Counter)
+    _counts: LRUCache[tuple[str, int], int] = field(
+        default_factory=lambda: LRUCache(PRODUCER_ROUNDS_REMEMBERED)
+    )
 
     def __call__(self, arrival: Arrival) -> None:
         group = arrival.group
-        if self._counts[(group.producer, group.producer_round)] >= self.limit:
+        if self._counts.get((group.producer, group.producer_round), 0) >= self.limit:
             raise RejectedInput(
                 RejectReason.PRODUCER_ROUND_FLOOD,
                 f"more than {self.limit} groups in round {group.producer_round}",
             )
 
     def admitted(self, arrival: Arrival) -> None:
-        """Count one admitted group (memory bounded under a many-key flood)."""
-        self._counts[(arrival.group.producer, arrival.group.producer_round)] += 1
-        if len(self._counts) > 4 * QUARANTINE_WINDOW * self.limit:
-            for old in list(self._counts)[: len(self._counts) // 2]:
-                del self._counts[old]
+        """Count one admitted group."""
+        round_ = (arrival.group.producer, arrival.group.producer_round)
+        self._counts[round_] = self._counts.get(round_, 0) + 1
 
 
 @dataclass(frozen=True, slots=True)
