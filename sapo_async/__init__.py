@@ -10,6 +10,7 @@ below, never up, and the ports never import each other:
 0. foundation: :mod:`.errors` (the one exception tree), :mod:`.limits` (every default
    timeout and cap, each with its reason), :mod:`.logs`, :mod:`.backoff` (the one retry
    schedule), :mod:`.actors` (the life cycle every long-running piece uses),
+   :mod:`.pulse` (the one "something changed, look again" wake-up),
    :mod:`.process` (the one child-process base: nats-server, anvil).
 1. :mod:`.wire`: the rollout group, its canonical encoding, hash and signature.
 2. :mod:`.tasks`: reasoning-gym families, task references, prompts, the verifier.

@@ -82,6 +82,7 @@ from sapo_async.limits import (
     SEEN_HASHES_MAX,
 )
 from sapo_async.logs import get_logger
+from sapo_async.pulse import Pulse
 from sapo_async.wire.reasons import RejectReason
 from sapo_async.wire.signing import decode_envelope, verify_signer
 
@@ -184,7 +185,7 @@ class Collector(Actor):
         self._newest_round: LRUCache[str, int] = LRUCache(PRODUCERS_REMEMBERED)
         self._counts = Counters()
         self._sub: Subscription | None = None
-        self._admitted = anyio.Event()
+        self._admitted = Pulse()
         self._log = get_logger("collector", actor=name, swarm=self.swarm)
 
     # --- actor hooks -----------------------------------------------------------------
@@ -234,7 +235,7 @@ class Collector(Actor):
         if self._sub is not None:
             await self._sub.aclose()
         # Wake waiters so they see the stopped state instead of hanging.
-        self._admitted.set()
+        self._admitted.fire()
 
     # --- admission ---------------------------------------------------------------------
 
@@ -341,8 +342,7 @@ class Collector(Actor):
             self._buffer.popitem(last=False)
             self._counts.evicted["count"] += 1
         self._counts.accepted += 1
-        self._admitted.set()
-        self._admitted = anyio.Event()
+        self._admitted.fire()
         return item
 
     def _remember(self, digest: bytes, now: float) -> None:

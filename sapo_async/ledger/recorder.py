@@ -67,6 +67,7 @@ from sapo_async.ledger.journal import ClaimState, EntryState, Journal, JournalEn
 from sapo_async.ledger.settlement import ClaimSettler
 from sapo_async.ledger.types import OnChainCommitment, RoundCommitment, SubmitReceipt
 from sapo_async.logs import get_logger
+from sapo_async.pulse import Pulse
 
 __all__ = ["Recorder", "RecorderStats"]
 
@@ -132,8 +133,10 @@ class Recorder(Actor):
         self._metadata = metadata
         self._retry_max_s = retry_max_s
         self._backoff = Backoff(retry_base_s, retry_max_s, jitter=limits.RETRY_JITTER)
+        # A latch, not a pulse: a wake given while the sender is busy must still hold when
+        # it next idles, so only the sender replaces it, once it saw it set.
         self._wake = anyio.Event()
-        self._progress = anyio.Event()
+        self._progress = Pulse()
         self._registered = False
         self._chain_known = False  # True right after this recorder landed an entry itself
         self._solo = False  # True after a batch reverted when mined: send one round next
@@ -300,11 +303,10 @@ class Recorder(Actor):
         while not done():
             if self.state in (ActorState.STOPPED, ActorState.FAILED):
                 raise ActorStopped(self.name, self.state.value)
-            progress = self._progress
-            # The sender sets `progress` after every settled entry; the short bound also
+            # The sender fires `_progress` after every settled entry; the short bound also
             # covers entries settled by another recorder sharing the journal.
             with anyio.move_on_after(0.5):
-                await progress.wait()
+                await self._progress.wait()
 
     # ------------------------------------------------------------------ sender
 
@@ -325,7 +327,7 @@ class Recorder(Actor):
                 attempt += 1
                 continue
             attempt = 0
-            self._signal_progress()
+            self._progress.fire()
             if not pending:
                 wake = self._wake
                 idle_s = (
@@ -351,10 +353,6 @@ class Recorder(Actor):
         event = "commitment_send_failed" if round_ is not None else "credit_settle_failed"
         log(event, round=round_, error=self._last_error, retry_in_s=delay)
         await anyio.sleep(delay)  # backoff, not a condition wait: nothing to wait on
-
-    def _signal_progress(self) -> None:
-        self._progress.set()
-        self._progress = anyio.Event()
 
     def _batch(self, pending: list[JournalEntry]) -> list[JournalEntry]:
         """The oldest pending entries one transaction carries: at least one, at most

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from sapo_async.errors import ActorStopped, SapoError
+from sapo_async.pulse import Pulse
 from sapo_async.wire.reasons import AFTER_ADMISSION
 
 if TYPE_CHECKING:
@@ -190,7 +191,7 @@ class RoundHistory:
         self._name = name
         self._reports: deque[RoundReport] = deque(maxlen=HISTORY_SIZE)
         self._count = 0
-        self._new = anyio.Event()
+        self._new = Pulse()
         self._done = False
         self._failure: BaseException | None = None
 
@@ -213,17 +214,13 @@ class RoundHistory:
         """Keep ``report`` and wake everyone following."""
         self._reports.append(report)
         self._count += 1
-        self._wake()
+        self._new.fire()
 
     def close(self, failure: BaseException | None = None) -> None:
         """No more reports will come (``failure``: the error that ended the rounds)."""
         self._done = True
         self._failure = self._failure or failure
-        self._wake()
-
-    def _wake(self) -> None:
-        event, self._new = self._new, anyio.Event()
-        event.set()
+        self._new.fire()
 
     def _check_open(self) -> bool:
         if self._failure is not None:

@@ -16,6 +16,7 @@ FLOORS = {
     "logs": 0,
     "backoff": 0,
     "actors": 0,
+    "pulse": 0,
     "_lazy": 0,
     "process": 0,
     "wire": 1,

@@ -39,6 +39,7 @@ from sapo_async.fabric.transport.shards import (
     subject_matches,
 )
 from sapo_async.limits import DUPLICATE_WINDOW_S, MAX_GROUP_BYTES, STREAM_MAX_AGE_S
+from sapo_async.pulse import Pulse
 from sapo_async.wire.rollout import SignedGroup
 from sapo_async.wire.signing import encode_signed
 
@@ -69,7 +70,7 @@ class _Stream:
         self.last_seq = 0
         self.dedup: dict[str, tuple[int, float]] = {}
         self.durables: dict[str, _ConsumerState] = {}
-        self.arrived = anyio.Event()
+        self.arrived = Pulse()
 
     def get(self, seq: int) -> _Stored | None:
         if not self.messages:
@@ -146,8 +147,7 @@ class MemoryBroker:
             stream.dedup[msg_id] = (stored.seq, now)
         while self.max_bytes is not None and stream.bytes > self.max_bytes and stream.messages:
             stream.bytes -= len(stream.messages.popleft().data)
-        stream.arrived.set()
-        stream.arrived = anyio.Event()
+        stream.arrived.fire()
         return PublishAck(stream=stream.name, seq=stored.seq, duplicate=False)
 
     def _expire(self, stream: _Stream, now: float) -> None:
@@ -232,8 +232,7 @@ class MemorySubscription:
     async def aclose(self) -> None:
         """Stop consuming (idempotent); a durable consumer keeps its position."""
         self._closed = True
-        self._stream.arrived.set()
-        self._stream.arrived = anyio.Event()
+        self._stream.arrived.fire()
 
 
 class MemoryTransport:
