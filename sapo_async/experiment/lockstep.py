@@ -39,7 +39,7 @@ from sapo_async.node.groups import SharedRound
 from sapo_async.node.report import RoundReport
 from sapo_async.node.rounds import RoundLoop
 from sapo_async.node.spec import NodeSpec
-from sapo_async.node.swarm import Cleanup, PublisherFactory, assemble, complete_spec
+from sapo_async.node.swarm import PublisherFactory, assemble, complete_spec
 from sapo_async.wire import keccak256
 
 __all__ = ["TRANSPORTS", "Lockstep", "SizedRun", "TransportName", "lockstep", "lockstep_spec"]
@@ -167,9 +167,8 @@ async def lockstep(
         else:
             broker = MemoryBroker()
         loops: list[RoundLoop] = []
-        cleanups: list[Cleanup] = []
-        # Unwound before the server stops (last in, first out), even when assembly fails.
-        stack.push_async_callback(_unwind, cleanups)
+        # What the nodes open goes on the stack after the server (last in, first out: closed
+        # before the server stops, even when assembly fails) and before the collectors.
         for i in range(nodes):
             account = Account.from_key(keccak256(f"{key_label}:{i}".encode()))
             where: dict[str, Any] = (
@@ -183,17 +182,8 @@ async def lockstep(
             if spec_of is not None:
                 spec = spec_of(i, spec)
             publisher = (publisher_of(i) if publisher_of is not None else None) or Publisher
-            parts = await assemble(
-                complete_spec(spec), cleanups, publisher=publisher, offload=False
-            )
+            parts = await assemble(complete_spec(spec), stack, publisher=publisher, offload=False)
             loops.append(parts.round_loop(offload=False))
         for loop in loops:
             await stack.enter_async_context(loop.collector)
         yield Lockstep(loops, server_pid=server.pid if server is not None else None)
-
-
-async def _unwind(cleanups: list[Cleanup]) -> None:
-    """Run ``cleanups`` last in first out, each even when an earlier one raised."""
-    async with AsyncExitStack() as stack:
-        for cleanup in cleanups:
-            stack.push_async_callback(cleanup)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -69,7 +70,7 @@ async def family_baselines(
     from sapo_async.fabric.transport.memory import MemoryBroker
     from sapo_async.node.alone import ALONE_SWARM
     from sapo_async.node.spec import NodeSpec
-    from sapo_async.node.swarm import Cleanup, assemble, complete_spec
+    from sapo_async.node.swarm import assemble, complete_spec
     from sapo_async.policy.models import load_model
     from sapo_async.tasks.spec import FamilySpec
 
@@ -94,15 +95,13 @@ async def family_baselines(
             ledger_enabled=False,
             defence_active=False,
         )
-        cleanups: list[Cleanup] = []
-        parts = await assemble(complete_spec(spec), cleanups, offload=False)
-        loop = parts.round_loop(offload=False)
-        t0 = time.perf_counter()
-        async with parts.collector:
-            shared = await loop.share_round()
-        seconds = time.perf_counter() - t0
-        for cleanup in reversed(cleanups):
-            await cleanup()
+        async with AsyncExitStack() as stack:
+            parts = await assemble(complete_spec(spec), stack, offload=False)
+            loop = parts.round_loop(offload=False)
+            t0 = time.perf_counter()
+            async with parts.collector:
+                shared = await loop.share_round()
+            seconds = time.perf_counter() - t0
         rewards = [c.reward for g in shared.local for c in g.completions]
         texts = [c.text for g in shared.generated for c in g.result.completions]
         lengths = [len(c.token_ids or ()) for g in shared.generated for c in g.result.completions]

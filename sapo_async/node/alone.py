@@ -11,6 +11,7 @@ private broker like any node's; nobody else reads them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 
 import anyio
 from eth_account import Account
@@ -19,7 +20,7 @@ from sapo_async.fabric.transport.memory import MemoryBroker
 from sapo_async.node.learner import Learner
 from sapo_async.node.report import RoundReport
 from sapo_async.node.spec import NodeSpec
-from sapo_async.node.swarm import Cleanup, assemble, complete_spec
+from sapo_async.node.swarm import assemble, complete_spec
 
 __all__ = ["run_alone", "train_alone"]
 
@@ -64,11 +65,11 @@ async def train_alone(
             defence_active=False,
         )
     )
-    cleanups: list[Cleanup] = []
-    parts = await assemble(spec, cleanups, learner=learner, offload=False)
-    loop = parts.round_loop(offload=False)
     out: list[RoundReport] = []
-    async with parts.collector:
+    async with AsyncExitStack() as stack:
+        parts = await assemble(spec, stack, learner=learner, offload=False)
+        loop = parts.round_loop(offload=False)
+        await stack.enter_async_context(parts.collector)
         for _ in range(rounds):
             report = await loop.step()
             out.append(report)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Awaitable, Callable, Generator
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,7 +49,6 @@ __all__ = ["NodeParts", "Swarm", "assemble", "complete_spec", "node_index_for"]
 _log = get_logger("swarm")
 
 _T = TypeVar("_T")
-Cleanup = Callable[[], Awaitable[None]]
 
 
 def node_index_for(address: str) -> int:
@@ -114,21 +114,18 @@ class Swarm:
             TransportUnavailable: NATS stayed unreachable for ``fabric.connect_timeout_s``.
         """
         spec = complete_spec(spec)
-        cleanups: list[Cleanup] = []
+        stack = AsyncExitStack()
         try:
-            parts = await assemble(spec, cleanups)
+            parts = await assemble(spec, stack)
             node = Node(parts.round_loop(offload=True))
-            # The node's cleanup stack unwinds last-in first-out: journal, ledger, transport,
-            # then the embedded server.
-            for cleanup in cleanups:
-                node.add_cleanup(_Callback(cleanup))
-            cleanups = []
-            await node.start()
         except BaseException:
             with anyio.CancelScope(shield=True):
-                for cleanup in reversed(cleanups):
-                    await cleanup()
+                await stack.aclose()
             raise
+        # The node closes the stack when it stops, after its own actors (also when its
+        # start fails), last in first out: journal, ledger, transport, embedded server.
+        node.add_cleanup(stack)
+        await node.start()
         return node
 
 
@@ -175,7 +172,7 @@ def complete_spec(spec: NodeSpec) -> NodeSpec:
 
 async def assemble(
     spec: NodeSpec,
-    cleanups: list[Cleanup],
+    stack: AsyncExitStack,
     *,
     learner: Learner | None = None,
     publisher: PublisherFactory = Publisher,
@@ -190,7 +187,8 @@ async def assemble(
 
     Args:
         spec: a completed spec (:func:`complete_spec`).
-        cleanups: where what must close when the node leaves is appended (in order).
+        stack: what must close when the node leaves is pushed onto it (the caller closes
+            it, last in first out, once the node's pieces stopped).
         learner: a learner built already (default: :func:`build_learner` from ``spec``).
         publisher: builds the publisher (default :class:`Publisher`).
         offload: the learner's generation runs in a worker thread.
@@ -205,7 +203,7 @@ async def assemble(
     if learner is None:
         learner = await anyio.to_thread.run_sync(lambda: build_learner(spec, offload=offload))
         await _prepare_learner(spec, learner, account.address)
-    transport = spec.fabric.transport or await _connect(spec, cleanups)
+    transport = spec.fabric.transport or await _connect(spec, stack)
     # The one place a node's collector is built: its whole admission pipeline, with the
     # defences the round loop shares (quarantine, calibration).
     defences = NodeDefences.build(spec, learner.tasks.families)
@@ -217,7 +215,7 @@ async def assemble(
         families=sorted({f.family for f in learner.tasks.families}) or None,
         start=_start_at(spec.fabric),
     )
-    recorder = await _make_recorder(spec, account, learner, cleanups)
+    recorder = await _make_recorder(spec, account, learner, stack)
     return NodeParts(
         spec, learner, transport, publisher(transport, account), collector, recorder, defences
     )
@@ -274,7 +272,7 @@ def _start_at(fabric: FabricSpec) -> StartAt:
     return StartAt.last(float(fabric.start))
 
 
-async def _connect(spec: NodeSpec, cleanups: list[Cleanup]) -> Transport:
+async def _connect(spec: NodeSpec, stack: AsyncExitStack) -> Transport:
     """Connect to NATS JetStream (starting or sharing the embedded server without a URL)."""
     from sapo_async.fabric.transport.jetstream import JetStreamTransport, StreamSettings
 
@@ -282,7 +280,7 @@ async def _connect(spec: NodeSpec, cleanups: list[Cleanup]) -> Transport:
     url = ",".join(fabric.urls) or None
     if url is None:
         url = await EMBEDDED.acquire_nats()
-        cleanups.append(EMBEDDED.release_nats)
+        stack.push_async_callback(EMBEDDED.release_nats)
     options = fabric.options(url, name=f"sapo-{spec.name}")
     transport = await _connect_with_backoff(
         lambda: JetStreamTransport.connect(
@@ -291,7 +289,7 @@ async def _connect(spec: NodeSpec, cleanups: list[Cleanup]) -> Transport:
         what=f"NATS JetStream at {_redact(url)}",
         timeout_s=fabric.connect_timeout_s,
     )
-    cleanups.append(transport.aclose)
+    stack.push_async_callback(transport.aclose)
     return transport
 
 
@@ -326,16 +324,8 @@ async def _connect_with_backoff(
         ) from exc
 
 
-class _Callback:
-    def __init__(self, fn: Cleanup) -> None:
-        self._fn = fn
-
-    async def aclose(self) -> None:
-        await self._fn()
-
-
 async def _make_recorder(
-    spec: NodeSpec, account: LocalAccount, learner: Learner, cleanups: list[Cleanup]
+    spec: NodeSpec, account: LocalAccount, learner: Learner, stack: AsyncExitStack
 ) -> Recorder | None:
     """The node's recorder and journal (None without a ledger).
 
@@ -350,12 +340,7 @@ async def _make_recorder(
         return None
     if ledger_spec.rpc_url is None:
         handle = await EMBEDDED.acquire_ledger(spec.swarm)
-        swarm = spec.swarm
-
-        async def release() -> None:
-            await EMBEDDED.release_ledger(swarm)
-
-        cleanups.append(release)
+        stack.push_async_callback(EMBEDDED.release_ledger, spec.swarm)
         ledger = handle.ledger
         path = ledger_spec.journal_path or handle.journal_dir / f"{account.address}.sqlite"
     else:
@@ -367,11 +352,7 @@ async def _make_recorder(
         )
         path = Path(str(ledger_spec.journal_path))
     journal = Journal(path)
-
-    async def close_journal() -> None:
-        journal.close()
-
-    cleanups.append(close_journal)
+    stack.callback(journal.close)
     journaled = [e.round for e in journal.entries(account.address)]
     after_journal = max(journaled, default=-1) + 1
     if after_journal > learner.round:
