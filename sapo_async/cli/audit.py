@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -268,15 +269,13 @@ def verify(  # noqa: PLR0917 - typer maps parameters to options
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise _fail(f"journal not found: {', '.join(missing)} (pass --journal or --config)")
-    journals: list[Journal] = []
     try:
-        journals.extend(Journal(p) for p in paths)  # JournalError names a damaged one
-        results = anyio.run(verify_rollout, _ledger(rpc, ledger), journals, digest)
+        with ExitStack() as stack:
+            # JournalError names a damaged one; those opened before it close all the same.
+            journals = [stack.enter_context(Journal(p)) for p in paths]
+            results = anyio.run(verify_rollout, _ledger(rpc, ledger), journals, digest)
     except SapoError as exc:
         raise _fail(f"verify failed: {exc}") from exc
-    finally:
-        for j in journals:
-            j.close()
     if as_json:
         rows = [r.as_json() for r in results]
         typer.echo(json.dumps({"rollout_hash": "0x" + text, "found": rows}, indent=1))
