@@ -1,6 +1,14 @@
 """``sapo-async experiment attack``: the attack matrix, defences off and on (docs/security.md).
 
-Imports the harness only when the command runs, so ``--help`` stays light.
+Every node runs a node's own defences: the experiment's
+:attr:`~sapo_async.experiment.attack.spec.AttackSpec.defence` is ``DefenceSpec()`` unless
+``--defence KEY=VALUE`` (repeatable) changes a setting, ``KEY`` a key of node.toml's
+``[defence]`` and the value checked by the spec as node.toml's is
+(:func:`~sapo_async.experiment.attack.spec.defence_of`). One generic option rather than a
+typer option per setting: the keys are the spec's own names (no ``--no-x`` spellings
+renamed on the way), a setting the node spec gains or drops needs no change here, an
+unknown key is refused naming the allowed ones, and the module keeps importing the
+harness only when the command runs, so ``--help`` stays light.
 """
 
 # ruff: noqa: B008, PLR0917
@@ -8,9 +16,12 @@ Imports the harness only when the command runs, so ``--help`` stays light.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from sapo_async.node.spec_defence import DefenceSpec
 
 __all__ = ["attack"]
 
@@ -27,9 +38,6 @@ _OPTIONS = {
     "attackers": "--attackers",
     "rounds": "--rounds",
     "lr": "--lr",
-    "tail_share": "--tail-share",
-    "stock_lead_share": "--stock-lead-share",
-    "lead_probation": "--lead-probation",
     "max_new_tokens": "--max-new-tokens",
     "questions_per_round": "--questions",
     "completions_per_question": "--completions",
@@ -73,63 +81,14 @@ def attack(
     ),
     lr: float | None = typer.Option(None, help="AdamW learning rate (default 3e-4)."),
     max_new_tokens: int | None = typer.Option(None, help="Completion cap (default 16)."),
-    strict_end: bool = typer.Option(
-        False,
-        "--strict-end",
-        help="With the defences on, text after the closing answer tag scores 0 "
-        "([defence] answer_ends_completion); default output directory gets -strict.",
-    ),
-    cut_after_answer: bool = typer.Option(
-        False,
-        "--cut-after-answer/--no-cut-after-answer",
-        help="With the defences on, peers' completions are screened and trained only "
-        "through their closing answer tag ([defence] cut_after_answer, on in a node by "
-        "default; off here so recorded matrices resume, on in `just attack-real`); default "
-        "output directory gets -cut.",
-    ),
-    drop_after_answer: bool = typer.Option(
-        False,
-        "--drop-after-answer",
-        help="With the defences on, peers' completions with text after their closing answer "
-        "tag are left out of training ([defence] drop_after_answer); default output "
-        "directory gets -drop.",
-    ),
-    tail_share: float = typer.Option(
-        0.0,
-        min=0.0,
-        max=1.0,
-        help="With the defences on, do as --drop-after-answer for a producer once this share "
-        "of its rewarded answers carried a tail ([defence] tail_share, off by default); "
-        "default output directory gets -tails.",
-    ),
-    stock_lead_share: float = typer.Option(
-        0.0,
-        min=0.0,
-        max=1.0,
-        help="With the defences on, leave out a producer's completions showing its stock "
-        "lead, the same words before this share of its rewarded answers ([defence] "
-        "stock_lead_share, 0.5 in a node by default; `just attack-real` passes it); "
-        "default output directory gets -leads.",
-    ),
-    lead_probation: bool = typer.Option(
-        False,
-        "--lead-probation/--no-lead-probation",
-        help="With --stock-lead-share, train no group of a producer until the record can "
-        "judge it ([defence] stock_lead_probation, on in a node by default; `just "
-        "attack-real` passes it); output gets -probation.",
-    ),
-    balanced_draw: bool = typer.Option(
-        False,
-        "--balanced-draw",
-        help="With the defences on, draw peers' groups least served producer first "
-        "([defence] balanced_draw, off by default); default output directory gets -balanced.",
-    ),
-    brevity_guard: bool = typer.Option(
-        False,
-        "--brevity-guard/--no-brevity-guard",
-        help="With the defences on, drop groups whose rewarded answers show far less text "
-        "before the answer than the node's own ([defence] brevity_guard, on in a node by "
-        "default; `just attack-real` passes it); default output directory gets -brevity.",
+    defence: list[str] | None = typer.Option(
+        None,
+        "--defence",
+        metavar="KEY=VALUE",
+        help="Change one of every node's defence settings from a node's default, named by "
+        "its key in node.toml's \\[defence] (e.g. stock_lead_share=0); repeatable. Without "
+        "it every node runs a node's defaults. The default output directory names each "
+        "change.",
     ),
     eval_questions: int | None = typer.Option(
         None,
@@ -163,6 +122,7 @@ def attack(
 
     from sapo_async.errors import ConfigError
     from sapo_async.experiment.attack import runner
+    from sapo_async.experiment.attack.spec import defence_of
     from sapo_async.logs import configure_logging
     from sapo_async.tasks.spec import PRESETS, FamilySpec
 
@@ -193,31 +153,18 @@ def attack(
             train_layers=train_layers,
             tasks=task_setting,
             transport=transport,
-            strict_end=strict_end,
-            cut_after_answer=cut_after_answer,
-            drop_after_answer=drop_after_answer,
-            tail_share=tail_share,
-            stock_lead_share=stock_lead_share,
-            lead_probation=lead_probation,
-            balanced_draw=balanced_draw,
-            brevity_guard=brevity_guard,
+            defence=defence_of(defence or ()),
         )
         if quick:
             spec = runner.quick(spec)
         spec = replace(spec, **{k: v for k, v in given.items() if v is not None})
     except ConfigError as exc:
-        option = _OPTIONS.get(exc.field or "", exc.field or "")
+        field = exc.field or ""
+        option = "--defence" if field.split(".")[0] == "defence" else _OPTIONS.get(field, field)
         message = str(exc).splitlines()[0]
         raise typer.BadParameter(message, param_hint=f"'{option}'") from None
     if out is None:
-        name = ("attack-real" if spec.real else "attack") + ("-strict" if strict_end else "")
-        name += "-cut" if cut_after_answer else ""
-        name += "-drop" if drop_after_answer else ""
-        name += "-tails" if tail_share else ""
-        name += "-leads" if stock_lead_share else ""
-        name += "-probation" if lead_probation else ""
-        name += "-balanced" if balanced_draw else ""
-        name += "-brevity" if brevity_guard else ""
+        name = ("attack-real" if spec.real else "attack") + _changes(spec.defence)
         out = Path(f"runs/{name}-quick" if quick else f"docs/results/{name}")
 
     def progress(m: runner.RunMeasure) -> None:
@@ -238,3 +185,14 @@ def attack(
         defended_only=defended_only,
     )
     typer.echo((out / "summary.md").read_text())
+
+
+def _changes(defence: DefenceSpec) -> str:
+    """``-<key>-<value>`` for each setting of ``defence`` that is not a node's default."""
+    import json
+
+    from sapo_async.node.spec_defence import DefenceSpec
+
+    node = DefenceSpec().model_dump(mode="json")
+    mine = defence.model_dump(mode="json")
+    return "".join(f"-{k}-{json.dumps(v)}" for k, v in mine.items() if v != node[k])

@@ -11,7 +11,8 @@ the in-memory transport): every node shares round r, the harness waits until eve
 collector has admitted the round's groups, then every node trains. In the product no node
 waits for another; here the lockstep only removes timing noise from the comparison.
 External groups are drawn from the latest round only (``max_staleness_rounds=0``), as in
-the paper and GenRL. The ledger is off (it does not change learning).
+the paper and GenRL. The ledger is off (it does not change learning). Every node runs a
+node's own defences (``DefenceSpec()``): the experiment declares no defence setting.
 
 Each (configuration, seed) runs in its own process (two at a time on two cores, one torch
 thread each).
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sapo_async.experiment.report import (
     PAPER_CUMULATIVE,
@@ -36,7 +37,10 @@ from sapo_async.experiment.report import (
     rounds_to_threshold,
 )
 
-__all__ = ["PRESETS", "ExperimentSpec", "RunResult", "run_experiment", "run_one"]
+if TYPE_CHECKING:
+    from sapo_async.node.spec import NodeSpec
+
+__all__ = ["PRESETS", "ExperimentSpec", "RunResult", "node_spec", "run_experiment", "run_one"]
 
 Regime = Literal["sparse", "dense"]
 
@@ -126,14 +130,13 @@ def run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -> RunRe
     return run_blocking(_run_one, spec, local, external, seed)
 
 
-async def _run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -> RunResult:
-    from sapo_async.experiment.lockstep import lockstep, lockstep_spec
-    from sapo_async.node.spec import NodeSpec
-    from sapo_async.policy.models import load_tiny_model, tiny_spec
+def node_spec(spec: ExperimentSpec, local: int, external: int, seed: int) -> NodeSpec:
+    """The node spec every node of one run shares (each gets its key and slot in
+    :func:`~sapo_async.experiment.lockstep.lockstep`): ``spec``'s sizes, I/J, a node's
+    own defences."""
+    from sapo_async.experiment.lockstep import lockstep_spec
 
-    t0 = time.perf_counter()
-    mix = spec.tasks != "cpu"  # the regime's own model is warm-started on "cpu"
-    common = lockstep_spec(
+    return lockstep_spec(
         spec,
         swarm=f"paper-{spec.regime}-{seed}",
         local=local,
@@ -141,6 +144,15 @@ async def _run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -
         seed=seed,
         tasks=spec.tasks,
     )
+
+
+async def _run_one(spec: ExperimentSpec, local: int, external: int, seed: int) -> RunResult:
+    from sapo_async.experiment.lockstep import lockstep
+    from sapo_async.policy.models import load_tiny_model, tiny_spec
+
+    t0 = time.perf_counter()
+    mix = spec.tasks != "cpu"  # the regime's own model is warm-started on "cpu"
+    common = node_spec(spec, local, external, seed)
 
     def own_model(_: int, node_spec: NodeSpec) -> NodeSpec:
         if not mix:

@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sapo_async.experiment.paper_table_async_spec import (
     ASYNC_PRESETS,
@@ -51,6 +51,9 @@ from sapo_async.experiment.paper_table_async_spec import (
     parse_arm,
     quick_async,
 )
+
+if TYPE_CHECKING:
+    from sapo_async.node.spec import NodeSpec
 
 __all__ = [
     "ASYNC_PRESETS",
@@ -61,6 +64,7 @@ __all__ = [
     "recorded_runs",
     "run_async_experiment",
     "run_async_one",
+    "swarm_spec",
 ]
 
 
@@ -80,21 +84,48 @@ def run_async_one(spec: AsyncSpec, arm: str, seed: int, *, progress: bool = True
     return run_blocking(_run_swarm, spec, arm, seed, progress)
 
 
+def swarm_spec(spec: AsyncSpec, arm: str, seed: int, *, limiter: Any = None) -> NodeSpec:
+    """The node spec every node of one (arm, seed) swarm shares (each gets its key, slot
+    and model copy when it joins): ``spec``'s sizes, the arm's I/J and filter, the ledger
+    on, a node's own defences (the experiment declares no defence setting).
+
+    Args:
+        spec: the experiment.
+        arm: ``"I/J"`` with an optional filter (:func:`parse_arm`).
+        seed: the swarm seed.
+        limiter: the worker-thread limiter the swarm's nodes share.
+    """
+    from sapo_async.node.filters import RatioFilter
+    from sapo_async.node.spec import NodeSpec
+    from sapo_async.policy.grpo.trainer import TrainerConfig
+
+    local, external, filt = parse_arm(arm)
+    return NodeSpec.build(
+        swarm=f"paper-async-{seed}-{arm.replace('/', '-').replace('+', '-')}",
+        **spec.node_settings(seed),
+        trainer=TrainerConfig(lr=spec.lr, tis_cap=spec.tis_cap if filt == "tis" else None),
+        local=local,
+        external=external,
+        max_staleness_rounds=0 if filt == "fresh" else spec.max_staleness_rounds,
+        external_filter=RatioFilter(spec.ratio_cap) if filt == "ftis" else None,
+        rounds=spec.rounds,
+        start="all",
+        ledger_enabled=True,
+        limiter=limiter,
+    )
+
+
 async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> AsyncRun:
     import anyio
     from eth_account import Account
 
     from sapo_async.experiment.environment import environment
-    from sapo_async.node.filters import RatioFilter
     from sapo_async.node.lifecycle import Node
     from sapo_async.node.report import RoundReport
     from sapo_async.node.runner import run_swarm
-    from sapo_async.node.spec import NodeSpec
-    from sapo_async.policy.grpo.trainer import TrainerConfig
     from sapo_async.policy.models import load_model, load_tiny_model, tiny_spec
     from sapo_async.wire import keccak256
 
-    local, external, filt = parse_arm(arm)
     # Loaded once here and copied per node: transformers' loading is not thread-safe, and
     # nodes that join at once load in worker threads.
     loaded = (
@@ -102,21 +133,8 @@ async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> As
         if spec.real
         else load_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))
     )
-    ratio_filter = RatioFilter(spec.ratio_cap) if filt == "ftis" else None
-    swarm = f"paper-async-{seed}-{arm.replace('/', '-').replace('+', '-')}"
-    common = NodeSpec.build(
-        swarm=swarm,
-        **spec.node_settings(seed),
-        trainer=TrainerConfig(lr=spec.lr, tis_cap=spec.tis_cap if filt == "tis" else None),
-        local=local,
-        external=external,
-        max_staleness_rounds=0 if filt == "fresh" else spec.max_staleness_rounds,
-        external_filter=ratio_filter,
-        rounds=spec.rounds,
-        start="all",
-        ledger_enabled=True,
-        limiter=anyio.CapacityLimiter(spec.threads),
-    )
+    common = swarm_spec(spec, arm, seed, limiter=anyio.CapacityLimiter(spec.threads))
+    ratio_filter = common.training.external_filter
     reports: list[list[RoundReport]] = [[] for _ in range(spec.nodes)]
     ended: list[list[float]] = [[] for _ in range(spec.nodes)]
     commitments: Counter[str] = Counter()

@@ -212,8 +212,6 @@ def test_two_runs_of_one_seed_draw_the_same_groups_and_earn_the_same_rewards():
         nodes=4,
         attackers=1,
         transport="memory",
-        brevity_guard=True,
-        cut_after_answer=True,
     )
     first, second = (run_one(spec, "none", True, 0, (2, 2)) for _ in range(2))
     assert first.trained_external["honest"] > 0  # something was drawn
@@ -230,26 +228,9 @@ def _attack_real_recipe() -> list[str]:
     return [w for w in words[start:] if w != "{{args}}"]
 
 
-@pytest.mark.parametrize(
-    ("extra", "cut", "tails", "out"),
-    [
-        ([], True, None, "docs/results/attack-real"),
-        (["--tail-share", "0.5", "--out", "t"], True, 0.5, "t"),
-        (["--no-cut-after-answer", "--out", "x"], False, None, "x"),
-        (["--drop-after-answer", "--out", "d"], True, None, "d"),
-        (["--balanced-draw", "--out", "b"], True, None, "b"),
-        (["--no-brevity-guard", "--out", "v"], True, None, "v"),
-        (["--stock-lead-share", "0", "--no-lead-probation", "--out", "s"], True, None, "s"),
-        (["--no-lead-probation", "--out", "p"], True, None, "p"),
-    ],
-)
-def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
-    extra, cut, tails, out, monkeypatch
-):
-    # docs/results/attack-real (the path issue 23 names) held the matrix from before the
-    # answer cut became a node's default, because the recipe ran without it.
+def _recipe_spec(extra: list[str], monkeypatch) -> tuple[AttackSpec, Path]:
+    """The spec and output directory `just attack-real <extra>` runs, not running it."""
     from sapo_async.experiment.attack import runner
-    from sapo_async.node.spec_defence import DefenceSpec
 
     seen = []
 
@@ -263,22 +244,54 @@ def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
     )
     assert result.exit_code == 0, result.output
     ((spec, out_dir),) = seen
-    assert spec.cut_after_answer is cut
+    return spec, out_dir
+
+
+@pytest.mark.parametrize(
+    ("extra", "settings", "out"),
+    [
+        ([], [], "docs/results/attack-real"),
+        (["--defence", "stock_lead_share=0", "--out", "s"], ["stock_lead_share=0"], "s"),
+        (
+            ["--defence", "cut_after_answer=false", "--defence", "brevity_guard=false"],
+            ["cut_after_answer=false", "brevity_guard=false"],
+            "docs/results/attack-real",
+        ),
+    ],
+)
+def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
+    extra, settings, out, monkeypatch
+):
+    # docs/results/attack-real (the path issue 23 names) held a matrix run without what had
+    # become a node's defaults, because the recipe imitated a node's defences with flags
+    # of the experiment's own and they drifted. It passes none now: a node's DefenceSpec
+    # reaches every node, and a change is named by its [defence] key.
+    from sapo_async.experiment.attack.runner import run_spec
+    from sapo_async.experiment.attack.spec import defence_of
+
+    assert not [w for w in _attack_real_recipe() if w.startswith("--defence")]
+    spec, out_dir = _recipe_spec(extra, monkeypatch)
     assert spec.model == "smollm2-135m"
     assert out_dir == Path(out)
-    assert spec.drop_after_answer is ("--drop-after-answer" in extra)
-    node = DefenceSpec()
-    assert spec.tail_share == (node.tail_share if tails is None else tails)
-    assert spec.balanced_draw is ("--balanced-draw" in extra)
-    assert not node.balanced_draw
-    assert spec.brevity_guard is ("--no-brevity-guard" not in extra)
-    assert node.brevity_guard
-    assert node.cut_after_answer
-    # The stock-lead record and its probation, a node's defaults since dbffa91 (the recipe
-    # ran without them until the sitting after); a recorded command from before turns
-    # them off with `--stock-lead-share 0 --no-lead-probation`, the last value winning.
-    off = "--stock-lead-share" in extra
-    assert spec.stock_lead_share == (0.0 if off else node.stock_lead_share)
-    assert spec.lead_probation is ("--no-lead-probation" not in extra)
-    assert node.stock_lead_share > 0
-    assert node.stock_lead_probation
+    assert spec.defence == defence_of(settings)
+    assert run_spec(spec, True, 0, (1, 1)).defence == defence_of(settings)
+    if not settings:
+        assert spec.defence == DefenceSpec()
+
+
+def test_attack_real_recipe_summarises_the_matrix_recorded_with_flags_imitating_a_node(
+    tmp_path, monkeypatch
+):
+    # docs/results/attack-real-defaults was recorded with the experiment's own settings
+    # (--cut-after-answer --brevity-guard --stock-lead-share 0.5 --lead-probation): its
+    # recorded command, with the recipe as it is now, still summarises it.
+    from sapo_async.experiment.attack.record import load_runs
+
+    record = Path(__file__).parents[2] / "docs/results/attack-real-defaults/runs.jsonl"
+    (tmp_path / "runs.jsonl").write_text(record.read_text())
+    sizes = ["--attacks", "filler,inject,flood,absurd,length", "--seeds", "4"]
+    sizes += ["--eval-questions", "32", "--eval-completions", "8"]
+    spec, _ = _recipe_spec([*sizes, "--out", str(tmp_path), "--recorded"], monkeypatch)
+    runs = load_runs(tmp_path / "runs.jsonl", spec, recorded=True)
+    assert len(runs) == len(record.read_text().splitlines()) - 1
+    assert {r.attack for r in runs} == {"none", *spec.attacks}

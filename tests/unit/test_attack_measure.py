@@ -178,25 +178,28 @@ def test_recorded_runs_survive_a_matrix_that_asks_for_more_attacks_or_seeds(tmp_
     # The real-model matrix accumulates across sittings: inject first, the rest later.
     from dataclasses import asdict, replace
 
-    from sapo_async.experiment.attack.runner import _load_runs
-    from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure
+    from sapo_async.experiment.attack.record import load_runs
+    from sapo_async.node.spec import DefenceSpec
 
     path = tmp_path / "runs.jsonl"
     first = AttackSpec(attacks=("inject",), seeds=(0,), rounds=5)
-    assert _load_runs(path, first) == []
+    assert load_runs(path, first) == []
     run = RunMeasure("inject", False, 0, "1/1", [0, 1], payload=[0.0, 0.5])
     with path.open("a") as f:
         f.write(json.dumps(asdict(run)) + "\n")
     grown = replace(first, attacks=("inject", "tokens"), seeds=(0, 1))
-    assert _load_runs(path, grown) == [run]
-    assert _load_runs(path, grown) == [run]  # rewriting the header kept the run
-    # A field added to the spec after the runs were recorded counts as its default.
+    assert load_runs(path, grown) == [run]
+    assert load_runs(path, grown) == [run]  # rewriting the header kept the run
+    # A field added to the spec after the runs were recorded counts as its default, and so
+    # does a defence setting the node spec gained.
     lines = path.read_text().splitlines()
     old_header = json.loads(lines[0])
-    del old_header["spec"]["strict_end"]
+    del old_header["spec"]["eval_questions"]
+    del old_header["spec"]["defence"]["quarantine_s"]
     path.write_text("\n".join([json.dumps(old_header), *lines[1:]]) + "\n")
-    assert _load_runs(path, grown) == [run]
-    assert _load_runs(path, replace(grown, strict_end=True)) == []  # other sizes: a fresh file
+    assert load_runs(path, grown) == [run]
+    other = replace(grown, defence=DefenceSpec(cut_after_answer=False))
+    assert load_runs(path, other) == []  # another node defence: a fresh file
     kept = tmp_path / "runs.jsonl.1"  # ... and the recorded runs kept beside it, not lost
     assert json.loads(kept.read_text().splitlines()[1]) == asdict(run)
 
@@ -305,7 +308,7 @@ def test_recorded_summarises_every_attack_over_the_seeds_it_has_and_runs_nothing
                 m.seconds = 10.0
                 runs.append(m)
     (tmp_path / "runs.jsonl").write_text(
-        "".join(json.dumps(x) + "\n" for x in [{"spec": asdict(spec)}, *map(asdict, runs)])
+        "".join(json.dumps(x) + "\n" for x in [{"spec": spec.record()}, *map(asdict, runs)])
     )
     args = ["experiment", "attack", *sizes, "--attacks", "inject,flood", "--seeds", "3"]
     result = CliRunner().invoke(build_app(), [*args, "--out", str(tmp_path), "--recorded"])

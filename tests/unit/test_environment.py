@@ -145,7 +145,7 @@ def test_a_resumed_attack_matrix_is_not_told_its_worker_runs_were_made_elsewhere
         RunMeasure(a, True, 0, "1/1", [0, 1], rewards=[[0.1] * 3] * 4, environment=here)
         for a in ("none", "inject")
     ]
-    header = json.dumps({"spec": dataclasses.asdict(spec)})
+    header = json.dumps({"spec": spec.record()})
     lines = [header, *(json.dumps(dataclasses.asdict(r)) for r in runs)]
     (tmp_path / "runs.jsonl").write_text("\n".join(lines) + "\n")
     runner.run_matrix(spec, tmp_path, workers=2, defended_only=True)

@@ -45,8 +45,18 @@ from sapo_async.tasks.reward import answer_tail
 
 if TYPE_CHECKING:
     from sapo_async.node.rounds import RoundLoop
+    from sapo_async.node.spec import NodeSpec
 
-__all__ = ["ATTACKS", "AttackSpec", "RunMeasure", "make_attack", "quick", "run_matrix", "run_one"]
+__all__ = [
+    "ATTACKS",
+    "AttackSpec",
+    "RunMeasure",
+    "make_attack",
+    "quick",
+    "run_matrix",
+    "run_one",
+    "run_spec",
+]
 
 
 def run_one(
@@ -72,6 +82,44 @@ def run_one(
     return run_blocking(run, spec, attack, defences, seed, config, log_level="ERROR")
 
 
+def run_spec(
+    spec: AttackSpec, defences: bool, seed: int, config: tuple[int, int], *, model: Any = None
+) -> NodeSpec:
+    """The node spec every node of one run shares (each gets its key, slot and publisher
+    in :func:`~sapo_async.experiment.lockstep.lockstep`).
+
+    Args:
+        spec: the experiment.
+        defences: the "defences on" arm (``spec.defence`` as it is) or "off" (the same
+            with ``active`` off: :meth:`AttackSpec.defence_in`).
+        seed: the swarm seed.
+        config: I/J.
+        model: a loaded real model (None: ``spec.model`` is the tiny one).
+
+    Raises:
+        ConfigError: a setting the node spec refuses.
+    """
+    from sapo_async.experiment.lockstep import lockstep_spec
+
+    local, external = config
+    extra: dict[str, Any] = {
+        "tasks": spec.task_setting(),
+        "prompt_style": spec.prompt_style,
+        "train_layers": spec.train_layers,
+    }
+    if model is not None:
+        extra["model"] = model
+    return lockstep_spec(
+        spec,
+        swarm=f"attack-{seed}",
+        local=local,
+        external=external,
+        seed=seed,
+        defence=spec.defence_in(defences),
+        **extra,
+    )
+
+
 async def _run_one(
     spec: AttackSpec,
     attack_name: str,
@@ -86,41 +134,17 @@ async def _run_one(
 
     from sapo_async.experiment.attack.base import AttackPublisher
     from sapo_async.experiment.environment import environment
-    from sapo_async.experiment.lockstep import lockstep, lockstep_spec
+    from sapo_async.experiment.lockstep import lockstep
     from sapo_async.fabric.transport.base import Transport
-    from sapo_async.node.spec import NodeSpec
     from sapo_async.node.swarm import PublisherFactory
 
     t0 = time.perf_counter()
-    local, external = config
-    extra: dict[str, Any] = {
-        "tasks": spec.task_setting(),
-        "prompt_style": spec.prompt_style,
-        "train_layers": spec.train_layers,
-    }
     loaded = None
     if spec.real:
         from sapo_async.policy.models import load_model
 
         loaded = load_model(spec.model)  # once per run; each node trains its own copy
-        extra["model"] = loaded
-    common = lockstep_spec(
-        spec,
-        swarm=f"attack-{seed}",
-        local=local,
-        external=external,
-        seed=seed,
-        defence_active=defences,
-        defence_answer_ends_completion=spec.strict_end,
-        defence_cut_after_answer=spec.cut_after_answer,
-        defence_drop_after_answer=spec.drop_after_answer,
-        defence_tail_share=spec.tail_share,
-        defence_stock_lead_share=spec.stock_lead_share,
-        defence_stock_lead_probation=spec.lead_probation,
-        defence_balanced_draw=spec.balanced_draw,
-        defence_brevity_guard=spec.brevity_guard,
-        **extra,
-    )
+    common = run_spec(spec, defences, seed, config, model=loaded)
 
     def own_model(_: int, node_spec: NodeSpec) -> NodeSpec:
         if loaded is None:
@@ -368,6 +392,7 @@ def run_matrix(
     Runs go seed by seed, so an interrupted matrix has whole seeds first.
     ``defended_only``: run only the cells :func:`jobs_of` names so.
     """
+    from sapo_async.experiment.attack.record import load_runs
     from sapo_async.experiment.attack.summary import summarise, write_outputs
     from sapo_async.experiment.environment import resume_note
     from sapo_async.experiment.worker import WORKER_THREADS
@@ -380,7 +405,7 @@ def run_matrix(
     else:
         ensure_tiny_model(tiny_spec(spec.regime))
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = _load_runs(out_dir / "runs.jsonl", spec)
+    results = load_runs(out_dir / "runs.jsonl", spec, recorded=recorded)
     done = {(r.attack, r.defences, r.seed, r.config) for r in results}
     note = resume_note(
         [
@@ -420,34 +445,3 @@ def run_matrix(
     write_outputs(summary, results, out_dir)
     (out_dir / "runs.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     return summary
-
-
-_GROWS = ("attacks", "seeds")
-"""Spec fields a later call may extend without losing the runs recorded so far."""
-
-
-def _load_runs(path: Path, spec: AttackSpec) -> list[RunMeasure]:
-    """Runs recorded at ``path`` with ``spec``'s sizes (more attacks or seeds may be asked
-    for than were recorded: the matrix grows across sittings); none, and a fresh file, for
-    other sizes, the old file kept beside it as ``runs.jsonl.N`` (never overwritten).
-
-    A field the spec gained after the runs were recorded counts as its default (the runs
-    were made with the behaviour the default keeps)."""
-    header = json.dumps({"spec": asdict(spec)}) + "\n"
-    mine = json.loads(header)["spec"]  # as JSON has it (tuples are lists)
-    defaults = json.loads(json.dumps(asdict(AttackSpec())))
-    runs: list[RunMeasure] = []
-    if path.exists():
-        lines = path.read_text().splitlines()
-        old = defaults | (json.loads(lines[0]).get("spec", {}) if lines else {})
-        if {k: v for k, v in old.items() if k not in _GROWS} == {
-            k: v for k, v in mine.items() if k not in _GROWS
-        }:
-            runs = [RunMeasure(**json.loads(line)) for line in lines[1:] if line.strip()]
-        elif len(lines) > 1:
-            n = 1
-            while path.with_name(f"{path.name}.{n}").exists():
-                n += 1
-            path.rename(path.with_name(f"{path.name}.{n}"))
-    path.write_text(header + "".join(json.dumps(asdict(r)) + "\n" for r in runs))
-    return runs

@@ -2,12 +2,23 @@
 
 Its own module so that the runner (:mod:`.runner`) and the summary (:mod:`.summary`) both
 import it and neither imports the other's callers (no import cycle).
+
+The defences are a node's own: :attr:`AttackSpec.defence` is a
+:class:`~sapo_async.node.spec_defence.DefenceSpec` whose default is ``DefenceSpec()``, and
+the experiment declares no defence setting or default of its own. It once did (eight
+settings with defaults of their own, chosen to keep old matrices resumable), and they
+drifted from a node's: a recipe that meant "a node's defaults" measured a node nobody runs.
+An override is named by the spec's own key (:func:`defence_of`, ``--defence KEY=VALUE``),
+so a setting has one name from node.toml to the experiment. Runs recorded with the old
+settings still load (:mod:`.record`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+import difflib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from sapo_async.errors import ConfigError
@@ -19,6 +30,7 @@ from sapo_async.experiment.attack.inject import Inject
 from sapo_async.experiment.attack.length import Length
 from sapo_async.experiment.attack.tokens import Tokens
 from sapo_async.experiment.attack.wrong import Wrong
+from sapo_async.node.spec_defence import DefenceSpec
 from sapo_async.tasks.spec import FamilySpec
 
 __all__ = [
@@ -28,6 +40,7 @@ __all__ = [
     "AttackSpec",
     "RunMeasure",
     "config_label",
+    "defence_of",
     "make_attack",
     "quick",
 ]
@@ -89,27 +102,11 @@ class AttackSpec:
             real model), ``"compact"`` or ``"instruct"``.
         transport: ``"nats"`` (a private nats-server with JetStream per run) or
             ``"memory"`` (the in-process broker).
-        strict_end: with the defences on, text after the closing answer tag scores 0
-            (``[defence] answer_ends_completion``).
-        cut_after_answer: with the defences on, peers' completions are screened and
-            trained only through their closing answer tag (``[defence] cut_after_answer``).
-            A node's default is on; here it is off by default so that the matrices
-            recorded before it existed keep their meaning (and resume).
-        drop_after_answer: with the defences on, peers' completions with text after their
-            closing answer tag are left out of training (``[defence] drop_after_answer``).
-        tail_share: with the defences on, do as ``drop_after_answer`` for a producer once
-            this share of its rewarded answers carried a tail (``[defence] tail_share``;
-            0: off, as in a node by default).
-        stock_lead_share: with the defences on, leave out a producer's completions showing
-            its stock lead, the same words before this share of its rewarded answers
-            (``[defence] stock_lead_share``; 0: off, as in a node by default).
-        lead_probation: with the lead record on, train no group of a producer until the
-            record can judge it (``[defence] stock_lead_probation``; off by default).
-        balanced_draw: with the defences on, the sampler walks the least served producers
-            first (``[defence] balanced_draw``; off, as in a node by default).
-        brevity_guard: with the defences on, drop a group whose rewarded completion shows
-            far less text before its answer than the node's own (``[defence]
-            brevity_guard``; off here, as every run recorded before it had it).
+        defence: what every node refuses from peers in the "defences on" arm, a node's
+            own :class:`~sapo_async.node.spec_defence.DefenceSpec` (node.toml's
+            ``[defence]``) as it is: its defaults are a node's, and an override names the
+            spec's own key (:func:`defence_of`). The "defences off" arm runs the same spec
+            with ``active`` off (:meth:`AttackSpec.defence_in`).
         eval_questions: after the last round, each honest node answers this many held-out
             questions (the same for every node and run; 0: none): its reward measured on
             many more answers than its rounds give, so one run's ratio is less noisy.
@@ -133,14 +130,7 @@ class AttackSpec:
     tasks: str | tuple[FamilySpec, ...] | None = None
     prompt_style: str = "auto"
     transport: str = "nats"
-    strict_end: bool = False
-    cut_after_answer: bool = False
-    drop_after_answer: bool = False
-    tail_share: float = 0.0
-    stock_lead_share: float = 0.0
-    lead_probation: bool = False
-    balanced_draw: bool = False
-    brevity_guard: bool = False
+    defence: DefenceSpec = field(default_factory=DefenceSpec)
     eval_questions: int = 0
     eval_completions: int = 8
 
@@ -193,12 +183,8 @@ class AttackSpec:
             raise bad("eval_questions", "0 (no held-out evaluation) or more")
         if self.eval_completions < 1:
             raise bad("eval_completions", "at least 1")
-        if not 0 <= self.tail_share <= 1:
-            raise bad("tail_share", "from 0 (off) to 1")
-        if not 0 <= self.stock_lead_share <= 1:
-            raise bad("stock_lead_share", "from 0 (off) to 1")
-        if self.lead_probation and not self.stock_lead_share:
-            raise bad("lead_probation", "only with stock_lead_share above 0")
+        if not isinstance(self.defence, DefenceSpec):
+            raise bad("defence", "a DefenceSpec (node.toml's [defence])")
         unknown = set(self.attacks) - set(ATTACKS)
         if unknown:
             raise ConfigError(
@@ -216,6 +202,66 @@ class AttackSpec:
         if self.tasks is not None:
             return self.tasks
         return "cpu_easy" if self.real else "cpu"
+
+    def defence_in(self, defences: bool) -> DefenceSpec:
+        """Every node's defence in the "defences on" (``True``) or "off" arm: ``defence``
+        as it is, or the same with ``active`` off."""
+        if defences:
+            return self.defence
+        # From the settings asked for, not every field (as DefenceSpec.replace passes
+        # them): a node's probation, on by default, yields to a stock-lead share of 0
+        # unless asked for in so many words, and every field passed reads as asked.
+        asked = {name: getattr(self.defence, name) for name in self.defence.model_fields_set}
+        return DefenceSpec(**{**asked, "active": False})
+
+    def record(self) -> dict[str, Any]:
+        """The spec as JSON holds it (``runs.jsonl``'s first line, ``summary.json``'s
+        ``spec``): every field, ``defence`` as the dict of every one of its settings, so
+        a record says exactly which defences ran."""
+        fields = asdict(self)  # the defence copied as it is: a model, not a dataclass
+        fields["defence"] = self.defence.model_dump(mode="json")
+        record: dict[str, Any] = json.loads(json.dumps(fields))  # tuples as lists
+        return record
+
+
+def defence_of(settings: Sequence[str]) -> DefenceSpec:
+    """A node's :class:`~sapo_async.node.spec_defence.DefenceSpec` with ``settings``
+    changed, each ``KEY=VALUE`` with a key of node.toml's ``[defence]`` (the spec's own
+    field names, generated from ``DefenceSpec.model_fields``), the value text converted
+    and checked by the spec itself, as a ``SAPO_DEFENCE__<KEY>`` variable's is
+    (``true``/``false``, numbers); a key given twice, the last wins.
+
+    Raises:
+        ConfigError: not ``KEY=VALUE``, an unknown key (the allowed ones named), or a value
+            the spec refuses (the key and what is allowed named), in one line.
+    """
+    fields = DefenceSpec.model_fields
+    changes: dict[str, Any] = {}  # text the spec converts (as SAPO_DEFENCE__*)
+    for item in settings:
+        key, equals, value = item.partition("=")
+        key = key.strip()
+        if not equals or not key:
+            raise ConfigError(
+                f"a defence setting is KEY=VALUE with a key of node.toml's [defence], got {item!r}",
+                field="defence",
+            )
+        known = key in fields or key in DefenceSpec.renamed or key in _retired()
+        if not known:  # an old name is left to the spec, which says what became of it
+            close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(
+                f"unknown defence setting {key!r}{hint}; allowed: {', '.join(fields)}",
+                field="defence",
+            )
+        changes[key] = value.strip()
+    return DefenceSpec(**changes)
+
+
+def _retired() -> dict[str, str]:
+    """Settings the node spec removed, with why (a ``Settings`` class variable; none where
+    the spec keeps no such list)."""
+    retired: dict[str, str] = getattr(DefenceSpec, "retired", {})
+    return retired
 
 
 def quick(spec: AttackSpec) -> AttackSpec:

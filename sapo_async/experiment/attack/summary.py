@@ -42,7 +42,6 @@ import json
 import os
 import platform
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -284,7 +283,7 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
         )
 
     return {
-        "spec": asdict(spec),
+        "spec": spec.record(),
         "model": spec.model,
         "model_sha256": _model_sha256(spec.model),
         "transport": spec.transport,
