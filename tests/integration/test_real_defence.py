@@ -3,9 +3,18 @@
 SmolLM2-135M-Instruct calibrates on its own completions exactly as a node's round does
 (:func:`~sapo_async.node.selection.calibrate`), then screens, under its own weights, the
 attack's completion (the right answer plus the marker, docs/security.md) and honest
-completions sampled like a peer's. The attack's mean token log-prob lies inside the node's
-own range, so the mean alone let it through (0.969 payload rate with the defences on, the
-first SmolLM2 attack matrix); the mean of its least likely tokens does not.
+completions sampled like a peer's.
+
+What is asserted holds on any CPU. The thresholds are quantiles of *sampled* own
+completions, and sampling differs between CPUs (floating point: the test once failed on an
+AMD EPYC machine and passed on Intel, issue 54). Drawn with four other sampling seeds on one
+machine (the stand-in for another CPU's arithmetic), the brevity floor was 1.5 three times
+and 5.0 once, the plausibility check alone refused the marker on three of the four and let
+it through on the fourth (where the brevity guard refused it), and 0 to 3 of 16 honest
+completions were refused. So the test asserts the screen's order, which is exact given the
+calibrated thresholds (the brevity guard decides first wherever it has a floor above 0,
+plausibility otherwise), that the node refuses the bare answer by one of the two, and a
+bound on honest refusals with its reason beside it, not one draw's verdicts.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ def test_smollm2_refuses_the_injected_marker_and_keeps_honest_completions() -> N
         calibrate(calibration, SharedRound(r, generated, local, [], 0, 0.0, 0.0, 0.0))
     limits = calibration.thresholds()
     tok, eos = learner.tokenizer, learner.tokenizer.eos_token_id
-    honest_refused = honest = forged_mean_passes = 0
+    honest_refused = honest = forged_refused = 0
     for g in anyio.run(learner.generate, 2):  # sampled as a peer with these weights would
         family = g.item.ref.family
         assert limits.judges(family)
@@ -60,18 +69,23 @@ def test_smollm2_refuses_the_injected_marker_and_keeps_honest_completions() -> N
             honest_view = CompletionView(lp.tolist(), 1.0, (), c.text)
             honest_refused += screen(family, [honest_view], limits) is not None
         # The plausibility check alone (no text: the brevity guard does not read it) ...
-        view = CompletionView(forged.tolist(), 1.0)
-        assert screen(family, [view], limits) == "implausible"
-        # ... and the brevity guard, first, on the bare answer the cut would leave.
-        bare = CompletionView(forged.tolist(), 1.0, (), payload_text)
-        assert screen(family, [bare], limits) == "too_brief"
-        floor = limits.families[family].min_mean_logprob
-        assert floor is not None
-        forged_mean_passes += sum(view.logprobs) / len(view.logprobs) >= floor
+        plausibility = screen(family, [CompletionView(forged.tolist(), 1.0)], limits)
+        assert plausibility in (None, "implausible")
+        # ... and the node's whole screen on the bare answer the cut would leave: the
+        # brevity guard first, wherever its floor is above 0 (the bare answer shows 0).
+        bare = screen(family, [CompletionView(forged.tolist(), 1.0, (), payload_text)], limits)
+        floor = limits.limits(family).min_rewarded_lead
+        assert bare == ("too_brief" if floor is not None and floor > 0 else plausibility)
+        forged_refused += bare is not None
     assert honest == 16
-    assert honest_refused <= 1, f"{honest_refused} of 16 honest completions refused"
-    # What made the fix necessary: the mean alone admits the payload.
-    assert forged_mean_passes >= 3
+    # Refused by one defence or the other on every question: the guard's floor and the
+    # plausibility check failed together on none of five draws (four seeds and the AMD run).
+    assert forged_refused == 4
+    # Each floor is a low quantile of the same distribution the honest completions are drawn
+    # from (the 1 % quantile less 1 nat; half the 5th percentile of leads), so each is
+    # refused with probability about 6 % at most; 5 or more of 16 then has probability
+    # about 0.2 % (binomial), where one draw's "at most 1" failed on other seeds (3 of 16).
+    assert honest_refused <= 4, f"{honest_refused} of 16 honest completions refused"
 
 
 @pytest.mark.timeout(900)
@@ -108,7 +122,7 @@ def test_smollm2_trains_a_peers_completion_only_through_its_answer_with_the_cut(
             for s, c in zip(own.completions, g.result.completions, strict=True)
         )
         peer = replace(own, completions=(forged, *honest), token_source=TokenSource.TEXT)
-        view = candidate_view(learner, peer)
+        view = candidate_view(learner, peer, cut_after_answer=True)
         assert view.peer_ids_match(0)
         *body, stop = view.token_ids[0]
         assert stop == eos
