@@ -379,6 +379,49 @@ BF16_SAMPLER_MIN_PARAMS = 20_000_000
 0.86 M-parameter tiny model and the tests' models stay float32, sampling from the trainer's
 own module."""
 
+# --- content defences' fixed thresholds ----------------------------------------------
+# Formerly [defence] settings; no volunteer had a reason to change them, so node.toml no
+# longer offers them (a file that names one is refused saying so). Measured in
+# docs/security.md and bench/results/defence_fp.json, plausibility.json.
+
+PLAUSIBILITY_QUANTILE = 0.01
+"""The plausibility floor is this quantile of the node's own completions' mean token
+log-probs (and of their least likely tokens' means), per family: the 1 % tail of its own
+sampling, so about 1 in 100 honest same-model completions sits below it before the margin."""
+
+PLAUSIBILITY_MARGIN = 1.0
+"""...less 1 nat: with it, 24 of 35,840 honest groups (0.08 %) were refused as
+``implausible`` in the README's 8-node swarm, while the inject payload's three least likely
+SmolLM2 tokens (mean -14) stay below every own completion's (lowest -11.8) by more."""
+
+PLAUSIBILITY_LOW_TOKENS = 3
+"""The mean of a completion's 3 least likely tokens is screened too: the mean of all tokens
+let SmolLM2's one-marker payload through (0.969 payload rate in the first SmolLM2 matrix);
+the three lowest caught it with no rise in honest refusals (docs/security.md)."""
+
+LENGTH_QUANTILE = 0.95
+"""The length guard's reference: the 95th percentile of the node's own rewarded lengths per
+family (its long tail, not its longest, which one rambling sample sets)."""
+
+LENGTH_FACTOR = 1.5
+"""...times 1.5: the length attack's completions (the token cap) are 2x and more of it on
+SmolLM2 (0 length groups trained, 0.85x the no-attack length, attack-real-defaults), while
+honest peers' rewarded answers of the same model rarely pass it (5 of 17,920 in the dense
+8-node swarm)."""
+
+BREVITY_QUANTILE = 0.05
+"""The brevity guard's reference: the 5th percentile of what the node's own completions show
+before their answer (:func:`~sapo_async.tasks.reward.own_lead`): its short tail."""
+
+BREVITY_FACTOR = 2.0
+"""...over 2: SmolLM2's floor is then 1.5 to 4.5 characters on ``cpu_easy`` (a bare answer,
+0 characters, is refused; its own short answers pass: 1 of 1,920 honest groups refused with
+no attack, attack-real-defaults)."""
+
+QUARANTINE_MIN_EVENTS = 8
+"""A producer is judged for quarantine only after 8 verdicts on its groups (one or two rounds
+of a peer's B groups): fewer would quarantine an honest peer for one unlucky round."""
+
 FOREIGN_TOKEN_SLACK = 2.0
 """How many times the node's own completion cap a peer with another tokenizer may take in
 this node's tokens (the size bound, ``completion_too_many_tokens``). Honest text that used its

@@ -37,12 +37,10 @@ from sapo_async.errors import RejectedInput
 from sapo_async.fabric.admission import Arrival, Check, Stage
 from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.transport.base import StartAt, Transport
-from sapo_async.limits import PRODUCER_ROUNDS_REMEMBERED
+from sapo_async.limits import PRODUCER_ROUNDS_REMEMBERED, QUARANTINE_MIN_EVENTS
 from sapo_async.node.defence import Calibration, Quarantine
-from sapo_async.node.fairness import ServedRecord
 from sapo_async.node.leads import LeadRecord
 from sapo_async.node.spec import NodeSpec
-from sapo_async.node.tails import TailRecord
 from sapo_async.tasks.source import dataset_seed
 from sapo_async.tasks.spec import FamilySpec
 from sapo_async.wire import RolloutGroup
@@ -177,10 +175,6 @@ class NodeDefences:
         calibration: the node's own completions, for the content thresholds.
         checks: the node's admission checks, in order (none with ``defence.active`` off,
             but an operator's ``extra_check`` stays).
-        tails: which producers tail their rewarded answers (None: ``defence.active`` off
-            or ``tail_share`` 0; :mod:`sapo_async.node.tails`).
-        served: which producers this node trained recently, for the balanced draw (None:
-            ``defence.active`` or ``balanced_draw`` off; :mod:`sapo_async.node.fairness`).
         leads: which producers show a stock lead before their rewarded answers (None:
             ``defence.active`` off or ``stock_lead_share`` 0; :mod:`sapo_async.node.leads`).
     """
@@ -188,15 +182,13 @@ class NodeDefences:
     quarantine: Quarantine
     calibration: Calibration
     checks: tuple[Check, ...]
-    tails: TailRecord | None = None
-    served: ServedRecord | None = None
     leads: LeadRecord | None = None
 
     @classmethod
     def build(cls, spec: NodeSpec, families: Sequence[FamilySpec]) -> NodeDefences:
         """The defences of a node with ``spec`` and its preset's ``families``."""
         d = spec.defence
-        quarantine = Quarantine(d.quarantine_rate, d.quarantine_min_events, d.quarantine_s)
+        quarantine = Quarantine(d.quarantine_rate, QUARANTINE_MIN_EVENTS, d.quarantine_s)
         checks: list[Check] = []
         if d.active:
             checks.append(QuarantineCheck(quarantine))
@@ -207,13 +199,11 @@ class NodeDefences:
         extra: Any = spec.fabric.extra_check
         if extra is not None:
             checks.append(GroupCheck(extra))
-        tails = TailRecord(d.tail_share) if d.active and d.tail_share > 0 else None
-        served = ServedRecord() if d.active and d.balanced_draw else None
         leads = None
         if d.active and d.stock_lead_share > 0:
             leads = LeadRecord(d.stock_lead_share, probation=d.stock_lead_probation)
         calibration = Calibration(d, spec.training.max_new_tokens)
-        return cls(quarantine, calibration, tuple(checks), tails, served, leads)
+        return cls(quarantine, calibration, tuple(checks), leads)
 
 
 def build_collector(

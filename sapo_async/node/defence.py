@@ -35,7 +35,17 @@ from dataclasses import dataclass
 
 from cachetools import LRUCache, TTLCache
 
-from sapo_async.limits import PRODUCERS_REMEMBERED, QUARANTINED_MAX
+from sapo_async.limits import (
+    BREVITY_FACTOR,
+    BREVITY_QUANTILE,
+    LENGTH_FACTOR,
+    LENGTH_QUANTILE,
+    PLAUSIBILITY_LOW_TOKENS,
+    PLAUSIBILITY_MARGIN,
+    PLAUSIBILITY_QUANTILE,
+    PRODUCERS_REMEMBERED,
+    QUARANTINED_MAX,
+)
 from sapo_async.node.spec import DefenceSpec
 from sapo_async.tasks.reward import answer_lead, own_lead
 from sapo_async.wire.reasons import RejectReason
@@ -199,8 +209,9 @@ class FamilyThresholds:
             not calibrated yet, or the check is off).
         max_rewarded_tokens: a rewarded completion must be at most this long (None: same).
         low_floors: ``(bucket, floor)`` pairs, buckets ascending: the mean of a
-            completion's ``plausibility_low_tokens`` least likely tokens must be at least
-            the floor of the smallest bucket at or above its length (the largest when it is
+            completion's :data:`~sapo_async.limits.PLAUSIBILITY_LOW_TOKENS` least likely
+            tokens must be at least the floor of the smallest bucket at or above its
+            length (the largest when it is
             longer; empty: not calibrated yet, or the check is off; see
             :func:`length_buckets`).
         min_rewarded_lead: a rewarded completion must show at least this many characters
@@ -230,7 +241,7 @@ class Thresholds:
         max_tokens: the node's own completion cap (``max_new_tokens``, plus the EOS token):
             the round's size bound, checked on every candidate before :func:`screen`.
         plausibility / length_guard: which checks are on.
-        low_tokens: ``plausibility_low_tokens``.
+        low_tokens: :data:`~sapo_async.limits.PLAUSIBILITY_LOW_TOKENS`.
         repetition_limit: a pushed-up completion whose :func:`repeated_span` reaches this
             many tokens is dropped (0: off; needs no calibration and no forward pass).
         pooled: the plausibility floors of all own completions together, for a family
@@ -239,6 +250,9 @@ class Thresholds:
             the brevity floor of all own completions (how much a model writes before its
             answer is its habit more than the family's).
         brevity_guard: whether :func:`screen` drops needlessly brief rewarded completions.
+        cut_after_answer: peers' completions are read only through their closing answer
+            tag (:class:`~sapo_async.node.view.CandidateView`): every check and the trainer
+            see the cut text.
     """
 
     families: dict[str, FamilyThresholds]
@@ -249,6 +263,7 @@ class Thresholds:
     repetition_limit: int = 0
     pooled: FamilyThresholds | None = None
     brevity_guard: bool = False
+    cut_after_answer: bool = False
 
     @property
     def needs_logprobs(self) -> bool:
@@ -329,12 +344,10 @@ class Calibration:
             return
         lp = self._logprob.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
         lp.append(sum(logprobs) / len(logprobs))
-        k = self.spec.plausibility_low_tokens
-        if k:
-            lows = self._low.setdefault(family, {})
-            for bucket in self._buckets:
-                window = lows.setdefault(bucket, deque(maxlen=CALIBRATION_WINDOW))
-                window.append(low_mean(logprobs[:bucket], k))
+        lows = self._low.setdefault(family, {})
+        for bucket in self._buckets:
+            window = lows.setdefault(bucket, deque(maxlen=CALIBRATION_WINDOW))
+            window.append(low_mean(logprobs[:bucket], PLAUSIBILITY_LOW_TOKENS))
         if reward > 0:
             lengths = self._lengths.setdefault(family, deque(maxlen=CALIBRATION_WINDOW))
             lengths.append(float(len(logprobs)))
@@ -350,7 +363,7 @@ class Calibration:
             leads = self._leads.get(family, ())
             families[family] = FamilyThresholds(
                 self._floor(lps) if spec.plausibility and len(lps) >= need else None,
-                _quantile(list(lengths), spec.length_quantile) * spec.length_factor
+                _quantile(list(lengths), LENGTH_QUANTILE) * LENGTH_FACTOR
                 if spec.length_guard and len(lengths) >= need
                 else None,
                 tuple((b, self._floor(lows[b])) for b in sorted(lows))
@@ -363,10 +376,11 @@ class Calibration:
             self._max_tokens,
             spec.plausibility,
             spec.length_guard,
-            spec.plausibility_low_tokens,
+            PLAUSIBILITY_LOW_TOKENS,
             spec.repetition_limit,
             self._pooled() if spec.plausibility or spec.brevity_guard else None,
             spec.brevity_guard,
+            spec.cut_after_answer,
         )
 
     def _pooled(self) -> FamilyThresholds | None:
@@ -396,11 +410,10 @@ class Calibration:
         need = min(BREVITY_MIN_LEADS, spec.calibration_min)
         if not spec.brevity_guard or seen < spec.calibration_min or len(leads) < need:
             return None
-        return _quantile(list(leads), spec.brevity_quantile) / spec.brevity_factor
+        return _quantile(list(leads), BREVITY_QUANTILE) / BREVITY_FACTOR
 
     def _floor(self, values: Sequence[float]) -> float:
-        spec = self.spec
-        return _quantile(list(values), spec.plausibility_quantile) - spec.plausibility_margin
+        return _quantile(list(values), PLAUSIBILITY_QUANTILE) - PLAUSIBILITY_MARGIN
 
 
 @dataclass(frozen=True, slots=True)

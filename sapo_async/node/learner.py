@@ -60,14 +60,6 @@ class LearnerSettings:
         prompt_style: ``compact`` (tiny model) or ``instruct`` (real models).
         chat_template: wrap prompts in the tokenizer's chat template.
         format_reward: optional bonus for using the answer tags (0 = off).
-        strict_answer_end: text after the closing answer tag scores 0 (``[defence]
-            answer_ends_completion`` while the defences are active).
-        cut_after_answer: peers' completions are screened and trained only through their
-            closing answer tag (``[defence] cut_after_answer`` while the defences are active;
-            :class:`~sapo_async.node.view.CandidateView`).
-        drop_after_answer: peers' completions with text after their closing answer tag
-            are left out of training (``[defence] drop_after_answer`` while the defences
-            are active; :func:`~sapo_async.node.selection.select_groups`).
         trainer: GRPO settings; the trainer gets :meth:`trainer_config`, whose
             ``max_completion_tokens`` is ``sampling.max_new_tokens``.
     """
@@ -87,9 +79,6 @@ class LearnerSettings:
     prompt_style: PromptStyle = "compact"
     chat_template: bool = False
     format_reward: float = 0.0
-    strict_answer_end: bool = False
-    cut_after_answer: bool = False
-    drop_after_answer: bool = False
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
     def trainer_config(self) -> TrainerConfig:
@@ -106,9 +95,6 @@ class LearnerSettings:
         node_index: int,
         prompt_style: PromptStyle,
         chat_template: bool,
-        strict_answer_end: bool = False,
-        cut_after_answer: bool = False,
-        drop_after_answer: bool = False,
     ) -> LearnerSettings:
         """The settings a node's :class:`~sapo_async.node.spec.TrainingSpec` asks for."""
         return cls(
@@ -124,9 +110,6 @@ class LearnerSettings:
             ),
             prompt_style=prompt_style,
             chat_template=chat_template,
-            strict_answer_end=strict_answer_end,
-            cut_after_answer=cut_after_answer,
-            drop_after_answer=drop_after_answer,
             trainer=training.trainer,
         )
 
@@ -174,9 +157,7 @@ class Learner:
             model_id=model_id,
             add_special_tokens=not self.settings.chat_template,
         )
-        self.verifier = Verifier(
-            format_reward=self.settings.format_reward, strict_end=self.settings.strict_answer_end
-        )
+        self.verifier = Verifier(format_reward=self.settings.format_reward)
         self._round = 0
         self._chat = tokenizer if self.settings.chat_template else None
 
@@ -403,9 +384,6 @@ def build_learner(
         prompt_style=style,
         chat_template=style == "instruct"
         and getattr(loaded.tokenizer, "chat_template", None) is not None,
-        strict_answer_end=spec.defence.active and spec.defence.answer_ends_completion,
-        cut_after_answer=spec.defence.active and spec.defence.cut_after_answer,
-        drop_after_answer=spec.defence.active and spec.defence.drop_after_answer,
     )
     params = sum(p.numel() for p in loaded.model.parameters())
     gen_dtype = generation_dtype(policy.generation_dtype, params=params, device=policy.device)

@@ -60,11 +60,12 @@ class RoundReport:
         external_scored: external candidates scored to find them.
         external_uninformative: of those, dropped for all-equal rewards.
         external_failed: candidates dropped at scoring, by reason (e.g. task_mismatch).
-        external_held: candidates left in the buffer unjudged this round, their family not
-            yet calibrated on the node's own completions (docs/security.md).
+        external_held: candidates left in the buffer unjudged this round (docs/admission.md).
+        external_held_by: the same by reason (:class:`~sapo_async.node.judge.Hold`:
+            ``uncalibrated``, ``probation``).
         external_left_out: completions left out of the external groups scored this round
-            before they were judged, by producer and reason (``after_answer``,
-            ``stock_lead``: :attr:`~sapo_async.node.selection.Choice.left_out`).
+            before they were judged, by producer and reason
+            (:class:`~sapo_async.node.judge.LeftOut`: ``stock_lead``).
         staleness_rounds: mean of (producer's newest round - group's round) over the
             external groups used (0 = all fresh).
         rejections: external groups the collector rejected this round, by reason
@@ -117,6 +118,7 @@ class RoundReport:
     stream_missing: bool = False
     max_pending: int | None = None
     external_held: int = 0
+    external_held_by: dict[str, int] = field(default_factory=dict)
     external_left_out: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
@@ -141,7 +143,9 @@ class NodeStats:
     Attributes:
         rounds: rounds completed.
         published: groups published and acknowledged.
-        used_by_producer: external groups trained on, by producer, over all rounds.
+        used_by_producer: external groups trained on, by producer, over all rounds, for
+            the :data:`~sapo_async.limits.PRODUCERS_REMEMBERED` producers trained on most
+            recently (keys are free: older ones are forgotten).
     """
 
     rounds: int

@@ -12,7 +12,7 @@ trainer), the publisher and collector (fabric), the sampler (pure core) and the 
    (:mod:`.selection`, in a worker thread: re-derive each candidate's task, score it with
    this node's verifier, screen it with the content defences); back on the event loop,
    drop what failed (once, by reason, fed to the quarantine), take what was chosen, record
-   who tails, shows a stock lead or was served (:mod:`.tails`, :mod:`.leads`, :mod:`.fairness`);
+   who shows a stock lead (:mod:`.leads`);
 5. one GRPO step on the I + J groups;
 6. journal the round's commitment (hashes shared, hashes used by producer) for the chain;
    the node never waits for the chain.
@@ -42,11 +42,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from cachetools import LRUCache
 
 from sapo_async.errors import ConfigError, PublishError, StreamMissing, TransportUnavailable
 from sapo_async.fabric.collector import BufferedGroup, Collector
 from sapo_async.fabric.publisher import Publisher
 from sapo_async.ledger.recorder import Recorder
+from sapo_async.limits import PRODUCERS_REMEMBERED
 from sapo_async.logs import get_logger
 from sapo_async.node.admission import NodeDefences
 from sapo_async.node.checkpoint import state_bytes
@@ -122,7 +124,8 @@ class RoundLoop:
         self._done = anyio.Event()
         self._scope = anyio.CancelScope()
         self._published = 0
-        self._used: Counter[str] = Counter()
+        # Bounded in producers (keys are free): the least recently trained one is forgotten.
+        self._used: LRUCache[str, int] = LRUCache(PRODUCERS_REMEMBERED)
         self._seen_accepted = 0
         self._seen_rejected: Counter[str] = Counter()
         self._log = get_logger("node", node=self.address, node_name=name)
@@ -135,7 +138,7 @@ class RoundLoop:
         if defences is None:
             defences = NodeDefences.build(self.spec, self.learner.tasks.families)
         self.quarantine, self.calibration = defences.quarantine, defences.calibration
-        self.tails, self.served, self.leads = defences.tails, defences.served, defences.leads
+        self.leads = defences.leads
 
     def _judged(self, producer: str, dropped: bool) -> None:
         """The quarantine's one source of verdicts: the round's judgement of verified,
@@ -169,7 +172,7 @@ class RoundLoop:
             if self._stopping:
                 self._log.warning("round_abandoned", round=self.learner.round)
             raise
-        except Exception as exc:
+        except Exception as exc:  # the node's supervision boundary: the one catch-all in node/
             failure = exc
             self._log.exception("node_failed", error=repr(exc))
         finally:
@@ -356,15 +359,9 @@ class RoundLoop:
                 fresh=fresh,
                 newest=newest,
                 limits=limits,
-                tails=self.tails.copy() if self.tails is not None else None,
-                served=self.served.counts() if self.served is not None else None,
                 leads=self.leads.copy() if self.leads is not None else None,
             )
         )
-        if self.served is not None:
-            self.served.record(c.producer for c in choice.external)
-        for producer in self.tails.observe(choice.tails) if self.tails is not None else ():
-            self._log.warning("producer_tails_left_out", producer=producer)
         for producer in self.leads.observe(choice.leads) if self.leads is not None else ():
             self._log.warning("producer_stock_lead_left_out", producer=producer)
         by_reason: dict[str, list[bytes]] = {}
@@ -450,7 +447,8 @@ class RoundLoop:
         step = await self._train([*choice.local, *(c.scored for c in chosen)], sync=sync)
         t2 = time.perf_counter()
         used: Counter[str] = Counter(c.producer for c in chosen)
-        self._used.update(used)
+        for producer, n in used.items():
+            self._used[producer] = self._used.get(producer, 0) + n
         self.learner.set_round(shared.round + 1)
         pending, confirmed = await self._commit(shared, chosen)
         received, rejections = self._collected()
@@ -471,7 +469,8 @@ class RoundLoop:
             external_scored=choice.selection.scored,
             external_uninformative=choice.selection.dropped_uninformative,
             external_failed=dict(choice.selection.failed),
-            external_held=choice.held,
+            external_held=sum(choice.held.values()),
+            external_held_by={str(k): n for k, n in choice.held.items()},
             external_left_out=choice.left_out,
             staleness_rounds=sum(staleness) / len(staleness) if staleness else 0.0,
             rejections=rejections,

@@ -10,16 +10,6 @@ Policies:
     ``topk`` (GenRL's variant, for comparison): the J external groups with the highest
         mean reward, ties broken at random.
 
-``served`` (the ``[defence] balanced_draw`` option, :mod:`.fairness`) changes only the order
-of the ``paper`` walk: producers least served first (fewest of this node's recent external
-groups, plus those taken this round; ties in a random order drawn per round), each
-producer's candidates in a uniformly random order. The paper's uniform draw is over
-*groups*, so a producer whose groups are always informative (one right and one wrong
-answer, every time) or that sends more of them wins nearly every slot it competes for;
-drawn this way it wins its share among the producers that have an informative group, and
-an honest peer's informative group is drawn before its groups whenever the peer has had
-fewer of the node's recent slots. A node with several keys still wins a share per key.
-
 Both honour a per-producer cap (at most ``per_producer_cap`` groups from one producer per
 round), so no single peer can dominate a node's batch (a defence against the
 "Hail to the Thief" poisoning attack, which needs roughly a quarter of a group).
@@ -50,9 +40,11 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar
+
+from sapo_async.errors import RejectedInput
 
 __all__ = [
     "ExternalSelection",
@@ -123,8 +115,7 @@ def select_external(
     policy: SamplerPolicy = "paper",
     per_producer_cap: int | None = None,
     producer_of: Callable[[C], str] | None = None,
-    on_error: Callable[[C, Exception], str] | None = None,
-    served: Mapping[str, int] | None = None,
+    on_error: Callable[[C, RejectedInput], str] | None = None,
 ) -> ExternalSelection[S]:
     """Choose up to ``count`` external groups.
 
@@ -137,17 +128,15 @@ def select_external(
         per_producer_cap: at most this many groups from one producer; None for no cap.
         producer_of: reads a candidate's producer before scoring (lets capped producers be
             skipped without scoring); defaults to ``candidate.producer``.
-        on_error: maps a scoring exception to a reason label; without it exceptions
-            propagate.
-        served: external groups this node trained recently, per producer: walk the
-            least served producers first (``paper`` only; None: the paper's uniform walk).
+        on_error: maps a refusal (:class:`~sapo_async.errors.RejectedInput`) while
+            scoring to a reason label; without it the refusal propagates. Any other
+            exception is a bug and always propagates.
 
     Returns:
         The selection, with counters for the round report.
 
     Raises:
-        ValueError: ``count`` is negative, the policy is unknown, the cap is below 1 or
-            ``served`` is given with ``topk``.
+        ValueError: ``count`` is negative, the policy is unknown, or the cap is below 1.
     """
     if count < 0:
         raise ValueError(f"external count must be >= 0, got {count}")
@@ -155,8 +144,6 @@ def select_external(
         raise ValueError(f"sampler policy must be 'paper' or 'topk', got {policy!r}")
     if per_producer_cap is not None and per_producer_cap < 1:
         raise ValueError(f"per_producer_cap must be >= 1 or None, got {per_producer_cap}")
-    if served is not None and policy != "paper":
-        raise ValueError(f"a balanced draw (served) needs the 'paper' policy, got {policy!r}")
     result: ExternalSelection[S] = ExternalSelection()
     if count == 0:
         return result
@@ -165,17 +152,14 @@ def select_external(
     read_producer = producer_of or (lambda c: str(getattr(c, "producer")))  # noqa: B009
     taken: Counter[str] = Counter()
     informative: list[S] = []
-    walk: Iterable[C] = order
-    if served is not None:
-        walk = _least_served_first(order, read_producer, served, taken, rng)
-    for candidate in walk:
+    for candidate in order:
         producer = read_producer(candidate)
         if per_producer_cap is not None and taken[producer] >= per_producer_cap:
             result.dropped_capped += 1
             continue
         try:
             scored = score(candidate)
-        except Exception as exc:
+        except RejectedInput as exc:
             if on_error is None:
                 raise
             result.failed[on_error(candidate, exc)] += 1
@@ -206,25 +190,3 @@ def select_external(
         informative = chosen
     result.chosen = informative
     return result
-
-
-def _least_served_first(
-    order: list[C],
-    producer_of: Callable[[C], str],
-    served: Mapping[str, int],
-    taken: Counter[str],
-    rng: random.Random,
-) -> Iterator[C]:
-    """``order`` again, each next candidate from the producer with the fewest groups served
-    (``served`` plus ``taken``, which the caller updates as it takes), ties in a random
-    order drawn once; each producer's candidates in their order in ``order``."""
-    queues: dict[str, list[C]] = {}
-    for candidate in reversed(order):  # reversed: each queue pops from its end
-        queues.setdefault(producer_of(candidate), []).append(candidate)
-    ties = {p: rng.random() for p in sorted(queues)}
-    while queues:
-        producer = min(queues, key=lambda p: (served.get(p, 0) + taken[p], ties[p]))
-        queue = queues[producer]
-        yield queue.pop()
-        if not queue:
-            del queues[producer]

@@ -1,27 +1,19 @@
 """A node's choice of external groups, in a worker thread, from an immutable snapshot.
 
-Owns the step between the collector's buffer and the trainer: score each candidate with
-this node's verifier (re-deriving its task), build its one view
-(:class:`~sapo_async.node.view.CandidateView`: the receiver's tokens once, its log-probs at
-most once per completion), check it in this order on that view: the size bound in the
-receiver's tokens [``completion_too_many_tokens``], the token check
-[``token_mismatch``], plausibility, the length and brevity guards and the repetition check
-(:func:`~sapo_async.node.defence.screen`) [``implausible``, ``too_long``, ``too_brief``,
-``repetitive``],
-an experiment's external filter such as F-TIS's ratio [``ratio_extreme``]; and let the pure
-sampler pick J (with ``drop_after_answer``, or for a producer the
-:class:`~sapo_async.node.tails.TailRecord` finds tailing its rewarded answers, a peer's
-completions with text after their closing answer tag are left out of the group first).
-The trainer gets the view's group (the receiver's own ids), so nothing tokenises or runs
-the candidate again before the gradient step. The view is lazy: with the defences off (and
-no external filter) a candidate is tokenised only if the sampler chose it, and no candidate
-is run through the model. Staleness is not checked here: the collector owns both bounds
-(age and round lag), so its buffer holds only fresh groups.
+Owns the step between the collector's buffer and the trainer: :func:`select_groups` runs
+the round's judge (:class:`~sapo_async.node.judge.Judge`: holds on every candidate, then the
+stages on each candidate the seeded draw reaches, until it has J) and returns what it
+decided. The trainer gets the view's group (the receiver's own ids), so nothing tokenises or
+runs the candidate again before the gradient step. The view is lazy: with the defences off
+(and no external filter) a candidate is tokenised only if the sampler chose it, and no
+candidate is run through the model. Staleness is not checked here: the collector owns both
+bounds (age and round lag), so its buffer holds only fresh groups.
 
 Threads: :func:`select_groups` may run in a worker thread, so it never touches the
-collector. It gets a tuple of buffered groups and a frozen
-:class:`~sapo_async.node.defence.Thresholds`, and returns what it decided: the groups chosen
-and the ones to drop with their reason. The round loop applies both on the event loop
+collector. It gets a tuple of buffered groups, a frozen
+:class:`~sapo_async.node.defence.Thresholds` and a copy of the stock-lead record, and
+returns what it decided: the groups chosen and the ones to drop with their reason. The
+round loop applies both on the event loop
 (:meth:`~sapo_async.fabric.collector.Collector.drop`, ``take`` and ``mark_trained``), so a
 flood that inserts while the thread scores cannot race the buffer, and a group that failed
 scoring or screening is dropped once instead of being scored again every round.
@@ -31,25 +23,30 @@ Deliberately does not know about NATS, the chain, or how verdicts are counted.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sapo_async.errors import RejectedInput
 from sapo_async.fabric.collector import BufferedGroup
-from sapo_async.limits import FOREIGN_TOKEN_SLACK
-from sapo_async.node.defence import Calibration, CompletionView, Thresholds, screen
+from sapo_async.node.defence import Calibration, Thresholds
 from sapo_async.node.groups import SharedRound, round_seed
+from sapo_async.node.judge import (
+    Case,
+    Drop,
+    Held,
+    Hold,
+    Judge,
+    Outcome,
+    candidate_view,
+    size_bound,
+)
 from sapo_async.node.leads import LeadObservation, LeadRecord
 from sapo_async.node.learner import Learner
 from sapo_async.node.sampler import ExternalSelection, select_external, select_local
 from sapo_async.node.spec import TrainingSpec
-from sapo_async.node.tails import TailObservation, TailRecord
 from sapo_async.node.view import CandidateView
 from sapo_async.policy.grpo.trainer import ScoredGroup
-from sapo_async.tasks.reward import lead_key, text_after_answer
 from sapo_async.wire.reasons import RejectReason
 
 __all__ = [
@@ -60,6 +57,7 @@ __all__ = [
     "candidate_view",
     "pool_key",
     "select_groups",
+    "size_bound",
 ]
 
 
@@ -108,7 +106,7 @@ class Verdict:
 
     rollout_hash: bytes
     producer: str
-    reason: str
+    reason: RejectReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,18 +120,15 @@ class Choice:
         newest: newest round held per producer (for the staleness report).
         drops: candidates that failed scoring or screening (drop them once).
         passed: producers of candidates that were screened and kept (one entry each).
-        held: candidates left in the buffer unjudged, their family not calibrated yet
-            (:meth:`~sapo_async.node.defence.Thresholds.judges`) or their producer on the
-            lead record's probation (:meth:`~sapo_async.node.leads.LeadRecord.unproven`).
-        tails: the scored groups' tail counts (for the node's
-            :class:`~sapo_async.node.tails.TailRecord`; none without one).
+        held: candidates left in the buffer unjudged, by :class:`~sapo_async.node.judge.Hold`
+            reason (their family not calibrated yet, or their producer on the lead
+            record's probation).
         leads: the scored groups' rewarded leads (for the node's
             :class:`~sapo_async.node.leads.LeadRecord`; none without one).
-        left_out: completions the draw's scoring left out of their group before judging
-            it, by producer and reason (``after_answer``: text after the answer, with
-            ``drop_after_answer`` or the tail record; ``stock_lead``: the producer's stock
-            lead); what the records cost a peer, counted whether or not the group is then
-            chosen (the probation pre-pass, which trains nothing, counts none).
+        left_out: completions the judge left out of their group before judging the rest,
+            by producer and :class:`~sapo_async.node.judge.LeftOut` reason; what the
+            records cost a peer, counted whether or not the group is then chosen (the
+            probation pre-pass, which trains nothing, counts none).
     """
 
     local: list[ScoredGroup]
@@ -142,8 +137,7 @@ class Choice:
     newest: dict[str, int]
     drops: list[Verdict] = field(default_factory=list)
     passed: list[str] = field(default_factory=list)
-    held: int = 0
-    tails: list[TailObservation] = field(default_factory=list)
+    held: dict[Hold, int] = field(default_factory=dict)
     leads: list[LeadObservation] = field(default_factory=list)
     left_out: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -176,30 +170,8 @@ def calibrate(calibration: Calibration, shared: SharedRound) -> None:
             )
 
 
-def candidate_view(learner: Learner, scored: ScoredGroup) -> CandidateView:
-    """This node's view of a scored external group (its tokenizer, model and prompt style);
-    lazy, see :class:`~sapo_async.node.view.CandidateView`."""
-    return CandidateView(
-        scored,
-        model=learner.model,
-        tokenizer=learner.tokenizer,
-        tokenizer_id=learner.tokenizer_id,
-        add_special_tokens=not learner.settings.chat_template,
-        cut_after_answer=learner.settings.cut_after_answer,
-    )
-
-
-def size_bound(limits: Thresholds, *, same_tokenizer: bool) -> int:
-    """The most tokens (this node's) a peer's completion may take: the node's own cap for a
-    peer with this tokenizer, :data:`~sapo_async.limits.FOREIGN_TOKEN_SLACK` times it for
-    one with another (the same text is longer in a less fitting tokenizer)."""
-    if same_tokenizer:
-        return limits.max_tokens
-    return math.ceil(limits.max_tokens * FOREIGN_TOKEN_SLACK)
-
-
-class _Screened(RejectedInput):
-    """A candidate the content defences refused (counted by the sampler as a failure)."""
+class _Refused(RejectedInput):
+    """A candidate the judge dropped (counted by the sampler as a failure)."""
 
 
 def select_groups(
@@ -211,186 +183,56 @@ def select_groups(
     fresh: tuple[BufferedGroup, ...],
     newest: dict[str, int],
     limits: Thresholds | None,
-    tails: TailRecord | None = None,
-    served: Mapping[str, int] | None = None,
     leads: LeadRecord | None = None,
 ) -> Choice:
     """Choose I local and J external groups (safe in a worker thread: see the docstring).
 
     Args:
         learner: this node's learner (verifier, model, tokenizer).
-        training: the node's round settings (I, J, sampler, cap).
+        training: the node's round settings (I, J, sampler, cap, external filter).
         round_: the round (seeds the draw: common random numbers).
         local: this round's own scored groups.
-        fresh: the external candidates, a snapshot in a canonical order.
+        fresh: the external candidates, a snapshot in a canonical order (:func:`pool_key`).
         newest: newest round held per producer.
         limits: the content defences' thresholds (None: defences off).
-        tails: this thread's copy of the node's tail record (None: off); updated as
-            groups are scored, so a producer can cross within the round.
-        served: external groups trained recently per producer, for the balanced draw
-            (None: the paper's uniform draw; :mod:`~sapo_async.node.fairness`).
         leads: this thread's copy of the node's stock-lead record (None: off); updated as
-            groups are scored, as ``tails`` is.
+            groups are scored, so a producer can cross within the round.
     """
-    rng = random.Random(round_seed(training.seed, learner.settings.node_index, round_, "external"))
+    judge = Judge(learner, limits, leads, training.external_filter)
+    held: dict[Hold, int] = {}
     drops: list[Verdict] = []
-    passed: list[str] = []
 
-    drop_tailed = learner.settings.drop_after_answer
-    seen: list[TailObservation] = []
-    led: list[LeadObservation] = []
-    left_out: dict[str, dict[str, int]] = {}
+    def hold(cases: list[Case], stage: Callable[[Case], Outcome]) -> list[Case]:
+        kept = []
+        for case in cases:
+            if isinstance(outcome := judge.run(case, (stage,)), Held):
+                held[outcome.reason] = held.get(outcome.reason, 0) + 1
+            else:
+                kept.append(case)
+        return kept
 
-    def leave_out(b: BufferedGroup, reason: str, before: ScoredGroup, after: ScoredGroup) -> None:
-        if n := len(before.completions) - len(after.completions):
-            counts = left_out.setdefault(b.producer, {})
-            counts[reason] = counts.get(reason, 0) + n
+    first, second = judge.before_draw()
+    cases = hold([Case(b) for b in fresh], first)
+    judge.prove(cases)
+    cases = hold(cases, second)
 
-    def observe_leads(b: BufferedGroup, scored: ScoredGroup) -> None:
-        assert leads is not None
-        low = min(scored.rewards, default=0.0)
-        shown = tuple(lead_key(c.text) for c in scored.completions if c.reward > low)
-        led.append(LeadObservation(b.rollout_hash, b.producer, scored.prompt, shown))
-        leads.add(led[-1])
+    def drawn(case: Case) -> _Ranked:
+        outcome = judge.run(case, judge.in_draw())
+        if isinstance(outcome, Drop):
+            drops.append(Verdict(case.buffered.rollout_hash, case.producer, outcome.reason))
+            raise _Refused(outcome.reason)
+        judge.passed.append(case.producer)
+        return _Ranked(case.buffered, judge.view(case))
 
-    def untailed(b: BufferedGroup, scored: ScoredGroup) -> ScoredGroup:
-        if not drop_tailed and (tails is None or not tails.heavy(b.producer)):
-            return scored
-        # Only completions that end at their answer are trained or judged: a group whose
-        # rewarded ones all carry a tail (the inject and tokens attacks) is left with no
-        # spread and dropped as uninformative.
-        kept = tuple(c for c in scored.completions if not text_after_answer(c.text))
-        return dataclasses.replace(scored, completions=kept)
-
-    refused: dict[tuple[object, ...], str] = {}
-
-    def score(b: BufferedGroup) -> _Ranked:
-        scored = learner.score_external(b.group)
-        # A flood sends one group under many keys: a copy of a group the screens refused
-        # this round is refused for the same reason without being screened again (each
-        # copy still dropped, and counted against its producer). The key is what a
-        # verdict depends on besides the receiver: the group as scored and what the
-        # records do to its producer's completions.
-        content = (
-            scored.prompt,
-            scored.tokenizer_id,
-            tuple((c.text, c.token_ids, c.finish_reason) for c in scored.completions),
-            tails is not None and tails.heavy(b.producer),
-            leads.stock(b.producer) if leads is not None else None,
-        )
-        if (reason := refused.get(content)) is not None:
-            raise _Screened(reason)
-        try:
-            return screened(b, scored)
-        except _Screened as exc:
-            refused[content] = exc.reason
-            raise
-
-    def screened(b: BufferedGroup, scored: ScoredGroup) -> _Ranked:
-        whole = scored
-        if tails is not None:
-            # Only groups with something rewarded count: padding the window with groups
-            # of no spread cannot dilute a producer's share.
-            top = [c for c in scored.completions if c.reward > min(scored.rewards, default=0.0)]
-            if top:
-                tailed = sum(1 for c in top if text_after_answer(c.text))
-                seen.append(TailObservation(b.rollout_hash, b.producer, tailed, len(top)))
-                tails.add(seen[-1])
-        untouched, scored = scored, untailed(b, scored)
-        leave_out(b, "after_answer", untouched, scored)
-        if leads is not None:
-            observe_leads(b, scored)  # after the tail record: what would be trained
-            if (stock := leads.stock(b.producer)) is not None:
-                kept = tuple(c for c in scored.completions if lead_key(c.text) != stock)
-                untouched, scored = scored, dataclasses.replace(scored, completions=kept)
-                leave_out(b, "stock_lead", untouched, scored)
-        # Lazy: only what reads it below (a defence that is on, the external filter, the
-        # trainer for a chosen candidate) tokenises the text or runs the model.
-        view = candidate_view(learner, scored)
-        # Only what GRPO pushes up needs screening: a completion with a reward above the
-        # group's floor (a payload rides a positive advantage). Uninformative groups are
-        # dropped by the sampler anyway: no forward pass for them.
-        floor = min(scored.rewards, default=0.0)  # no completion left: nothing pushed up
-        pushed = [i for i, c in enumerate(scored.completions) if c.reward > floor]
-        if limits is not None:
-            # Every completion is trained on (the low ones pushed down), so the size bound
-            # holds for all of them, in this node's tokens, before any forward pass; and
-            # for what the records left out too: an oversize completion is refused (and
-            # counts toward quarantine) whether or not it would be trained.
-            left = len(whole.completions) != len(scored.completions)
-            sent = candidate_view(learner, whole) if left else view
-            bound = size_bound(limits, same_tokenizer=sent.same_tokenizer)
-            if any(len(ids) > bound for ids in sent.sent_token_ids):
-                raise _Screened(RejectReason.COMPLETION_TOO_MANY_TOKENS)
-            # A same-tokenizer peer's ids must spell its text: what the trainer uses
-            # (the view's ids) is then what the peer sent and what every check read.
-            if view.same_tokenizer and any(
-                scored.completions[i].token_ids is not None and not view.peer_ids_match(i)
-                for i in pushed
-            ):
-                raise _Screened(RejectReason.TOKEN_MISMATCH)
-            text_checks = limits.repetition_limit or limits.brevity_guard
-            if (limits.needs_logprobs or text_checks) and pushed:
-                lps = (
-                    [lp.tolist() for lp in view.logprobs(pushed)]
-                    if limits.needs_logprobs
-                    else [[] for _ in pushed]
-                )
-                views = [
-                    CompletionView(
-                        lp,
-                        scored.completions[i].reward,
-                        view.token_ids[i],
-                        scored.completions[i].text,
-                    )
-                    for i, lp in zip(pushed, lps, strict=True)
-                ]
-                reason = screen(b.group.task.family, views, limits)
-                if reason is not None:
-                    raise _Screened(reason)
-        # An experiment's or operator's extra filter (``TrainingSpec.external_filter``, e.g.
-        # F-TIS's behaviour log-prob ratio: ``filter(view) -> reason | None``), on
-        # informative groups only.
-        check = training.external_filter
-        if check is not None and scored.informative and (dropped := check(view)):
-            raise RejectedInput(str(dropped), f"external filter dropped {b.producer}'s group")
-        passed.append(b.producer)
-        return _Ranked(b, view)
-
-    def on_error(b: BufferedGroup, exc: Exception) -> str:
-        reason = (
-            str(exc.reason) if isinstance(exc, RejectedInput) else str(RejectReason.SCORE_ERROR)
-        )
-        drops.append(Verdict(b.rollout_hash, b.producer, reason))
-        return reason
-
-    judged = fresh
-    if limits is not None and limits.plausibility:
-        # Not dropped, not taken: a later round judges them once the family is calibrated
-        # (or the collector's staleness bound retires them).
-        judged = tuple(b for b in fresh if limits.judges(b.group.task.family))
-    if leads is not None and leads.probation:
-        # A producer the lead record cannot judge yet is scored for the record only; its
-        # groups stay in the buffer (trained once it is judged, while fresh).
-        failed: set[bytes] = set()
-        for b in judged:
-            if leads.unproven(b.producer) and not leads.tried(b.rollout_hash):
-                try:
-                    observe_leads(b, untailed(b, learner.score_external(b.group)))
-                except Exception:  # the draw scores it again and drops it with its reason
-                    failed.add(b.rollout_hash)
-        judged = tuple(
-            b for b in judged if b.rollout_hash in failed or not leads.unproven(b.producer)
-        )
+    rng = random.Random(round_seed(training.seed, learner.settings.node_index, round_, "external"))
     ranked = select_external(
-        judged,
+        cases,
         training.external,
-        score,
+        drawn,
         rng=rng,
         policy=training.sampler,
         per_producer_cap=training.per_producer_cap,
-        on_error=on_error,
-        served=served,
+        on_error=lambda _, exc: str(exc.reason),
     )
     selection = ExternalSelection(
         chosen=[r.chosen() for r in ranked.chosen],
@@ -405,9 +247,8 @@ def select_groups(
         selection,
         newest,
         drops,
-        passed,
-        held=len(fresh) - len(judged),
-        tails=seen,
-        leads=led,
-        left_out=left_out,
+        judge.passed,
+        held=held,
+        leads=judge.led,
+        left_out=judge.left_out,
     )

@@ -355,11 +355,6 @@ class NodeSpec(Settings):
                 "policy.sleep_mode and training.overlap exclude each other (the engine "
                 "sleeps while training)"
             )
-        if self.defence.balanced_draw and self.training.sampler != "paper":
-            raise ValueError(
-                f"defence.balanced_draw needs training.sampler = 'paper' (it orders that "
-                f"walk), got {self.training.sampler!r}"
-            )
         ledger = self.ledger
         if ledger.enabled and ledger.rpc_url is not None and ledger.journal_path is None:
             raise ValueError(

@@ -19,17 +19,43 @@ __all__ = ["DefenceSpec"]
 
 
 class DefenceSpec(Settings):
-    """What a node refuses from validly signed peers (docs/security.md, one paragraph each).
+    """What a node refuses from validly signed peers (docs/security.md, a heading each).
 
     The same model is node.toml's ``[defence]`` section: each field's default, bounds and
-    description are here only. ``active`` is the master switch (the attack experiment's
-    "defences off"; the collector's wire checks and the trained-hash rule stay on
-    regardless); the length guard also drops a rewarded completion longer than the node's
-    own ``max_new_tokens``; a producer is quarantined once at least ``quarantine_rate`` of
-    at least ``quarantine_min_events`` of its judged groups were dropped.
+    description are here only, and a field is here only if a volunteer may need to change
+    it. ``active`` is the master switch (the attack experiment's "defences off"; the
+    collector's wire checks and the trained-hash rule stay on regardless); the length guard
+    also drops a rewarded completion longer than the node's own ``max_new_tokens``; a
+    producer is quarantined once at least ``quarantine_rate`` of at least
+    :data:`~sapo_async.limits.QUARANTINE_MIN_EVENTS` of its judged groups were dropped.
+
+    The thresholds no volunteer has had a reason to change (the quantiles, margins and
+    factors of the plausibility check and the length and brevity guards) are named
+    constants in :mod:`sapo_async.limits`, each beside the measurement that set it. Settings
+    measured not to help were removed (:attr:`retired`: a file that still names one is
+    refused with one line saying so; CHANGELOG.md).
     """
 
     part: ClassVar[str] = "defence"
+    retired: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(
+            ("answer_ends_completion", "drop_after_answer", "tail_share", "balanced_draw"),
+            "measured not to help on SmolLM2 and off by default; see CHANGELOG.md",
+        ),
+        **{
+            name: f"fixed in code as sapo_async.limits.{name.upper()}"
+            for name in (
+                "plausibility_quantile",
+                "plausibility_margin",
+                "plausibility_low_tokens",
+                "length_factor",
+                "length_quantile",
+                "brevity_factor",
+                "brevity_quantile",
+                "quarantine_min_events",
+            )
+        },
+    }
 
     active: bool = Field(default=True, description="All content and resource defences on or off.")
     preset_only: bool = Field(
@@ -44,40 +70,15 @@ class DefenceSpec(Settings):
         default=64, ge=1, description="Most groups admitted from one producer round."
     )
     plausibility: bool = Field(
-        default=True, description="Drop groups this node's own model finds implausible."
-    )
-    plausibility_quantile: float = Field(
-        default=0.01, gt=0, le=1, description="Quantile of own completions' mean log-prob..."
-    )
-    plausibility_margin: float = Field(default=1.0, ge=0, description="...minus this many nats.")
-    plausibility_low_tokens: int = Field(
-        default=3,
-        ge=0,
-        description="Screen the mean of a completion's this many least likely tokens "
-        "the same way (0: off).",
-    )
-    answer_ends_completion: bool = Field(
-        default=False,
-        description="Score 0 for text after the closing answer tag, own and peers' "
-        "(where injected payloads sit).",
+        default=True,
+        description="Drop groups this node's own model finds implausible: a rewarded "
+        "completion's mean token log-prob, or the mean of its 3 least likely tokens, below "
+        "its own completions' 1 % quantile less 1 nat.",
     )
     cut_after_answer: bool = Field(
         default=True,
         description="Screen and train a peer's completion only through its closing "
         "answer tag, stopped there (the verifier never read what follows).",
-    )
-    drop_after_answer: bool = Field(
-        default=False,
-        description="Leave a peer's completion with text after its closing answer tag out "
-        "of training altogether (before the cut); its group is judged by the rest.",
-    )
-    tail_share: float = Field(
-        default=0.0,
-        ge=0,
-        le=1,
-        description="Do as drop_after_answer for a peer once this share of the answers "
-        "it was rewarded for (at least 8, in its last 16 groups) carried text after the "
-        "closing tag (0: off; measured on SmolLM2 in docs/security.md).",
     )
     stock_lead_share: float = Field(
         default=0.5,
@@ -93,27 +94,14 @@ class DefenceSpec(Settings):
         "can judge it (rewarded answers on 3 questions: 8 of them, or no words repeated "
         "before answers to two); its groups wait in the buffer.",
     )
-    balanced_draw: bool = Field(
-        default=False,
-        description="Draw peers' groups least served producer first (over the last 32 "
-        "trained), so always-informative groups win a producer's share, not every slot.",
-    )
     length_guard: bool = Field(
         default=True, description="Drop needlessly long rewarded completions."
     )
-    length_factor: float = Field(
-        default=1.5, ge=1, description="Longest rewarded completion, times own rewarded length..."
-    )
-    length_quantile: float = Field(default=0.95, gt=0, le=1, description="...at this quantile.")
     brevity_guard: bool = Field(
         default=True,
         description="Drop a group whose rewarded completion shows far less text before its "
         "answer than the node's own completions do (a bare answer).",
     )
-    brevity_factor: float = Field(
-        default=2.0, ge=1, description="Fewest characters before the answer: own, over this..."
-    )
-    brevity_quantile: float = Field(default=0.05, gt=0, le=1, description="...at this quantile.")
     repetition_limit: int = Field(
         default=12,
         ge=0,
@@ -132,7 +120,6 @@ class DefenceSpec(Settings):
         le=1,
         description="Quarantine a producer when this share of its groups...",
     )
-    quarantine_min_events: int = Field(default=8, ge=1, description="...of at least this many...")
     quarantine_s: float = Field(default=600.0, ge=0, description="...were dropped, for this long.")
 
     @model_validator(mode="after")

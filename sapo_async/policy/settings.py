@@ -73,10 +73,20 @@ def renamed_message(old: str, new: str) -> str:
     return f"{old} is now called {new}"
 
 
-def refuse_old_names(data: Any, renamed: dict[str, str], *, advice: bool = False) -> Any:
+def refuse_old_names(
+    data: Any,
+    renamed: dict[str, str],
+    *,
+    advice: bool = False,
+    retired: dict[str, str] | None = None,
+) -> Any:
     """``data`` as it is, or ValueError naming the first old name it uses and the new one
-    (with ``advice``, what to do in a file: rename the key, or move it to its section)."""
+    (with ``advice``, what to do in a file: rename the key, or move it to its section), or
+    the first retired name and why it went (``retired``: name -> why)."""
     if isinstance(data, dict):
+        for old, why in (retired or {}).items():
+            if old in data:
+                raise ValueError(f"{old} is no longer a setting ({why}): delete the key")
         for old, new in renamed.items():
             if old in data:
                 message = renamed_message(old, new)
@@ -105,10 +115,13 @@ class Settings(BaseModel):
     renamed: ClassVar[dict[str, str]] = {}
     """Old field names and their new ones: an old one is refused naming the new."""
 
+    retired: ClassVar[dict[str, str]] = {}
+    """Removed field names and why they went: one is refused saying so."""
+
     @model_validator(mode="before")
     @classmethod
     def _old_names(cls, data: Any) -> Any:
-        return refuse_old_names(data, cls.renamed)
+        return refuse_old_names(data, cls.renamed, retired=cls.retired)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -117,12 +130,14 @@ class Settings(BaseModel):
             raise settings_error(exc, type(self).part, type(self).model_fields) from exc
 
     def replace(self, **changes: Any) -> Self:
-        """A validated copy with ``changes``.
+        """A validated copy with ``changes`` (a field never set keeps being unset, so a check
+        that reads what was asked for, such as probation needing a share, sees the same).
 
         Raises:
             ConfigError: an unknown field or a bad value (named).
         """
-        return type(self)(**{**self.as_fields(), **changes})
+        kept = {name: getattr(self, name) for name in self.model_fields_set}
+        return type(self)(**{**kept, **changes})
 
     def as_fields(self) -> dict[str, Any]:
         """Every field's value, nested models kept as they are (not dumped to dicts)."""

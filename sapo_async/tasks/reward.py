@@ -2,12 +2,11 @@
 
 Owns the reward rule: ``score_answer(extracted answer, entry)`` with the answer extracted
 from ``<answer>`` tags (0 without tags), plus an optional format bonus (off by default)
-for a completion that has the tags at all; optionally (``strict_end``) 0 for a completion
-with anything but whitespace after its last closing tag (where the inject and tokens
-attacks put their payload: a right answer then rewards the payload too). Rewards are
-never taken from peers: every node re-derives the task
-(:func:`~sapo_async.tasks.source.derive`) and scores it here. Deliberately does not know
-about models or groups.
+for a completion that has the tags at all. Text after the last closing tag is not read
+(where the inject and tokens attacks put their payload: a receiver cuts it off instead,
+:class:`~sapo_async.node.view.CandidateView`). Rewards are never taken from peers: every
+node re-derives the task (:func:`~sapo_async.tasks.source.derive`) and scores it here.
+Deliberately does not know about models or groups.
 """
 
 from __future__ import annotations
@@ -86,12 +85,9 @@ class Verifier:
     Attributes:
         format_reward: added when the completion contains an ``<answer>`` pair (0 = off,
             the paper's setting). Rewards then lie in [0, 1 + format_reward].
-        strict_end: the closing answer tag must end the completion (trailing whitespace
-            aside); text after it scores 0.
     """
 
     format_reward: float = 0.0
-    strict_end: bool = False
 
     def __post_init__(self) -> None:
         if self.format_reward < 0:
@@ -103,8 +99,6 @@ class Verifier:
         """The reward of one completion text for ``item``."""
         answer = extract_answer(completion_text)
         if answer is None:
-            return 0.0
-        if self.strict_end and text_after_answer(completion_text):
             return 0.0
         return score_entry(item, answer) + self.format_reward
 

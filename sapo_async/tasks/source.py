@@ -170,11 +170,22 @@ def derive(ref: TaskRef, task_config_json: str) -> TaskItem:
 
 
 def score_entry(item: TaskItem, answer: str | None) -> float:
-    """The family's own reasoning-gym score of ``answer`` (0 for ``None`` or ``""``)."""
+    """The family's own reasoning-gym score of ``answer`` (0 for ``None`` or ``""``).
+
+    Raises:
+        RejectedInput: ``score_error``, the family's scorer failed on this answer (a peer's
+            text is anything; reasoning-gym raises anything from ValueError to
+            IndexError), translated here so that no caller catches a bare exception.
+    """
     if not answer:
         return 0.0
     dataset = _dataset(item.ref.family, item.config_json, item.ref.seed)
-    return float(dataset.score_answer(answer, dict(item.entry)))
+    try:
+        return float(dataset.score_answer(answer, dict(item.entry)))
+    except Exception as exc:  # reasoning-gym's scorers raise anything on odd text
+        raise RejectedInput(
+            "score_error", f"{item.ref.family} could not score {answer[:40]!r}: {exc!r}"
+        ) from exc
 
 
 class TaskSource:

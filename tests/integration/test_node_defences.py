@@ -223,7 +223,8 @@ async def test_an_honest_peer_of_the_same_model_always_passes_the_token_check() 
     checked = 0
     for producer_round in range(8):
         for wire in await peer_wire_groups(peer, producer_round):
-            view = candidate_view(node.learner, node.learner.score_external(wire))
+            scored = node.learner.score_external(wire)
+            view = candidate_view(node.learner, scored, cut_after_answer=True)  # the default
             for i, c in enumerate(wire.completions):
                 assert c.token_ids is not None
                 assert view.peer_ids_match(i), (c.text, c.token_ids)
@@ -244,6 +245,7 @@ async def test_peers_groups_wait_until_the_node_has_calibrated_their_family() ->
         assert node.collector.ingest(_signed(peer, g)) is not None
     first = await node.train_round(await node.share_round())
     assert first.external_held == len(good)
+    assert first.external_held_by == {"uncalibrated": len(good)}
     assert first.external_total == 0
     assert first.external_failed == {}
     assert node.collector.statistics().buffered == len(good)
@@ -320,46 +322,6 @@ async def test_a_payload_after_the_answer_is_not_trained_on_with_the_cut(
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("share", [0.5, 0.0])
-async def test_a_peer_that_tails_every_right_answer_stops_being_trained_on(
-    share: float, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Issue 23: with the cut alone the inject and tokens attackers' groups (a right answer
-    with a payload after it, beside a bare wrong one) were trained every round, cut, in the
-    slots an honest peer's groups would have filled. The node's tail record leaves out such
-    a peer's tailed completions once 8 of its rewarded answers showed the habit (four
-    groups); with ``tail_share`` 0 every one of them is trained."""
-    broker = MemoryBroker()
-    node = await _node(0, broker, plausibility=False, tail_share=share)
-    peer = await _node(1, broker)
-    address = peer.publisher._account.address  # type: ignore[attr-defined]
-    trained: list[Any] = []
-    real_train = node.learner.train
-    monkeypatch.setattr(node.learner, "train", lambda gs: trained.extend(gs) or real_train(gs))
-    per_round = []
-    for round_ in range(4):
-        for group in await _peer_groups(peer):
-            right, wrong = f" <answer>{group.answer}</answer>", " <answer>77</answer>"
-            texts = (right + " (*)(*)", wrong, right + " (*)(*)", wrong)
-            forged = replace(
-                group,
-                producer_round=round_,
-                completions=tuple(Completion(text=t, finish_reason="stop") for t in texts),
-            )
-            assert node.collector.ingest(_signed(peer, forged)) is not None
-        before = len(trained)
-        await node.train_round(await node.share_round())
-        per_round.append(sum(g.producer == address for g in trained[before:]))
-    if share:
-        assert node.tails is not None
-        assert node.tails.heavy(address)
-        assert per_round == [2, 1, 0, 0]
-    else:
-        assert node.tails is None
-        assert per_round == [2, 2, 2, 2]
-
-
-@pytest.mark.timeout(300)
 @pytest.mark.parametrize(("share", "probation"), [(0.5, False), (0.5, True), (0.0, False)])
 async def test_a_peer_that_shows_the_same_filler_before_every_right_answer_stops_being_trained(
     share: float, probation: bool, monkeypatch: pytest.MonkeyPatch
@@ -410,53 +372,3 @@ async def test_a_peer_that_shows_the_same_filler_before_every_right_answer_stops
         assert node.leads is None
         assert per_round == [2, 2, 2, 2]
         assert not left_out
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("balanced", [True, False])
-async def test_a_peer_whose_every_group_is_informative_wins_its_share_not_every_slot(
-    balanced: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Issue 23: SAPO's draw is uniform over informative *groups*, so a peer that sends one
-    right and one wrong answer in every group, and more groups, takes nearly every slot
-    (the inject attackers' cut groups took 160 of 170 in the recorded SmolLM2 matrix).
-    With ``balanced_draw`` the node walks the least served producers first: an honest
-    peer's one informative group a round is trained every round beside the attacker's."""
-    broker = MemoryBroker()
-    node = await _node(0, broker, plausibility=False, balanced_draw=balanced)
-    attacker, honest = await _node(1, broker), await _node(2, broker)
-    trained: list[Any] = []
-    real_train = node.learner.train
-    monkeypatch.setattr(node.learner, "train", lambda gs: trained.extend(gs) or real_train(gs))
-
-    def right_and_wrong(group: RolloutGroup, round_: int) -> RolloutGroup:
-        right, wrong = f" <answer>{group.answer}</answer>", " <answer>77</answer>"
-        texts = (right, wrong, right, wrong)
-        return replace(
-            group,
-            producer_round=round_,
-            completions=tuple(Completion(text=t, finish_reason="stop") for t in texts),
-        )
-
-    honest_address = honest.publisher._account.address  # type: ignore[attr-defined]
-    per_round = []
-    for round_ in range(3):
-        # Four attacker groups a round (two producer rounds' worth), one honest group.
-        for producer_round in (2 * round_, 2 * round_ + 1):
-            for group in await _peer_groups(attacker):
-                forged = right_and_wrong(group, producer_round)
-                assert node.collector.ingest(_signed(attacker, forged)) is not None
-        (group, *_) = await peer_wire_groups(honest, round_)
-        assert node.collector.ingest(_signed(honest, right_and_wrong(group, round_))) is not None
-        before = len(trained)
-        report = await node.train_round(await node.share_round())
-        assert report.external_total == 2
-        per_round.append(sum(g.producer == honest_address for g in trained[before:]))
-    if balanced:
-        assert node.served is not None
-        assert per_round == [1, 1, 1]
-        assert node.served.counts()[honest_address] == 3
-    else:
-        assert node.served is None
-        # The uniform draw takes the honest group with probability 2/5 a round (seeded).
-        assert sum(per_round) < 3

@@ -202,37 +202,34 @@ def test_a_counter_that_crashes_leaves_the_message_under_one_reason_not_admitted
 
 
 @pytest.mark.parametrize(
-    ("settings", "kept"),
-    [
-        ({}, False),  # off by default (docs/security.md says why)
-        ({"defence_balanced_draw": True}, True),
-        ({"defence_balanced_draw": True, "defence_active": False}, False),
-    ],
-)
-def test_a_node_keeps_a_served_record_while_its_defences_and_balanced_draw_are_on(
-    settings: dict[str, object], kept: bool
-) -> None:
-    spec = NodeSpec.build(swarm=SWARM, ledger_enabled=False, **settings)
-    assert (NodeDefences.build(spec, CPU_PRESET).served is not None) is kept
-
-
-@pytest.mark.parametrize(
-    ("record", "key"), [("tails", "tail_share"), ("leads", "stock_lead_share")]
-)
-@pytest.mark.parametrize(
     ("settings", "share"),
     [
-        ({}, "default"),  # tails off, leads at 0.5 by default (docs/security.md says why)
-        ({"SHARE": 0.25}, 0.25),
-        ({"SHARE": 0.5, "defence_active": False}, None),
+        ({}, 0.5),  # on at 0.5 by default (docs/security.md says why)
+        ({"stock_lead_share": 0.25}, 0.25),
+        ({"stock_lead_share": 0.5, "defence_active": False}, None),
+        ({"stock_lead_share": 0}, None),
     ],
 )
-def test_a_node_keeps_a_tail_and_a_lead_record_while_its_defences_and_their_share_are_on(
-    record: str, key: str, settings: dict[str, object], share: float | str | None
+def test_a_node_keeps_a_lead_record_while_its_defences_and_its_share_are_on(
+    settings: dict[str, object], share: float | None
 ) -> None:
-    if share == "default":
-        share = {"tails": None, "leads": 0.5}[record]
-    given = {(key if k == "SHARE" else k): v for k, v in settings.items()}
-    spec = NodeSpec.build(swarm=SWARM, ledger_enabled=False, **given)
-    kept = getattr(NodeDefences.build(spec, CPU_PRESET), record)
+    spec = NodeSpec.build(swarm=SWARM, ledger_enabled=False, **settings)
+    kept = NodeDefences.build(spec, CPU_PRESET).leads
     assert (kept.share if kept is not None else None) == share
+
+
+def test_the_admission_page_lists_the_rounds_stages_in_the_order_the_judge_runs_them() -> None:
+    import inspect
+
+    from sapo_async.node import judge
+
+    text = (DOCS / "admission.md").read_text()
+    block = text[text.index("<!-- stages:start -->") : text.index("<!-- stages:end -->")]
+    listed = re.findall(r"^\d+\. `([a-z_]+)`", block, flags=re.MULTILINE)
+    assert listed == list(judge.STAGES)
+    # ... and STAGES is the order the judge's own stage lists run, nothing left out.
+    j = judge.Judge(learner=None, limits=None)  # type: ignore[arg-type]
+    run = [*j.before_draw(), *j.in_draw()]
+    names = [m.__name__.removesuffix("_stage") for m in run]
+    assert names == list(judge.STAGES)
+    assert all(inspect.ismethod(m) for m in run)

@@ -220,7 +220,7 @@ def _select(limits: Thresholds, pool: dict[str, tuple[str, ...]], round_: int) -
         )
         for n, (p, texts) in enumerate(pool.items())
     )
-    learner = fake_learner(lambda group: scored[group.producer], cut=True, drop=False)
+    learner = fake_learner(lambda group: scored[group.producer])
     return select_one(learner, fresh, round_, limits=limits)
 
 

@@ -188,25 +188,13 @@ DEFENCE: dict[str, Any] = {
     "max_completion_chars": 200,
     "max_groups_per_producer_round": 3,
     "plausibility": False,
-    "plausibility_quantile": 0.2,
-    "plausibility_margin": 2.5,
-    "plausibility_low_tokens": 5,
-    "answer_ends_completion": True,
     "cut_after_answer": False,
-    "drop_after_answer": True,
-    "tail_share": 0.25,
     "stock_lead_share": 0.75,
-    "balanced_draw": True,
     "length_guard": False,
-    "length_factor": 2.0,
-    "length_quantile": 0.5,
     "brevity_guard": False,
-    "brevity_factor": 3.0,
-    "brevity_quantile": 0.25,
     "repetition_limit": 5,
     "calibration_min": 4,
     "quarantine_rate": 0.9,
-    "quarantine_min_events": 3,
     "quarantine_s": 5.0,
 }
 
@@ -344,74 +332,41 @@ def test_the_trainer_build_learner_makes_holds_the_derived_config(tmp_path: Path
     assert learner.trainer._ref is not None  # kl_beta > 0 keeps the reference copy
 
 
-@pytest.mark.parametrize(("active", "strict"), [(True, True), (False, False)])
-def test_answer_ends_completion_reaches_the_verifier_while_defences_are_active(
-    tmp_path: Path, active: bool, strict: bool
-) -> None:
-    from sapo_async.node.learner import build_learner
-
-    defence = {"answer_ends_completion": True, "active": active}
-    learner = build_learner(_build({"defence": defence}, tmp_path).spec)
-    assert learner.verifier.strict_end is strict
-
-
 @pytest.mark.parametrize(("active", "cut"), [(True, True), (False, False)])
 def test_cut_after_answer_reaches_the_candidate_view_while_defences_are_active(
     tmp_path: Path, active: bool, cut: bool
 ) -> None:
+    from sapo_async.node.admission import NodeDefences
     from sapo_async.node.learner import build_learner
     from sapo_async.node.selection import candidate_view
     from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup
-
-    defence = {"cut_after_answer": True, "active": active}
-    learner = build_learner(_build({"defence": defence}, tmp_path).spec)
-    group = ScoredGroup("1+1=", (ScoredCompletion(" <answer>2</answer> 7+7", 1.0),), "tok", "0xp")
-    view = candidate_view(learner, group)
-    assert (view.cut_text(0) == " <answer>2</answer>") is cut
-
-
-@pytest.mark.parametrize(("active", "drop"), [(True, True), (False, False)])
-def test_drop_after_answer_reaches_the_learner_while_defences_are_active(
-    tmp_path: Path, active: bool, drop: bool
-) -> None:
-    from sapo_async.node.learner import build_learner
-
-    defence = {"drop_after_answer": True, "active": active}
-    learner = build_learner(_build({"defence": defence}, tmp_path).spec)
-    assert learner.settings.drop_after_answer is drop
-
-
-def test_balanced_draw_reaches_the_nodes_served_record(tmp_path: Path) -> None:
-    from sapo_async.node.admission import NodeDefences
     from sapo_async.tasks.spec import CPU_PRESET
 
-    on = _build({"defence": {"balanced_draw": True}}, tmp_path).spec
-    assert NodeDefences.build(on, CPU_PRESET).served is not None
-    assert NodeDefences.build(_build({}, tmp_path).spec, CPU_PRESET).served is None
+    defence = {"cut_after_answer": True, "active": active}
+    spec = _build({"defence": defence}, tmp_path).spec
+    learner = build_learner(spec)
+    # The round's thresholds carry it (None with the defences off), the judge reads them.
+    limits = NodeDefences.build(spec, CPU_PRESET).calibration.thresholds() if active else None
+    group = ScoredGroup("1+1=", (ScoredCompletion(" <answer>2</answer> 7+7", 1.0),), "tok", "0xp")
+    view = candidate_view(
+        learner, group, cut_after_answer=limits is not None and limits.cut_after_answer
+    )
+    assert (view.cut_text(0) == " <answer>2</answer>") is cut
 
 
 def test_brevity_guard_reaches_the_nodes_thresholds(tmp_path: Path) -> None:
     from sapo_async.node.admission import NodeDefences
     from sapo_async.tasks.spec import CPU_PRESET
 
-    defence = {"brevity_guard": True, "brevity_quantile": 0.5, "calibration_min": 4}
+    defence = {"brevity_guard": True, "calibration_min": 4}
     calibration = NodeDefences.build(_build({"defence": defence}, tmp_path).spec, CPU_PRESET)
     for lead in ("ab", "abcd", "abcdef", "abcdefgh"):
         calibration.calibration.observe("chain_sum", [-1.0], 0.0, f"{lead} <answer>1</answer>")
     limits = calibration.calibration.thresholds()
     assert limits.brevity_guard
-    assert limits.limits("chain_sum").min_rewarded_lead == 6 / 2.0
-
-
-def test_tail_share_reaches_the_nodes_tail_record(tmp_path: Path) -> None:
-    from sapo_async.node.admission import NodeDefences
-    from sapo_async.tasks.spec import CPU_PRESET
-
-    record = NodeDefences.build(
-        _build({"defence": {"tail_share": 0.25}}, tmp_path).spec, CPU_PRESET
-    )
-    assert record.tails is not None
-    assert record.tails.share == 0.25
+    assert (
+        limits.limits("chain_sum").min_rewarded_lead == 2 / 2.0
+    )  # the 5th percentile of four: the least, over 2
 
 
 def test_stock_lead_share_reaches_the_nodes_lead_record(tmp_path: Path) -> None:

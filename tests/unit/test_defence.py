@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from sapo_async.errors import ConfigError
 from sapo_async.node.defence import (
     Calibration,
     CompletionView,
@@ -120,14 +123,20 @@ def test_screen_drops_a_payload_hidden_among_certain_tokens() -> None:
     assert screen("chain_sum", [own_like], limits) is None
 
 
-def test_the_low_token_check_can_be_switched_off() -> None:
-    cal = Calibration(DefenceSpec(calibration_min=8, plausibility_low_tokens=0), max_new_tokens=32)
-    for _ in range(40):
-        cal.observe("chain_sum", [-1.2] * 17 + [-6.0] * 3, 0.0)
-    limits = cal.thresholds()
-    assert limits.families["chain_sum"].low_floors == ()
-    payload = CompletionView([-0.1] * 12 + [-15.0, -13.0, -4.0], 1.0)
-    assert screen("chain_sum", [payload], limits) is None
+@pytest.mark.parametrize("key", sorted(DefenceSpec.retired))
+def test_a_retired_defence_setting_is_refused_in_one_line_saying_where_it_went(key: str) -> None:
+    # Four were measured not to help; eight thresholds are fixed in code (limits.py).
+    with pytest.raises(ConfigError) as caught:
+        DefenceSpec(**{key: 1})
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"{key} is no longer a setting" in message
+    assert ("limits." + key.upper()) in message or "CHANGELOG.md" in message
+
+
+def test_a_volunteer_has_at_most_fifteen_defence_settings() -> None:
+    assert len(DefenceSpec.model_fields) <= 15
+    assert not set(DefenceSpec.model_fields) & set(DefenceSpec.retired)
 
 
 def test_low_mean_averages_the_least_likely_tokens() -> None:

@@ -96,7 +96,6 @@ def test_a_part_given_whole_and_by_field_is_refused() -> None:
         ({"node_index": 1 << 20}, "node_index"),
         ({"drain_timeout_s": 0}, "drain_timeout_s"),
         ({"sleep_mode": True, "overlap": True}, "policy.sleep_mode"),
-        ({"balanced_draw": True, "sampler": "topk"}, "defence.balanced_draw"),
     ],
 )
 def test_invalid_value_raises_config_error_naming_the_field(settings, field) -> None:

@@ -65,9 +65,7 @@ def _select(limits: Thresholds | None) -> tuple[Any, _CountingTokenizer, dict[st
         model=_NoModel(),
         tokenizer=tokenizer,
         tokenizer_id="ours",
-        settings=SimpleNamespace(
-            node_index=0, chat_template=False, cut_after_answer=False, drop_after_answer=False
-        ),
+        settings=SimpleNamespace(node_index=0, chat_template=False),
     )
     # topk scores every candidate before it picks J = 1 of them
     training = TrainingSpec(local=1, external=1, sampler="topk")

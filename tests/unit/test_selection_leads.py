@@ -16,6 +16,7 @@ import pytest
 from sapo_async.errors import RejectedInput
 from sapo_async.fabric.collector import BufferedGroup
 from sapo_async.node.defence import Thresholds
+from sapo_async.node.judge import Hold
 from sapo_async.node.leads import MIN_ANSWERS, WINDOW_GROUPS, LeadObservation, LeadRecord
 from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup, TokenSource
 from sapo_async.tasks.reward import lead_key
@@ -51,7 +52,7 @@ def _pool(groups: list[ScoredGroup]) -> tuple[tuple[BufferedGroup, ...], Any]:
         wire = SimpleNamespace(producer=group.producer, completions=(), digest=digest)
         fresh.append(BufferedGroup(wire, digest, 0.0))  # type: ignore[arg-type]
         scored[digest] = group
-    return tuple(fresh), fx.fake_learner(lambda g: scored[g.digest], cut=True, drop=False)
+    return tuple(fresh), fx.fake_learner(lambda g: scored[g.digest])
 
 
 def _rounds(
@@ -195,7 +196,7 @@ def test_on_probation_a_producers_groups_wait_in_the_buffer_until_it_can_be_judg
     # Two groups: 4 rewarded answers on 2 questions, too few to judge: scored for the
     # record, held (not dropped, not trained).
     first = fx.select_one(learner, fresh[:2], 0, leads=record.copy())
-    assert (first.external, first.drops, first.held) == ([], [], 2)
+    assert (first.external, first.drops, first.held) == ([], [], {Hold.PROBATION: 2})
     record.observe(first.leads)
     assert record.unproven("honest")
     # Two more: answers on 4 questions, none behind the same words: judged, and any of
@@ -203,7 +204,7 @@ def test_on_probation_a_producers_groups_wait_in_the_buffer_until_it_can_be_judg
     second = fx.select_one(learner, fresh, 1, leads=record.copy())
     record.observe(second.leads)
     assert not record.unproven("honest")
-    assert (len(second.external), second.held) == (1, 0)
+    assert (len(second.external), second.held) == (1, {})
     assert not LeadRecord(0.5).unproven("anyone")  # probation off: nothing waits
 
 
@@ -243,7 +244,7 @@ def test_on_probation_a_held_group_is_scored_once_and_one_that_fails_scoring_is_
         choice = fx.select_one(learner, fresh[:1] if round_ else fresh, round_, leads=record.copy())
         record.observe(choice.leads)
         assert choice.external == []
-        assert choice.held == 1  # the one that scored waits
+        assert choice.held == {Hold.PROBATION: 1}  # the one that scored waits
         if round_ == 0:  # the one that failed reached the draw: dropped with its reason
             assert [v.reason for v in choice.drops] == ["task_mismatch"]
     assert calls == {fresh[0].rollout_hash: 1, fresh[1].rollout_hash: 2}

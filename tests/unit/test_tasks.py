@@ -190,9 +190,9 @@ def test_format_reward_is_off_by_default_and_adds_a_bonus_for_tags() -> None:
         Verifier(format_reward=-1.0)
 
 
-def test_strict_end_scores_text_after_the_closing_tag_zero() -> None:
-    # Where the inject and tokens attacks put their payload: a right answer would
-    # otherwise reward the payload as much as the answer (issue 23).
+def test_the_verifier_reads_no_text_after_the_closing_tag() -> None:
+    # Where the inject and tokens attacks put their payload: a right answer rewards the
+    # payload as much as the answer, which is why a receiver cuts it off (the view).
     import random
 
     from sapo_async.experiment.attack.inject import Inject
@@ -202,18 +202,16 @@ def test_strict_end_scores_text_after_the_closing_tag_zero() -> None:
 
     item = TaskSource(CPU_PRESET).round_items(0, 0, 1)[0]
     right = f" <answer>{item.answer}</answer>"
-    loose, strict = Verifier(), Verifier(strict_end=True)
-    assert strict.score(item, right + " \n") == loose.score(item, right) == 1.0
+    loose = Verifier()
+    assert loose.score(item, right + " \n") == loose.score(item, right) == 1.0
     assert loose.score(item, right + " 3+*(") == 1.0
-    assert strict.score(item, right + " 3+*(") == 0.0
-    assert strict.score(item, "<answer>x</answer>" + right) == 1.0  # the last pair counts
+    assert loose.score(item, "<answer>x</answer>" + right) == 1.0  # the last pair counts
     assert not text_after_answer("no tags at all")
     group = make_group(make_account(0))
     for attack in (Inject(), Tokens()):
         forged = attack.forge(group, make_account(1), random.Random(0))[0].group
         texts = [c.text for c in forged.completions]
         assert any(text_after_answer(t) for t in texts)
-        assert all(strict.score(item, t) == 0.0 for t in texts if text_after_answer(t))
 
 
 def test_the_largest_swarm_seed_fits_the_wire_and_the_next_one_is_refused_by_name() -> None:
