@@ -206,13 +206,7 @@ class AttackSpec:
     def defence_in(self, defences: bool) -> DefenceSpec:
         """Every node's defence in the "defences on" (``True``) or "off" arm: ``defence``
         as it is, or the same with ``active`` off."""
-        if defences:
-            return self.defence
-        # From the settings asked for, not every field (as DefenceSpec.replace passes
-        # them): a node's probation, on by default, yields to a stock-lead share of 0
-        # unless asked for in so many words, and every field passed reads as asked.
-        asked = {name: getattr(self.defence, name) for name in self.defence.model_fields_set}
-        return DefenceSpec(**{**asked, "active": False})
+        return self.defence if defences else self.defence.replace(active=False)
 
     def record(self) -> dict[str, Any]:
         """The spec as JSON holds it (``runs.jsonl``'s first line, ``summary.json``'s
@@ -245,7 +239,7 @@ def defence_of(settings: Sequence[str]) -> DefenceSpec:
                 f"a defence setting is KEY=VALUE with a key of node.toml's [defence], got {item!r}",
                 field="defence",
             )
-        known = key in fields or key in DefenceSpec.renamed or key in _retired()
+        known = key in fields or key in DefenceSpec.renamed or key in DefenceSpec.retired
         if not known:  # an old name is left to the spec, which says what became of it
             close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -255,13 +249,6 @@ def defence_of(settings: Sequence[str]) -> DefenceSpec:
             )
         changes[key] = value.strip()
     return DefenceSpec(**changes)
-
-
-def _retired() -> dict[str, str]:
-    """Settings the node spec removed, with why (a ``Settings`` class variable; none where
-    the spec keeps no such list)."""
-    retired: dict[str, str] = getattr(DefenceSpec, "retired", {})
-    return retired
 
 
 def quick(spec: AttackSpec) -> AttackSpec:
