@@ -393,6 +393,7 @@ def run_trainer_phase(
     checkpointing. Reports peak memory, step time and the completion tokens trained.
     """
     from sapo_async.policy.grpo import ScoredCompletion, ScoredGroup, Trainer, TrainerConfig
+    from sapo_async.policy.grpo.batch import TokenSource
     from sapo_async.policy.models import tokenizer_id, train_char_tokenizer
 
     cuda = device.type == "cuda"
@@ -424,6 +425,7 @@ def run_trainer_phase(
                 )
                 for c in range(completions)
             ),
+            token_source=TokenSource.SAMPLED,
         )
         for q in range(questions_per_round)
     ]

@@ -70,6 +70,7 @@ def _groups(tok: Any, questions: int, completions: int, prompt: int, length: int
     import torch
 
     from sapo_async.policy.grpo import ScoredCompletion, ScoredGroup
+    from sapo_async.policy.grpo.batch import TokenSource
     from sapo_async.policy.models import tokenizer_id
 
     gen = torch.Generator().manual_seed(0)
@@ -89,6 +90,7 @@ def _groups(tok: Any, questions: int, completions: int, prompt: int, length: int
                 prompt_token_ids=tuple(torch.randint(0, VOCAB, (prompt,), generator=gen).tolist()),
                 tokenizer_id=tid,
                 completions=tuple(comps),
+                token_source=TokenSource.SAMPLED,
             )
         )
     return out

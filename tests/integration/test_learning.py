@@ -22,6 +22,7 @@ from sapo_async.policy.generation import Generator
 from sapo_async.policy.generation.fake import FakeGenerator
 from sapo_async.policy.generation.transformers_backend import TransformersGenerator
 from sapo_async.policy.grpo import ScoredCompletion, ScoredGroup, Trainer, TrainerConfig
+from sapo_async.policy.grpo.batch import TokenSource
 from sapo_async.policy.models import ensure_tiny_model, load_model, read_report, tokenizer_id
 from sapo_async.tasks import TaskSource, extract_answer, preset
 from sapo_async.wire import SamplingParams, decode_group, encode_group
@@ -136,6 +137,7 @@ def _group(lm: Any, rewards: list[float], *, text_only: bool = False) -> ScoredG
         completions=comps,
         tokenizer_id=None if text_only else tokenizer_id(lm.tokenizer),
         producer="local" if not text_only else "0xpeer",
+        token_source=TokenSource.TEXT if text_only else TokenSource.SAMPLED,
     )
 
 
@@ -438,6 +440,7 @@ def test_trainer_truncates_long_external_completions_to_the_cap(tiny_lm: Any) ->
             ScoredCompletion(text=" 7", reward=0.0),
         ),
         producer="0xpeer",
+        token_source=TokenSource.TEXT,
     )
     m = trainer.step([group])
     assert m.retokenised == 2
@@ -455,7 +458,13 @@ def test_a_peers_token_ids_are_never_trained_on_only_its_texts_tokenisation(tiny
         ScoredCompletion(" <answer>7</answer>", 1.0, "stop", tuple(poisoned), (-0.1,) * 13),
         ScoredCompletion(" 7", 0.0, "stop", None, None),
     )
-    group = ScoredGroup(prompt="3 + 4 =", completions=comps, tokenizer_id=tid, producer="0xpeer")
+    group = ScoredGroup(
+        prompt="3 + 4 =",
+        completions=comps,
+        tokenizer_id=tid,
+        producer="0xpeer",
+        token_source=TokenSource.TEXT,
+    )
     trainer = Trainer(tiny_lm.model, tok, TrainerConfig(tis_cap=2.0))
     metrics = trainer.step([group])
     # the honest ids equal the text's tokenisation (kept with log-probs); the poisoned ids

@@ -51,6 +51,7 @@ def _view(model: _Model) -> CandidateView:
         ),
         tokenizer_id="tok",
         producer="0xpeer",
+        token_source=TokenSource.TEXT,
     )
     return CandidateView(
         group, model=model, tokenizer=_Tokenizer(), tokenizer_id="tok", add_special_tokens=False
@@ -119,6 +120,7 @@ def _bpe_view(tokenizer: Any, *runs: tuple[str, tuple[int, ...]]) -> CandidateVi
         ),
         tokenizer_id="tok",
         producer="0xpeer",
+        token_source=TokenSource.TEXT,
     )
     return CandidateView(
         group,
@@ -171,6 +173,7 @@ def _tail_view(tokenizer: Any, text: str, *, cut: bool) -> CandidateView:
         ),
         tokenizer_id="tok",
         producer="0xpeer",
+        token_source=TokenSource.TEXT,
     )
     return CandidateView(
         group,

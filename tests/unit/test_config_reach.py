@@ -339,7 +339,7 @@ def test_cut_after_answer_reaches_the_candidate_view_while_defences_are_active(
     from sapo_async.node.admission import NodeDefences
     from sapo_async.node.learner import build_learner
     from sapo_async.node.selection import candidate_view
-    from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup
+    from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup, TokenSource
     from sapo_async.tasks.spec import CPU_PRESET
 
     defence = {"cut_after_answer": True, "active": active}
@@ -347,7 +347,13 @@ def test_cut_after_answer_reaches_the_candidate_view_while_defences_are_active(
     learner = build_learner(spec)
     # The round's thresholds carry it (None with the defences off), the judge reads them.
     limits = NodeDefences.build(spec, CPU_PRESET).calibration.thresholds() if active else None
-    group = ScoredGroup("1+1=", (ScoredCompletion(" <answer>2</answer> 7+7", 1.0),), "tok", "0xp")
+    group = ScoredGroup(
+        "1+1=",
+        (ScoredCompletion(" <answer>2</answer> 7+7", 1.0),),
+        tokenizer_id="tok",
+        producer="0xp",
+        token_source=TokenSource.TEXT,  # a peer's group, as the node scores one
+    )
     view = candidate_view(
         learner, group, cut_after_answer=limits is not None and limits.cut_after_answer
     )

@@ -25,6 +25,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from sapo_async.policy.grpo import ScoredCompletion, ScoredGroup, Trainer, TrainerConfig
+from sapo_async.policy.grpo.batch import TokenSource
 from sapo_async.policy.models import tokenizer_id, train_char_tokenizer
 
 REFERENCE = Path(__file__).parent / "data" / "grpo_reference.pt"
@@ -78,6 +79,7 @@ def _local_group(tok: Any, prompt: str, texts: list[str], rewards: list[float]) 
         prompt_token_ids=_ids(tok, prompt),
         tokenizer_id=tokenizer_id(tok),
         completions=tuple(comps),
+        token_source=TokenSource.SAMPLED,
     )
 
 
@@ -102,6 +104,7 @@ def groups(tok: Any) -> list[ScoredGroup]:
             ScoredCompletion("<answer>3</answer>", 0.0, "stop"),
             ScoredCompletion("eleven eleven", 0.0, "length"),
         ),
+        token_source=TokenSource.TEXT,
     )
     return [first, second, peer]
 

@@ -19,6 +19,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from sapo_async.policy.grpo import ScoredCompletion, ScoredGroup, Trainer, TrainerConfig
+from sapo_async.policy.grpo.batch import TokenSource
 from sapo_async.policy.models import tokenizer_id, train_char_tokenizer
 
 _TEXTS = ["What is 2 + 3? <answer>5</answer>", "0123456789 +-*=? abcdefghijklmnopqrstuvwxyz"]
@@ -73,6 +74,7 @@ def _groups(tok: Any) -> list[ScoredGroup]:
                 local_texts, [0.0, 1.0, 0.0, 0.5], ["stop", "stop", "stop", "length"], strict=True
             )
         ),
+        token_source=TokenSource.SAMPLED,
     )
     peer_ids = (*_ids(tok, "8"), eos)
     peer = ScoredGroup(
@@ -86,10 +88,12 @@ def _groups(tok: Any) -> list[ScoredGroup]:
             ScoredCompletion("9", 0.0, "stop", (3, 4, 5), (-0.1, -0.1, -0.1)),
             ScoredCompletion("eighty", 0.0, "length"),
         ),
+        token_source=TokenSource.TEXT,
     )
     flat = ScoredGroup(
         prompt="What is 1 + 1? ",
         completions=(ScoredCompletion("2", 1.0), ScoredCompletion("2", 1.0)),
+        token_source=TokenSource.SAMPLED,
     )
     return [local, peer, flat]
 

@@ -3,6 +3,7 @@ source (``TokenSource``), never by the spelling of its producer."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from sapo_async.policy.grpo import ScoredCompletion, ScoredGroup, Trainer
@@ -29,3 +30,17 @@ def test_external_groups_are_counted_by_token_source_not_by_the_producers_name()
     assert metrics.skipped
     assert metrics.external_groups == 2
     assert [g.external for g in groups] == [False, False, True, True]
+
+
+def test_a_scored_group_without_a_token_source_is_refused() -> None:
+    same = (ScoredCompletion("4", 1.0),)
+    with pytest.raises(TypeError, match="token_source"):
+        ScoredGroup("2+2=", same)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="token_source"):
+        ScoredGroup("2+2=", same, None, None, None, "local")  # type: ignore[call-arg]
+
+
+def test_a_group_named_local_with_text_ids_is_external() -> None:
+    group = _group("local", TokenSource.TEXT)
+    assert group.producer == "local"
+    assert group.external

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -92,12 +92,12 @@ class ScoredGroup:
         tokenizer_id: digest of the producer's tokenizer (``None``: text only).
         prompt_token_ids: prompt ids under that tokenizer (optional).
         task: where the question came from (informational).
-        producer: ``"local"`` or the producer's address (informational: logs only; whether
-            a group is external is its ``token_source``'s business, :attr:`external`).
-        token_source: whose ids the completions carry. Built by the node, it is always
-            given (own groups ``SAMPLED``, the round's external ones ``RECEIVER``, scored
-            wire groups ``TEXT``); a hand-built group (tests, benchmarks) that leaves it out
-            gets ``SAMPLED`` with the default ``producer`` and ``TEXT`` otherwise.
+        producer: ``"local"`` or the producer's address (informational only: logs and
+            reports; it decides nothing, whatever it is spelt).
+        token_source: whose ids the completions carry, stated by whoever builds the group
+            (keyword only, required: the node gives its own groups ``SAMPLED``, the
+            round's external ones ``RECEIVER`` and scored wire groups ``TEXT``). It alone
+            decides whether the ids are trusted and whether the group is :attr:`external`.
     """
 
     prompt: str
@@ -106,12 +106,7 @@ class ScoredGroup:
     prompt_token_ids: tuple[int, ...] | None = None
     task: TaskRef | None = None
     producer: str = "local"
-    token_source: TokenSource | None = None
-
-    def __post_init__(self) -> None:
-        if self.token_source is None:
-            source = TokenSource.SAMPLED if self.producer == "local" else TokenSource.TEXT
-            object.__setattr__(self, "token_source", source)
+    token_source: TokenSource = field(kw_only=True)
 
     @property
     def external(self) -> bool:
