@@ -69,12 +69,12 @@ attack *args:
 paper-table-real *args:
     {{py}} -m sapo_async experiment paper-table --path async --model smollm2-135m --start-rounds 40 --workers 1 --resume {{args}}
 
-# the attack matrix on SmolLM2-135M over NATS into docs/results/attack-real, every node
-# with a node's own defences (the experiment has no defence default of its own: a later
-# --defence KEY=VALUE, a node.toml [defence] key, changes one; --out another path);
-# resumes, and grows with more --attacks or --seeds, across sittings
+# the attack matrix on SmolLM2-135M over NATS into docs/results/attack-real-defaults (the
+# record of a node's defaults), every node with a node's own defences (the experiment has
+# no defence default of its own: a later --defence KEY=VALUE, a node.toml [defence] key,
+# changes one, and --out another path); resumes, and grows with more --attacks or --seeds
 attack-real *args:
-    {{py}} -m sapo_async experiment attack --model smollm2-135m --train-layers 4 --tasks cpu_easy --nodes 4 --attackers 2 --questions 2 --completions 4 --local 1 --external 1 --max-new-tokens 32 --lr 2e-4 --rounds 20 --workers 2 --out docs/results/attack-real {{args}}
+    {{py}} -m sapo_async experiment attack --model smollm2-135m --train-layers 4 --tasks cpu_easy --nodes 4 --attackers 2 --questions 2 --completions 4 --local 1 --external 1 --max-new-tokens 32 --lr 2e-4 --rounds 20 --workers 2 --out docs/results/attack-real-defaults {{args}}
 
 # build (or rebuild) the cached tiny model
 warmstart *args:

@@ -250,22 +250,22 @@ def _recipe_spec(extra: list[str], monkeypatch) -> tuple[AttackSpec, Path]:
 @pytest.mark.parametrize(
     ("extra", "settings", "out"),
     [
-        ([], [], "docs/results/attack-real"),
+        ([], [], "docs/results/attack-real-defaults"),
         (["--defence", "stock_lead_share=0", "--out", "s"], ["stock_lead_share=0"], "s"),
         (
             ["--defence", "cut_after_answer=false", "--defence", "brevity_guard=false"],
             ["cut_after_answer=false", "brevity_guard=false"],
-            "docs/results/attack-real",
+            "docs/results/attack-real-defaults",
         ),
     ],
 )
 def test_attack_real_recipe_runs_a_nodes_default_defences_into_the_named_path(
     extra, settings, out, monkeypatch
 ):
-    # docs/results/attack-real (the path issue 23 names) held a matrix run without what had
-    # become a node's defaults, because the recipe imitated a node's defences with flags
-    # of the experiment's own and they drifted. It passes none now: a node's DefenceSpec
-    # reaches every node, and a change is named by its [defence] key.
+    # docs/results/attack-real held a matrix run without what had become a node's defaults,
+    # because the recipe imitated a node's defences with flags of the experiment's own and
+    # they drifted. It passes none now: a node's DefenceSpec reaches every node, a change is
+    # named by its [defence] key, and by default it grows the record of a node's defaults.
     from sapo_async.experiment.attack.runner import run_spec
     from sapo_async.experiment.attack.spec import defence_of
 

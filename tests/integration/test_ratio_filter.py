@@ -9,7 +9,7 @@ import pytest
 
 from sapo_async.errors import ConfigError
 from sapo_async.node.filters import RatioFilter
-from sapo_async.node.view import CandidateView
+from sapo_async.node.judge import candidate_view
 from sapo_async.policy.grpo.batch import TokenSource
 
 
@@ -35,13 +35,7 @@ def learner_and_groups(tiny_lm):
 def _view(learner, group):
     """The round's view of ``group`` as if a peer had sent it (its ids are a claim)."""
     peer = dataclasses.replace(group, producer="0xpeer", token_source=TokenSource.TEXT)
-    return CandidateView(
-        peer,
-        model=learner.model,
-        tokenizer=learner.tokenizer,
-        tokenizer_id=learner.tokenizer_id,
-        add_special_tokens=not learner.settings.chat_template,
-    )
+    return candidate_view(learner, peer)
 
 
 def _shift(learner, group, delta):
