@@ -390,8 +390,8 @@ log-probs (and of their least likely tokens' means), per family: the 1 % tail of
 sampling, so about 1 in 100 honest same-model completions sits below it before the margin."""
 
 PLAUSIBILITY_MARGIN = 1.0
-"""...less 1 nat: with it, 24 of 35,840 honest groups (0.08 %) were refused as
-``implausible`` in the README's 8-node swarm, while the inject payload's three least likely
+"""...less 1 nat: with it, 17 to 24 of 35,840 honest groups (at most 0.07 %) were refused
+as ``implausible`` in the README's 8-node swarm (2026-12-02 and 2026-12-06), while the inject payload's three least likely
 SmolLM2 tokens (mean -14) stay below every own completion's (lowest -11.8) by more."""
 
 PLAUSIBILITY_LOW_TOKENS = 3

@@ -51,9 +51,10 @@ def attack(
     attacks: str = typer.Option("all", help=f"Comma-separated attacks ({_ATTACKS}) or all."),
     out: Path | None = typer.Option(
         None,
-        help="Output directory (default docs/results/attack for the tiny model, "
-        "docs/results/attack-real for a packaged one; with --quick under runs/, so a smoke "
-        "run never writes over recorded results).",
+        help="Output directory (default docs/results/attack-defaults for the tiny model, "
+        "docs/results/attack-real-defaults for a packaged one, each changed --defence "
+        "setting named instead of -defaults; with --quick under runs/, so a smoke run never "
+        "writes over recorded results).",
     ),
     model: str = typer.Option(
         "tiny", help="'tiny' (the 0.86 M character model) or a packaged model (smollm2-135m)."
@@ -164,7 +165,9 @@ def attack(
         message = str(exc).splitlines()[0]
         raise typer.BadParameter(message, param_hint=f"'{option}'") from None
     if out is None:
-        name = ("attack-real" if spec.real else "attack") + _changes(spec.defence)
+        # A record holds what ran, so the default never resumes a record of other settings
+        # (docs/results/attack and attack-real were made before the node's defaults were).
+        name = ("attack-real" if spec.real else "attack") + (_changes(spec.defence) or "-defaults")
         out = Path(f"runs/{name}-quick" if quick else f"docs/results/{name}")
 
     def progress(m: runner.RunMeasure) -> None:

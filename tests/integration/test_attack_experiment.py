@@ -295,3 +295,30 @@ def test_attack_real_recipe_summarises_the_matrix_recorded_with_flags_imitating_
     runs = load_runs(tmp_path / "runs.jsonl", spec, recorded=True)
     assert len(runs) == len(record.read_text().splitlines()) - 1
     assert {r.attack for r in runs} == {"none", *spec.attacks}
+
+
+@pytest.mark.parametrize(
+    ("model", "extra", "out"),
+    [
+        ([], [], "docs/results/attack-defaults"),
+        (["--model", "smollm2-135m"], [], "docs/results/attack-real-defaults"),
+        ([], ["--defence", "brevity_guard=false"], "docs/results/attack-brevity_guard-false"),
+    ],
+)
+def test_the_attack_clis_default_output_names_the_defences_so_it_never_resumes_another_record(
+    model, extra, out, monkeypatch
+):
+    # docs/results/attack and attack-real hold matrices recorded before a node's defaults
+    # were what they are: a plain run there differed from their headers and moved them aside.
+    from sapo_async.experiment.attack import runner
+
+    seen = []
+
+    def capture(spec, out_dir, **_):
+        seen.append(out_dir)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(runner, "run_matrix", capture)
+    result = CliRunner().invoke(build_app(), ["experiment", "attack", *model, *extra])
+    assert result.exit_code == 0, result.output
+    assert seen == [Path(out)]
