@@ -53,6 +53,11 @@ def test_build_recorded_a_reward_above_zero_and_is_reused_from_cache(
     tiny_dir: Path, tiny_cache: Path, test_tiny_spec: Any
 ) -> None:
     report = read_report(tiny_dir)
+    # Sampled rewards of a model trained on this CPU (both differ between CPUs, issue 54), so
+    # a bound with its reason: untrained, the model spells no tagged right answer (0.0); the
+    # warm start, 10 % of it tagged, left 6 of 128 eval samples rewarded here (0.047, tag
+    # rate 0.086), so none at all is about e^-6 = 0.25 % likely (Poisson), and 0.5 would
+    # need far more tagged answers than the 10 % it was taught.
     assert report.reward_before < report.reward_after < 0.5
     stamp = (tiny_dir / "build.json").stat().st_mtime_ns
     assert ensure_tiny_model(test_tiny_spec, tiny_cache) == tiny_dir
@@ -394,6 +399,12 @@ def test_grpo_rounds_raise_training_reward_on_a_fixed_seed(tiny_lm: Any) -> None
     metrics = run_alone(node, 60)
     rewards = [m.reward_mean for m in metrics]
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+    # A learning outcome is sampled, and sampling differs between CPUs (issue 54): the fixed
+    # seed fixes one machine's draw, not another's. So these are bounds with their margin
+    # measured: run with node_index 0 to 4 (other questions and draws, the stand-in for
+    # another CPU's arithmetic), the first ten rounds' mean was 0.016 to 0.039 and the last
+    # ten's 0.19 to 0.32, a rise of 0.17 to 0.28 (over 3x the 0.05 asked) and 7x to 12x (over
+    # 3x the 2x asked). A node that does not learn (no step, a wrong sign) stays near first.
     assert last > first + 0.05, (first, last)
     assert last > 2 * first
     assert node.policy_version == sum(not m.step["skipped"] for m in metrics)

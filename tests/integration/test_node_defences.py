@@ -1,11 +1,19 @@
 """A real node (tiny model, real reasoning-gym, real verifier) against hostile peers' groups:
 failed groups are dropped once, absurd configs and huge prompts cost nothing, the buffer is
-only touched from the event loop, a trained hash never comes back."""
+only touched from the event loop, a trained hash never comes back.
+
+What is asserted holds on any CPU. The plausibility check and the length and brevity
+guards compare a peer's completion with thresholds calibrated on the node's own *sampled*
+completions, and sampling differs between CPUs (floating point, issue 54): whether a forged
+right answer passes them is one draw's outcome. The tests below whose subject is
+another defence (the repetition check, the cut after the answer, the stock-lead record, a
+trained hash) therefore turn those three off (:data:`UNCALIBRATED`), so what they train is
+fixed by their fixed texts and the node's own verifier; the calibrated screens are tested
+on fixed thresholds in tests/unit/test_defence.py and on SmolLM2 in test_real_defence.py."""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from typing import Any
 
@@ -25,6 +33,13 @@ from tests.fixtures.learning import peer_wire_groups, two_node_round_loop
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SWARM = "defences"
+
+UNCALIBRATED: dict[str, Any] = {
+    "plausibility": False,
+    "length_guard": False,
+    "brevity_guard": False,
+}
+"""The defences whose verdict depends on thresholds calibrated on sampled own completions."""
 
 
 @pytest.fixture
@@ -86,9 +101,10 @@ async def test_an_absurd_config_is_refused_before_its_task_is_derived(
     )
     ref = TaskRef(good.task.family, config_digest(config), good.task.seed, good.task.index)
     absurd = replace(good, task=ref, task_config=config)
-    started = time.perf_counter()
     assert node.collector.ingest(_signed(peer, absurd)) is None
-    assert time.perf_counter() - started < 1.0
+    # Cost nothing: refused without deriving its 8000-term task (counted, not timed: a
+    # wall-clock bound depends on the machine and its load).
+    assert derived == []
     assert node.collector.statistics().rejected == {"task_outside_preset": 1}
     report = await node.train_round(await node.share_round())
     assert config not in derived
@@ -142,7 +158,8 @@ async def test_selection_in_a_worker_thread_never_touches_the_buffer(
 @pytest.mark.timeout(300)
 async def test_a_group_trained_on_is_never_admitted_again() -> None:
     broker = MemoryBroker()
-    node, peer = await _node(0, broker), await _node(1, broker)
+    # Right and wrong answers, judged by the verifier alone: every group is trained.
+    node, peer = await _node(0, broker, **UNCALIBRATED), await _node(1, broker)
     groups = [
         replace(
             g,
@@ -157,7 +174,7 @@ async def test_a_group_trained_on_is_never_admitted_again() -> None:
     for data in wires:
         assert node.collector.ingest(data) is not None
     report = await node.train_round(await node.share_round())
-    assert report.external_total >= 1
+    assert report.external_total == min(len(groups), 2)  # J = 2
     for data in wires:
         node.collector.ingest(data)
     rejected = node.collector.statistics().rejected
@@ -263,7 +280,10 @@ async def test_a_right_answer_padded_with_a_repeated_pattern_drops_its_group() -
     The repetition check drops the group; the same answers unpadded are trained on."""
     broker = MemoryBroker()
     # Room for the pad under the size bound (it is the round's own cap).
-    node, peer = await _node(0, broker, max_new_tokens=48), await _node(1, broker)
+    # The calibrated screens off: the repetition check (no calibration) alone tells the
+    # padded answer from the same answer unpadded.
+    node = await _node(0, broker, max_new_tokens=48, **UNCALIBRATED)
+    peer = await _node(1, broker)
     group = (await _peer_groups(peer))[0]
     right, wrong = f" <answer>{group.answer}</answer>", " <answer>77</answer>"
     padded = " ." * 6 + right  # the tiny tokenizer: a token a character, 12 tokens of pad
@@ -296,9 +316,9 @@ async def test_a_payload_after_the_answer_is_not_trained_on_with_the_cut(
     the defences on. With ``cut_after_answer`` the trainer gets the right answer and not the
     run, at the same reward; without it, the run is trained on."""
     broker = MemoryBroker()
-    # Plausibility off: the cut alone decides what is trained, whatever the tiny model
-    # thinks of the run.
-    node = await _node(0, broker, cut_after_answer=cut, plausibility=False)
+    # The calibrated screens off: the cut alone decides what is trained, whatever the tiny
+    # model thinks of the run (and however brief the node's own answers were).
+    node = await _node(0, broker, cut_after_answer=cut, **UNCALIBRATED)
     peer = await _node(1, broker)
     group = (await _peer_groups(peer))[0]
     right, wrong = f" <answer>{group.answer}</answer>", " <answer>77</answer>"
@@ -333,8 +353,9 @@ async def test_a_peer_that_shows_the_same_filler_before_every_right_answer_stops
     answers showed it; with probation none is trained before that; with
     ``stock_lead_share`` 0 every such group is trained."""
     broker = MemoryBroker()
+    # The calibrated screens off: the stock-lead record alone leaves the filler out.
     node = await _node(
-        0, broker, plausibility=False, stock_lead_share=share, stock_lead_probation=probation
+        0, broker, stock_lead_share=share, stock_lead_probation=probation, **UNCALIBRATED
     )
     peer = await _node(1, broker)
     address = peer.publisher._account.address  # type: ignore[attr-defined]
