@@ -165,10 +165,14 @@ def attack(
         message = str(exc).splitlines()[0]
         raise typer.BadParameter(message, param_hint=f"'{option}'") from None
     if out is None:
-        # A record holds what ran, so the default never resumes a record of other settings
-        # (docs/results/attack and attack-real were made before the node's defaults were).
-        name = ("attack-real" if spec.real else "attack") + (_changes(spec.defence) or "-defaults")
-        out = Path(f"runs/{name}-quick" if quick else f"docs/results/{name}")
+        # Never resume a record of other settings by default: docs/results/attack and
+        # attack-real were recorded before a node's defaults were what they are.
+        changes = _changes(spec.defence)
+        name = ("attack-real" if spec.real else "attack") + changes
+        if quick:
+            out = Path(f"runs/{name}-quick")
+        else:  # a record holds what ran: a node's defaults get a folder of their own
+            out = Path(f"docs/results/{name}{'' if changes else '-defaults'}")
 
     def progress(m: runner.RunMeasure) -> None:
         state = "on" if m.defences else "off"
