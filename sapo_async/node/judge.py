@@ -44,8 +44,8 @@ skipped, and the first J left are trained.
 
 The answer cut (``cut_after_answer``) is not a stage: it is how this node *reads* a peer's
 completion (:class:`~sapo_async.node.view.CandidateView`), so every stage and the trainer
-see the same cut text. The per-producer records (today the stock-lead record) follow one
-protocol, :class:`ProducerRecord`: the selection thread works on a copy and returns what it
+see the same cut text. The per-producer record the stages read (the stock-lead record) is
+used the same way throughout: the selection thread works on a copy and returns what it
 observed; the event loop records it.
 
 Deliberately does not know about NATS, the chain, threads or how verdicts are counted.
@@ -58,7 +58,6 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, Self, TypeVar
 
 from sapo_async.errors import RejectedInput
 from sapo_async.fabric.collector import BufferedGroup
@@ -81,7 +80,6 @@ __all__ = [
     "LeaveOut",
     "LeftOut",
     "Outcome",
-    "ProducerRecord",
     "candidate_view",
     "size_bound",
 ]
@@ -125,20 +123,8 @@ class LeaveOut:
     kept: ScoredGroup
 
 
-T_contra = TypeVar("T_contra", contravariant=True)
-
 Outcome = Drop | Held | LeaveOut | None
 """What a stage says of a case (None: nothing; the next stage judges it)."""
-
-
-class ProducerRecord(Protocol[T_contra]):
-    """A per-producer memory the round reads verdicts from (the stock-lead record): the
-    selection thread works on a :meth:`copy` and returns what it saw; the event loop
-    :meth:`observe`\\ s it and logs the producers whose verdict changed."""
-
-    def copy(self) -> Self: ...
-
-    def observe(self, seen: Iterable[T_contra]) -> list[str]: ...
 
 
 @dataclass(slots=True)
@@ -329,11 +315,10 @@ class Judge:
             if limits.needs_logprobs
             else [[] for _ in pushed]
         )
-        views = [
-            CompletionView(lp, c.reward, view.token_ids[i], c.text)
-            for i, lp in zip(pushed, lps, strict=True)
-            if (c := scored.completions[i]) is not None
-        ]
+        views = []
+        for i, lp in zip(pushed, lps, strict=True):
+            c = scored.completions[i]
+            views.append(CompletionView(lp, c.reward, view.token_ids[i], c.text))
         reason = screen(case.family, views, limits)
         return Drop(reason) if reason is not None else None
 
