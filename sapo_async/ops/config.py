@@ -53,6 +53,7 @@ from sapo_async.ops.config_sections import (
     TasksSection,
     TrainingSection,
 )
+from sapo_async.policy.settings import renamed_message
 
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
@@ -232,9 +233,13 @@ with any new one."""
 _FREE_ENV_PREFIXES = ("SAPO_TEST_",)  # the test suite's own variables
 
 
+def _variable(section: str, field: str) -> str:
+    return f"{ENV_PREFIX}{section.upper()}{_ENV_DELIMITER}{field.upper()}"
+
+
 def _setting_variables() -> list[str]:
     return [
-        f"{ENV_PREFIX}{section.upper()}{_ENV_DELIMITER}{name.upper()}"
+        _variable(section, name)
         for section, model in SECTIONS.items()
         for name in model.model_fields
     ]
@@ -248,8 +253,10 @@ def check_environment(environ: Mapping[str, str], *, password_env: str) -> None:
         password_env: the variable ``[identity] password_env`` names (allowed too).
 
     Raises:
-        ConfigError: an unknown ``SAPO_*`` variable, with the closest known name. Its value
-            is not shown (it may be a secret).
+        ConfigError: an unknown ``SAPO_*`` variable, with the closest known name; the
+            variable of a renamed or retired key, with the file's message for that key in
+            the environment's terms (the new variable, or why it went). Its value is not
+            shown (it may be a secret).
     """
     settings = _setting_variables()
     known = {*settings, *KNOWN_ENVIRONMENT, password_env.upper()}
@@ -259,6 +266,7 @@ def check_environment(environ: Mapping[str, str], *, password_env: str) -> None:
             continue
         if upper.startswith(_FREE_ENV_PREFIXES):
             continue
+        _refuse_old_variable(name)
         hint = did_you_mean(upper, sorted(known))
         raise ConfigError(
             f"unknown environment variable {name}{hint}: settings are "
@@ -266,6 +274,36 @@ def check_environment(environ: Mapping[str, str], *, password_env: str) -> None:
             f"known ones are {', '.join(sorted(KNOWN_ENVIRONMENT))}; unset it or fix its name",
             field=name,
         )
+
+
+def _refuse_old_variable(name: str) -> None:
+    """Raise the message the file gives an old key (renamed or retired), in the
+    environment's terms (``SAPO_NODE__ROUNDS is now called SAPO_TRAINING__ROUNDS``), when
+    ``name`` is the variable of one; return otherwise."""
+    section, _, field = name.upper().removeprefix(ENV_PREFIX).partition(_ENV_DELIMITER)
+    model = SECTIONS.get(section.lower())
+    if model is None or not field:
+        return
+    field = field.lower()
+    retired: dict[str, str] = getattr(model, "retired", {})
+    if field in retired:
+        raise ConfigError(
+            f"{name} is no longer a setting ({retired[field]}): unset the variable", field=name
+        )
+    new = getattr(model, "renamed", {}).get(field)
+    if new is None:
+        return
+    # "[training] rounds" moved to another section; "start (seconds back: ...)" has a hint
+    moved = re.match(r"\[(\w+)\]\s*", new)
+    target = moved.group(1) if moved else section.lower()
+    names, paren, hint = new[moved.end() if moved else 0 :].partition(" (")
+    fields = SECTIONS[target].model_fields
+    names = re.sub(
+        r"\w+", lambda m: _variable(target, m.group()) if m.group() in fields else m.group(), names
+    )
+    raise ConfigError(
+        f"{renamed_message(name, names + paren + hint)}: rename the variable", field=name
+    )
 
 
 _TOML_WHERE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from sapo_async.errors import ConfigError
+from sapo_async.ops.config import check_environment
+from sapo_async.ops.config_sections import SECTIONS
 from tests.badinput.conftest import Sandbox
 from tests.badinput.harness import assert_refused, invoke
 
@@ -76,6 +81,22 @@ CASES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("SAPO_KEY_PASWORD", "'SAPO_KEY_PASSWORD'"),
     ),
     "lower_case_typo": ("sapo_nats_url", "nats://h:1", ("sapo_nats_url",)),
+    # old names: the file's rename message, in the environment's terms (issue 55)
+    "renamed_to_another_section": (
+        "SAPO_NODE__ROUNDS",
+        "3",
+        ("SAPO_NODE__ROUNDS is now called SAPO_TRAINING__ROUNDS: rename the variable",),
+    ),
+    "renamed_with_a_hint": (
+        "SAPO_NATS__LOOKBACK_MINUTES",
+        "5",
+        ("SAPO_NATS__LOOKBACK_MINUTES is now called SAPO_NATS__START (seconds back",),
+    ),
+    "retired": (
+        "SAPO_DEFENCE__TAIL_SHARE",
+        "0.25",
+        ("SAPO_DEFENCE__TAIL_SHARE is no longer a setting (", "unset the variable"),
+    ),
 }
 
 
@@ -88,6 +109,42 @@ def test_node_refuses_a_bad_environment_variable_in_one_line(sandbox: Sandbox, c
     line = assert_refused(outcome, *culprits, before=before, sandbox=sandbox.root)
     if "unknown environment variable" in line:
         assert value not in line  # may be a secret (a mistyped password variable)
+    if "is now called" in line or "no longer a setting" in line:
+        assert "did you mean" not in line
+
+
+def _old_names() -> list[tuple[str, str, str, str]]:
+    """(section, old key, "renamed" or "retired", where it went or why) for every section."""
+    found = []
+    for section, model in SECTIONS.items():
+        for old, new in getattr(model, "renamed", {}).items():
+            found.append((section, old, "renamed", new))
+        for old, why in getattr(model, "retired", {}).items():
+            found.append((section, old, "retired", why))
+    return found
+
+
+@pytest.mark.parametrize(("section", "old", "kind", "new"), _old_names())
+def test_an_old_variable_gets_the_old_keys_message_in_the_environments_terms(
+    section: str, old: str, kind: str, new: str
+) -> None:
+    variable = f"SAPO_{section.upper()}__{old.upper()}"
+    with pytest.raises(ConfigError) as err:
+        check_environment({variable: "1"}, password_env="SAPO_KEY_PASSWORD")
+    message = str(err.value)
+    assert err.value.field == variable
+    assert "did you mean" not in message
+    if kind == "retired":
+        assert message == f"{variable} is no longer a setting ({new}): unset the variable"
+        return
+    assert message.startswith(f"{variable} is now called SAPO_"), message
+    assert message.endswith(": rename the variable"), message
+    target = new.removeprefix("[").split("]")[0] if new.startswith("[") else section
+    named = message.removeprefix(f"{variable} is now called ").split(" (")[0]
+    for name in re.findall(r"SAPO_\w+", named):
+        assert name.startswith(f"SAPO_{target.upper()}__"), message
+        field = name.removeprefix(f"SAPO_{target.upper()}__").lower()
+        assert field in SECTIONS[target].model_fields, message
 
 
 def test_an_unknown_variable_is_refused_even_without_a_config_file(sandbox: Sandbox) -> None:
