@@ -4,6 +4,9 @@ Owns turning a :class:`~sapo_async.ops.config.NodeConfig` into a running node an
 alive in the real world: identity from the keystore, hardware choice, resume from the last
 checkpoint, a live status and metrics, and a drain on SIGINT or SIGTERM (finish the round
 in progress or abandon it after ``node.drain_timeout_s``, checkpoint, flush the journal).
+One node per data directory: the command holds ``<data_dir>/node.lock``
+(:mod:`sapo_async.lockfile`) for its lifetime, and a second one on the same directory exits
+2 naming the directory and the first one's pid.
 """
 
 # PLC0415: lazy imports keep `--help` fast; B008: typer's declarative options.
@@ -35,18 +38,35 @@ def node(
     ),
 ) -> None:
     """Join a swarm (or run alone on embedded defaults) and train until stopped."""
-    import anyio
-
+    from sapo_async.lockfile import hold_dir
     from sapo_async.logs import configure_logging
     from sapo_async.ops.config import load_config
-    from sapo_async.ops.hardware import select_backend
-    from sapo_async.ops.identity import load_or_create_identity
-    from sapo_async.ops.startup import require_funds, run_startup_checks
 
     if config is None and Path("node.toml").is_file():
         config = Path("node.toml")
     cfg = load_config(config)  # a --config that names no file is an error, not the defaults
     configure_logging(level=cfg.metrics.log_level, json=cfg.metrics.log_json)
+    # Held until the process ends (the kernel drops it even on SIGKILL), taken before
+    # anything in the data directory is read or written: two nodes on one directory
+    # committed conflicting rounds and raced on the checkpoint's LATEST (issue 55).
+    with hold_dir(
+        cfg.node.data_dir,
+        what="data directory",
+        field="node.data_dir",
+        advice="run one node per data directory: stop that node, or give this one its own "
+        "[node] data_dir",
+    ):
+        _start(cfg)
+
+
+def _start(cfg: NodeConfig) -> None:
+    """What ``node`` does once it holds its data directory."""
+    import anyio
+
+    from sapo_async.ops.hardware import select_backend
+    from sapo_async.ops.identity import load_or_create_identity
+    from sapo_async.ops.startup import require_funds, run_startup_checks
+
     # Before the keystore (scrypt), torch and the model: a dead server, the wrong chain or a
     # contract of another swarm fails now, in about a second, with doctor's fix.
     run_startup_checks(cfg)
@@ -66,7 +86,18 @@ def node(
     spec = cfg.to_spec(account=account, hardware=choice)
     relayer = spec.ledger.relayer_private_key()  # whoever pays for commitments must afford one
     require_funds(cfg, account.address, relayer=_address(relayer) if relayer else None)
+    _prepare_packaged(spec.policy.model)
     anyio.run(_run, cfg, spec)
+
+
+def _prepare_packaged(model: Any) -> None:
+    """Check (and on first use prepare) a packaged model here, in the main thread, before
+    the node starts: only there can a SIGTERM during a preparation remove its temporary
+    directory and say so (the node loads its model in a worker thread)."""
+    from sapo_async.policy.models.packaged import PACKAGED_MODELS, ensure_packaged_model
+
+    if isinstance(model, str) and model in PACKAGED_MODELS:
+        ensure_packaged_model(model)
 
 
 def _address(key: str) -> str:

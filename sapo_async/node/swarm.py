@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Awaitable, Callable, Generator
-from contextlib import AsyncExitStack
+from contextlib import AbstractContextManager, AsyncExitStack
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,6 +35,7 @@ from sapo_async.fabric.publisher import Publisher
 from sapo_async.fabric.transport.base import StartAt, Transport
 from sapo_async.ledger.journal import Journal
 from sapo_async.ledger.recorder import Recorder
+from sapo_async.lockfile import hold_dir, hold_key
 from sapo_async.logs import get_logger
 from sapo_async.node.admission import NodeDefences, build_collector
 from sapo_async.node.checkpoint import has_checkpoint
@@ -44,7 +45,7 @@ from sapo_async.node.lifecycle import Node, default_name
 from sapo_async.node.rounds import RoundLoop
 from sapo_async.node.spec import MAX_NODE_INDEX, FabricSpec, NodeSpec
 
-__all__ = ["NodeParts", "Swarm", "assemble", "complete_spec", "node_index_for"]
+__all__ = ["NodeParts", "Swarm", "assemble", "complete_spec", "node_index_for", "node_locks"]
 
 _log = get_logger("swarm")
 
@@ -116,6 +117,8 @@ class Swarm:
         spec = complete_spec(spec)
         stack = AsyncExitStack()
         try:
+            for lock in node_locks(spec):  # released last, when the node has stopped
+                stack.enter_context(lock)
             parts = await assemble(spec, stack)
             node = Node(parts.round_loop(offload=True))
         except BaseException:
@@ -127,6 +130,40 @@ class Swarm:
         node.add_cleanup(stack)
         await node.start()
         return node
+
+
+def node_locks(spec: NodeSpec) -> list[AbstractContextManager[Path]]:
+    """The OS locks a started node holds while it runs (:mod:`sapo_async.lockfile`): its
+    checkpoint directory, and its key on an RPC ledger (two nodes with one key would commit
+    conflicting rounds for one address). Taken by :meth:`Swarm.start` before anything
+    loads, so a second node on either is refused at once; the embedded ledger lives in one
+    process and needs no key lock.
+
+    Args:
+        spec: a completed spec (:func:`complete_spec`).
+    """
+    locks: list[AbstractContextManager[Path]] = []
+    if spec.checkpoint.dir is not None:
+        locks.append(
+            hold_dir(
+                Path(spec.checkpoint.dir),
+                what="checkpoint directory",
+                field="checkpoint.dir",
+                advice="run one node per checkpoint directory: stop that node, or give this "
+                "one its own checkpoint.dir",
+            )
+        )
+    ledger = spec.ledger
+    if ledger.enabled and ledger.rpc_url is not None and spec.account is not None:
+        chain = f"chain {ledger.chain_id}" if ledger.chain_id is not None else ledger.rpc_url
+        locks.append(
+            hold_key(
+                spec.account.address,
+                ledger=f"{str(ledger.contract_address).lower()} on {chain}",
+                shown=str(ledger.contract_address),
+            )
+        )
+    return locks
 
 
 PublisherFactory = Callable[[Transport, LocalAccount], Publisher]
