@@ -62,6 +62,13 @@ def warmstart(
         help="Also prepare these packaged real models (comma-separated: smollm2-135m, "
         "gemma3-270m): check the sha256 and dequantise once into the cache.",
     ),
+    verify_models: bool = typer.Option(
+        False,
+        "--verify-models",
+        help="With --models: check every byte of an already prepared model against the "
+        "sha256 recorded when it was prepared (a damaged one is moved aside and prepared "
+        "again).",
+    ),
 ) -> None:
     """Build (or find cached) the tiny model(s) and print their warm-start rewards."""
     _check_common(threads, log_level)
@@ -74,7 +81,7 @@ def warmstart(
         require(name in PACKAGED_MODELS, "--models", name, ", ".join(sorted(PACKAGED_MODELS)))
     _setup(threads, log_level)
     for name in wanted:
-        typer.echo(f"{name}: {ensure_packaged_model(name, cache_dir)}")
+        typer.echo(f"{name}: {ensure_packaged_model(name, cache_dir, verify=verify_models)}")
     from sapo_async.policy.models import REGIMES, ensure_tiny_model, read_report, tiny_spec
 
     names = sorted(REGIMES) if regime == "all" else [regime]

@@ -58,3 +58,17 @@ def test_loading_a_missing_model_offline_is_a_config_error(name: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_model(name)
     assert info.value.field == "model"
+
+
+def test_a_local_model_with_damaged_weights_is_a_one_line_config_error(
+    tmp_path: Path, torch_one_thread: None
+) -> None:
+    build_tiny_model(tiny_spec("dense", **QUICK), tmp_path / "m")
+    weights = tmp_path / "m" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ConfigError) as info:  # was: SafetensorError with a traceback
+        load_model(tmp_path / "m")
+    assert info.value.field == "model"
+    assert "safetensors" in str(info.value)
+    assert str(tmp_path / "m") in str(info.value)
+    assert "\n" not in str(info.value)

