@@ -8,10 +8,19 @@ Layout of a checkpoint directory::
     <dir>/round-00000042/manifest.json           round, version, param groups, scalar
                                                  optimizer state, Python/NumPy RNG, digests
 
-A checkpoint is written into a temporary sibling directory, fsynced, renamed into place,
-and only then named in ``LATEST`` (``os.replace``), so a crash leaves either the previous
-checkpoint or the new one, never a torn one; the loader re-checks file digests anyway.
-No pickle anywhere: tensors go to safetensors, everything else to JSON.
+A checkpoint is written into a temporary sibling directory (``.round-…-*``), fsynced,
+renamed into place, and only then named in ``LATEST`` (``os.replace``), so a crash leaves
+either the previous checkpoint or the new one, never a torn one; the loader re-checks file
+digests anyway. No pickle anywhere: tensors go to safetensors, everything else to JSON.
+
+A write that fails (a full disk above all: safetensors, torch and the OS each say so their
+own way) raises one :class:`~sapo_async.errors.CheckpointError` and leaves the directory as
+it was: the temporary directory (or a renamed one LATEST does not yet name) is removed, and
+on a full disk the message names the directory, the space free and the space the checkpoint
+needs (:func:`checkpoint_bytes`). A writer holds an exclusive ``flock`` on the directory
+(another writer there is refused), so a ``.round-*`` it finds was left by a writer killed
+mid-write: it removes them before writing (on a file system without ``flock`` it leaves
+them alone). The kernel releases the lock of a killed process.
 
 Damage (a flipped byte, a truncated file, a missing manifest) is found by the digests
 before anything is loaded. The loader then falls back to the newest older checkpoint that
@@ -27,6 +36,8 @@ round equals an uninterrupted run's (tested).
 from __future__ import annotations
 
 import dataclasses
+import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -34,6 +45,8 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +62,7 @@ __all__ = [
     "FORMAT_VERSION",
     "CheckpointState",
     "DamagedCheckpoint",
+    "checkpoint_bytes",
     "has_checkpoint",
     "load_checkpoint",
     "save_checkpoint",
@@ -59,6 +73,16 @@ FORMAT_VERSION = 1
 _LATEST = "LATEST"
 _FILES = ("model.safetensors", "optimizer.safetensors")
 """What every checkpoint holds besides its manifest, each listed there with its digest."""
+_TMP_GLOB = ".round-*"
+"""The temporary directories checkpoints are written into (``.<name>-<random>``)."""
+_OVERHEAD_BYTES = 64 << 10
+"""Room a checkpoint takes besides its tensors: the manifest (Python and NumPy RNG states,
+about 20 KB), safetensors headers, the torch RNG state, and file system blocks."""
+_WRITE_ERRORS = (OSError, TypeError, ValueError, RuntimeError, SafetensorError)
+"""What a checkpoint write raises: the OS's, safetensors' own (a full disk is a
+``SafetensorError``, not an ``OSError``), torch's ``RuntimeError`` and JSON's."""
+_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,44 +189,202 @@ def save_checkpoint(
         The new checkpoint's directory.
 
     Raises:
-        CheckpointError: the write failed (disk full, permissions, unserialisable extra).
+        CheckpointError: the write failed (disk full, permissions, unserialisable extra);
+            nothing of it is left in ``directory``, and on a full disk the message names
+            the space free and needed.
     """
     directory = Path(directory)
     name = f"round-{round_:08d}"
+    created: list[Path] = []  # what this write put in directory, to remove if it fails
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=directory))
-        save_model(model, str(tmp / "model.safetensors"))
-        opt_tensors, opt_meta = _optimizer_split(optimizer)
-        rng_tensors, rng_meta = _rng_state()
-        save_file({**opt_tensors, **rng_tensors}, str(tmp / "optimizer.safetensors"))
-        manifest = {
-            "format": FORMAT_VERSION,
-            "round": round_,
-            "policy_version": policy_version,
-            "created_at": time.time(),
-            "optimizer": opt_meta,
-            "rng": rng_meta,
-            "extra": extra or {},
-            "files": {f: _sha256(tmp / f) for f in _FILES},
-        }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, sort_keys=True))
-        for f in tmp.iterdir():
-            _fsync(f)
-        final = directory / name
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        latest_tmp = directory / f".{_LATEST}.tmp"
-        latest_tmp.write_text(name)
-        _fsync(latest_tmp)
-        os.replace(latest_tmp, directory / _LATEST)
-    except (OSError, TypeError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"writing checkpoint {name} in {directory} failed: {exc}") from exc
-    olds = sorted(p for p in directory.glob("round-*") if p.is_dir() and p.name != name)
-    for old in olds[: max(0, len(olds) - (keep - 1))]:
-        shutil.rmtree(old, ignore_errors=True)
+        with _sole_writer(directory) as alone:
+            if alone:
+                _remove_partial(directory)
+            final = _write(
+                directory,
+                name,
+                created,
+                model=model,
+                optimizer=optimizer,
+                round_=round_,
+                policy_version=policy_version,
+                extra=extra,
+            )
+            olds = sorted(p for p in directory.glob("round-*") if p.is_dir() and p.name != name)
+            for old in olds[: max(0, len(olds) - (keep - 1))]:
+                shutil.rmtree(old, ignore_errors=True)
+    except BaseException as exc:
+        left = [p for p in created if not _removed(p)]
+        if not isinstance(exc, _WRITE_ERRORS):
+            raise
+        raise CheckpointError(
+            _write_failure(directory, name, exc, left, model=model, optimizer=optimizer)
+        ) from exc
     return final
+
+
+def _write(
+    directory: Path,
+    name: str,
+    created: list[Path],
+    *,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    round_: int,
+    policy_version: int,
+    extra: dict[str, Any] | None,
+) -> Path:
+    """The write itself; appends each path it creates to ``created`` as it goes."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=directory))
+    created.append(tmp)
+    save_model(model, str(tmp / "model.safetensors"))
+    opt_tensors, opt_meta = _optimizer_split(optimizer)
+    rng_tensors, rng_meta = _rng_state()
+    save_file({**opt_tensors, **rng_tensors}, str(tmp / "optimizer.safetensors"))
+    manifest = {
+        "format": FORMAT_VERSION,
+        "round": round_,
+        "policy_version": policy_version,
+        "created_at": time.time(),
+        "optimizer": opt_meta,
+        "rng": rng_meta,
+        "extra": extra or {},
+        "files": {f: _sha256(tmp / f) for f in _FILES},
+    }
+    (tmp / "manifest.json").write_text(json.dumps(manifest, sort_keys=True))
+    for f in tmp.iterdir():
+        _fsync(f)
+    final = directory / name
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    created[-1] = final  # complete, but not the checkpoint until LATEST names it
+    latest_tmp = directory / f".{_LATEST}.tmp"
+    created.append(latest_tmp)
+    latest_tmp.write_text(name)
+    _fsync(latest_tmp)
+    os.replace(latest_tmp, directory / _LATEST)
+    created.clear()
+    return final
+
+
+@contextmanager
+def _sole_writer(directory: Path) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``directory`` while writing; yields whether it is held
+    (False on a file system without ``flock``: then nothing is cleaned up).
+
+    Raises:
+        CheckpointError: another process holds it (two writers would rotate each other's
+            checkpoints away).
+    """
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = True
+        except BlockingIOError:
+            raise CheckpointError(
+                f"another process is writing checkpoints in {directory}: two nodes (or "
+                "trainings) must not share a checkpoint directory; give each its own "
+                "node.data_dir (or --checkpoint-dir)"
+            ) from None
+        except OSError:
+            held = False
+        yield held
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _remove_partial(directory: Path) -> None:
+    """Remove what a writer killed mid-write left (only while holding the lock: no other
+    writer is at work)."""
+    for partial in directory.glob(_TMP_GLOB):
+        if partial.is_dir():
+            shutil.rmtree(partial, ignore_errors=True)
+    (directory / f".{_LATEST}.tmp").unlink(missing_ok=True)
+
+
+def _removed(path: Path) -> bool:
+    """Remove ``path`` (a directory or a file); whether it is gone."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass  # reported by the caller: the path is still there
+    return not path.exists()
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in _DISK_FULL_ERRNOS:
+        return True
+    text = str(exc)  # safetensors: "I/O error: No space left on device (os error 28)"
+    return any(t in text for t in _DISK_FULL_TEXTS)
+
+
+def _write_failure(
+    directory: Path,
+    name: str,
+    exc: BaseException,
+    left: list[Path],
+    *,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+) -> str:
+    """The one-line message for a failed write of checkpoint ``name`` (after cleaning up)."""
+    cause = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    if left:
+        aftermath = f"{', '.join(map(str, left))} is left over (a partial checkpoint): delete it"
+    else:
+        aftermath = "nothing partial was left and older checkpoints are untouched"
+    try:
+        free: int | None = shutil.disk_usage(directory).free
+    except OSError:
+        free = None
+    try:
+        needed = checkpoint_bytes(model, optimizer)
+    except (*_WRITE_ERRORS, AttributeError):  # what failed may be the model itself
+        needed = 0
+    if not _is_disk_full(exc) and (free is None or free >= needed):
+        return (
+            f"writing checkpoint {name} in {directory} failed ({cause}); {aftermath}. Check "
+            "that the directory is writable and its disk healthy, then restart"
+        )
+    more = needed - (free or 0)
+    return (
+        f"cannot write checkpoint {name}: the disk holding {directory} is full ("
+        f"{'unknown space' if free is None else _format_bytes(free)} free, the checkpoint "
+        f"needs about {_format_bytes(needed) if needed else 'as much as the last one'}); "
+        f"{aftermath}. Free space there "
+        f"({'at least ' + _format_bytes(more) + ' more' if more > 0 else 'more'}) or move "
+        f"it to a larger disk, then restart ({cause})"
+    )
+
+
+def _format_bytes(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} bytes"
+
+
+def checkpoint_bytes(model: Any, optimizer: torch.optim.Optimizer) -> int:
+    """About how many bytes a checkpoint of ``model`` and ``optimizer`` takes as they are
+    now: every tensor written (tied weights once) plus room for the manifest and headers.
+
+    Unlike :func:`state_bytes` it counts the optimizer state that exists (none before the
+    first step), so it is what the next write needs.
+    """
+    weights = {t.data_ptr(): t.nbytes for t in model.state_dict().values()}
+    moments = sum(
+        v.nbytes
+        for state in optimizer.state_dict()["state"].values()
+        for v in state.values()
+        if isinstance(v, torch.Tensor)
+    )
+    return int(sum(weights.values()) + moments) + _OVERHEAD_BYTES
 
 
 def _restore_rng(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
@@ -331,7 +513,10 @@ def _load_verified(
 ) -> CheckpointState:
     try:
         load_model(model, str(path / "model.safetensors"), strict=True)
-        tensors = load_file(str(path / "optimizer.safetensors"))
+        # Copies, not views of the file's mapping: the optimizer updates its state in
+        # place for the rest of the run, which would keep the file mapped (and its disk
+        # space taken after the rotation deletes it).
+        tensors = {k: v.clone() for k, v in load_file(str(path / "optimizer.safetensors")).items()}
         if optimizer is not None:
             meta = manifest["optimizer"]
             state: dict[int, dict[str, Any]] = {}
