@@ -176,15 +176,25 @@ class CommitmentRejected(LedgerError):
 
 
 class JournalError(LedgerError):
-    """The node's local journal (SQLite) is damaged, not a database, or cannot be opened.
+    """The node's local journal (SQLite) cannot be opened, read or written.
 
     Attributes:
         path: the journal file.
+        cause: why: ``locked`` (another process holds its write lock: wait and retry),
+            ``full`` (its disk is full), ``read_only`` (file, folder or filesystem),
+            ``io`` (the disk failed a read or write) or ``damaged`` (not SQLite, or
+            malformed: never retried, never rewritten).
     """
 
-    def __init__(self, message: str, *, path: str | None = None) -> None:
+    def __init__(self, message: str, *, path: str | None = None, cause: str = "damaged") -> None:
         super().__init__(message)
         self.path = path
+        self.cause = cause
+
+    @property
+    def locked(self) -> bool:
+        """Another process holds the journal's write lock (the one cause worth waiting out)."""
+        return self.cause == "locked"
 
 
 class GenerationError(SapoError):

@@ -232,6 +232,13 @@ LEDGER_RETRY_BASE_S = 0.5
 LEDGER_RETRY_MAX_S = 30.0
 """Retries back off to at most 30 s, so a returning RPC is used within half a minute."""
 
+JOURNAL_LOCK_RETRY_BASE_S = 0.5
+"""A journal another process holds locked is tried again after 0.5 s, doubling (each try
+itself waits up to SQLite's 5 s busy timeout)."""
+
+JOURNAL_LOCK_RETRY_MAX_S = 10.0
+"""... to at most 10 s: a node stopping while the journal is locked leaves within ~15 s."""
+
 LEDGER_TX_TIMEOUT_S = 60.0
 """A transaction not mined within a minute is retried (anvil mines instantly; L2s ~2 s)."""
 
@@ -391,8 +398,9 @@ sampling, so about 1 in 100 honest same-model completions sits below it before t
 
 PLAUSIBILITY_MARGIN = 1.0
 """...less 1 nat: with it, 17 to 24 of 35,840 honest groups (at most 0.07 %) were refused
-as ``implausible`` in the README's 8-node swarm (2026-12-02 and 2026-12-06), while the inject payload's three least likely
-SmolLM2 tokens (mean -14) stay below every own completion's (lowest -11.8) by more."""
+as ``implausible`` in the README's 8-node swarm (2026-12-02 and 2026-12-06), while the
+inject payload's three least likely SmolLM2 tokens (mean -14) stay below every own
+completion's (lowest -11.8) by more."""
 
 PLAUSIBILITY_LOW_TOKENS = 3
 """The mean of a completion's 3 least likely tokens is screened too: the mean of all tokens

@@ -40,6 +40,7 @@ from typing import ParamSpec, TypeVar
 import anyio
 
 from sapo_async.errors import JournalError, RejectedInput
+from sapo_async.ledger.journal_faults import advice, cause_of
 from sapo_async.ledger.journal_types import (
     ClaimState,
     CreditClaim,
@@ -133,7 +134,8 @@ class Journal:
 
     @contextmanager
     def _guard(self, action: str) -> Iterator[None]:
-        """Translate sqlite3's errors (and a mangled entry body) into JournalError."""
+        """Translate sqlite3's errors (and a mangled entry body) into JournalError, with
+        its cause and what to do about it."""
         try:
             yield
         except (sqlite3.DatabaseError, OSError, ValueError) as exc:
@@ -143,11 +145,11 @@ class Journal:
                 for conn in (self._reader, self._db):
                     if conn is not None:
                         conn.close()
+            cause = cause_of(exc)
             raise JournalError(
-                f"cannot {action} the ledger journal {self.path}: {exc}. The file was left "
-                "as it is: restore it from a backup, or move it aside and the node starts a "
-                "new journal (commitments in it that never reached the chain are then lost)",
+                f"cannot {action} the ledger journal {self.path}: {advice(cause, self.path, exc)}",
                 path=str(self.path),
+                cause=cause,
             ) from exc
 
     def __enter__(self) -> Journal:

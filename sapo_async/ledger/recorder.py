@@ -46,12 +46,12 @@ Life cycle (:class:`~sapo_async.actors.Actor`): created -> starting -> running -
 ``drain_timeout_s`` to land what is pending; what is left stays journaled for the next
 start. Asking a stopped recorder for work raises ActorStopped.
 
-Journal writes: :meth:`Recorder.record` and the sender write through
-:meth:`Journal.write`, so an fsync never stalls the event loop.
+Journal writes go through :meth:`Journal.write`, so an fsync never stalls the event loop.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -61,7 +61,13 @@ from eth_account.signers.local import LocalAccount
 from sapo_async import limits
 from sapo_async.actors import Actor, ActorState
 from sapo_async.backoff import Backoff
-from sapo_async.errors import ActorStopped, CommitmentRejected, LedgerError, RejectedInput
+from sapo_async.errors import (
+    ActorStopped,
+    CommitmentRejected,
+    JournalError,
+    LedgerError,
+    RejectedInput,
+)
 from sapo_async.ledger.base import Ledger
 from sapo_async.ledger.journal import ClaimState, EntryState, Journal, JournalEntry
 from sapo_async.ledger.settlement import ClaimSettler
@@ -341,13 +347,18 @@ class Recorder(Actor):
                     self._wake = anyio.Event()
 
     async def _failed(self, exc: LedgerError, round_: int | None, attempt: int) -> None:
-        """Count a failed send (of the pending ``round_``, or of a settlement) and back off."""
+        """Count a failed send (of the pending ``round_``, or of a settlement) and back off;
+        a journal that cannot be written (locked, full, read-only) is one too: what was sent
+        stays pending, and the next pass reads the chain first. A damaged one is raised."""
+        if isinstance(exc, JournalError) and exc.cause == "damaged":
+            raise exc
         self._send_failures += 1
         self._last_error = f"{type(exc).__name__}: {exc}"
-        if round_ is not None:
-            await self._journal.write(
-                self._journal.record_attempt, self.node, round_, self._last_error
-            )
+        if round_ is not None and not isinstance(exc, JournalError):
+            with contextlib.suppress(JournalError):  # a count only; the next write tells
+                await self._journal.write(
+                    self._journal.record_attempt, self.node, round_, self._last_error
+                )
         delay = self._backoff.delay(attempt)
         log = self._log.warning if attempt < limits.LEDGER_MAX_ATTEMPTS_LOGGED else self._log.debug
         event = "commitment_send_failed" if round_ is not None else "credit_settle_failed"

@@ -271,8 +271,9 @@ class Learner:
         """
         return self.trainer.step(groups)
 
-    def save(self, directory: Path) -> Path:
-        """Checkpoint model, optimizer, round and RNG states (see :mod:`.checkpoint`).
+    def save(self, directory: Path, extra: dict[str, Any] | None = None) -> Path:
+        """Checkpoint model, optimizer, round and RNG states (see :mod:`.checkpoint`), and
+        ``extra`` (small JSON data the checkpoint carries for the caller).
 
         Raises:
             CheckpointError: the write failed.
@@ -283,6 +284,7 @@ class Learner:
             optimizer=self.trainer.optimizer,
             round_=self.round,
             policy_version=self.policy_version,
+            extra=extra,
         )
 
     def restore(self, directory: Path) -> CheckpointState:

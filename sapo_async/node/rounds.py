@@ -8,9 +8,8 @@ trainer), the publisher and collector (fabric), the sampler (pure core) and the 
 1. generate B questions x L completions with the node's own policy;
 2. sign and publish every group (one message per group), await the server's acks;
 3. score the node's own groups with its own verifier;
-4. pick I local groups and J external ones from a snapshot of the collector's buffer
-   (:mod:`.selection`, in a worker thread: re-derive each candidate's task, score it with
-   this node's verifier, screen it with the content defences); back on the event loop,
+4. pick I local groups and J external ones from a snapshot of the collector's buffer,
+   judged in a worker thread (:mod:`.selection`, :mod:`.judge`); back on the event loop,
    drop what failed (once, by reason, fed to the quarantine), take what was chosen, record
    who shows a stock lead (:mod:`.leads`);
 5. one GRPO step on the I + J groups;
@@ -44,7 +43,13 @@ from typing import Any
 import anyio
 from cachetools import LRUCache
 
-from sapo_async.errors import ConfigError, PublishError, StreamMissing, TransportUnavailable
+from sapo_async.errors import (
+    ConfigError,
+    PublishError,
+    SapoError,
+    StreamMissing,
+    TransportUnavailable,
+)
 from sapo_async.fabric.collector import BufferedGroup, Collector
 from sapo_async.fabric.publisher import Publisher
 from sapo_async.ledger.recorder import Recorder
@@ -129,7 +134,8 @@ class RoundLoop:
         self._seen_accepted = 0
         self._seen_rejected: Counter[str] = Counter()
         self._log = get_logger("node", node=self.address, node_name=name)
-        self._held = HeldCommitments(recorder, self._log)  # until a checkpoint covers them
+        # Until a checkpoint covers them (and carries them), then until the journal has them.
+        self._held = HeldCommitments(recorder, self._log, stopping=self._stop_requested)
         self.pacing = RoundPacing(recorder, spec.ledger.max_pending, self._log)
         self._install_defences(defences)
 
@@ -174,7 +180,8 @@ class RoundLoop:
             raise
         except Exception as exc:  # the node's supervision boundary: the one catch-all in node/
             failure = exc
-            self._log.exception("node_failed", error=repr(exc))
+            ours = isinstance(exc, SapoError)  # its message says what to do; else a bug
+            (self._log.error if ours else self._log.exception)("node_failed", error=repr(exc))
         finally:
             self._done.set()
             self.history.close(failure)
@@ -224,17 +231,20 @@ class RoundLoop:
 
     async def save_checkpoint(self) -> Path | None:
         """Checkpoint model, optimizer, round and RNG states now (no-op without a
-        checkpoint directory or when nothing changed since the last one), then journal the
-        commitments that waited for it.
+        checkpoint directory or when nothing changed since the last one), carrying the
+        commitments that waited for it, then journal them (:mod:`.commitments`).
 
         Raises:
             CheckpointError: the write failed (the held commitments stay held).
+            JournalError: the journal is full, read-only or damaged (they stay held).
         """
         directory = self.spec.checkpoint.dir
         path: Path | None = None
         if directory is not None and self._saved_round != self.learner.round:
             started = time.perf_counter()
-            path = await anyio.to_thread.run_sync(self.learner.save, directory)
+            path = await anyio.to_thread.run_sync(
+                self.learner.save, directory, self._held.carried()
+            )
             self._saved_round = self.learner.round
             self._log.info(
                 "checkpoint_saved",
@@ -399,18 +409,9 @@ class RoundLoop:
         return step
 
     async def _commit(self, shared: SharedRound, chosen: list[Candidate]) -> tuple[int, int]:
-        """Hold the round's commitment until a checkpoint covers it, then journal it;
-        returns (pending: held + unconfirmed, confirmed).
-
-        A commitment names the round and policy version just trained; journaled before a
-        checkpoint holds them, a node killed then would resume from an older checkpoint
-        and redo rounds (and policy versions) the chain already has. So it is held until
-        the next checkpoint is on disk (every round for the tiny model, every
-        ``checkpoint.every`` rounds at real size), or journaled at once when the node keeps
-        no checkpoints. The journal's fsync runs in a worker thread (the event loop serves
-        the collector meanwhile), shielded: a round that trained is journaled whole or not
-        at all.
-        """
+        """Hold the round's commitment until a checkpoint covers (and carries) it, then
+        journal it, or at once without checkpoints (why: :mod:`.commitments`); returns
+        (pending: held + unconfirmed, confirmed)."""
         if self.recorder is None:
             return 0, 0
         commitment = round_commitment(self.address, shared, chosen)

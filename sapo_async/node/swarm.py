@@ -39,6 +39,7 @@ from sapo_async.lockfile import hold_dir, hold_key
 from sapo_async.logs import get_logger
 from sapo_async.node.admission import NodeDefences, build_collector
 from sapo_async.node.checkpoint import has_checkpoint
+from sapo_async.node.commitments import CARRIED, journal_carried
 from sapo_async.node.embedded import EMBEDDED
 from sapo_async.node.learner import Learner, build_learner
 from sapo_async.node.lifecycle import Node, default_name
@@ -237,9 +238,10 @@ async def assemble(
     account = spec.account
     if account is None or spec.name is None:
         raise ConfigError("assemble() takes a completed spec (complete_spec)", field="account")
+    carried: list[str] = []  # commitments the resumed checkpoint carried (.commitments)
     if learner is None:
         learner = await anyio.to_thread.run_sync(lambda: build_learner(spec, offload=offload))
-        await _prepare_learner(spec, learner, account.address)
+        carried = await _prepare_learner(spec, learner, account.address)
     transport = spec.fabric.transport or await _connect(spec, stack)
     # The one place a node's collector is built: its whole admission pipeline, with the
     # defences the round loop shares (quarantine, calibration).
@@ -252,14 +254,15 @@ async def assemble(
         families=sorted({f.family for f in learner.tasks.families}) or None,
         start=_start_at(spec.fabric),
     )
-    recorder = await _make_recorder(spec, account, learner, stack)
+    recorder = await _make_recorder(spec, account, learner, stack, carried)
     return NodeParts(
         spec, learner, transport, publisher(transport, account), collector, recorder, defences
     )
 
 
-async def _prepare_learner(spec: NodeSpec, learner: Learner, address: str) -> None:
-    """Swap in the vLLM engine if asked, and resume from the latest checkpoint."""
+async def _prepare_learner(spec: NodeSpec, learner: Learner, address: str) -> list[str]:
+    """Swap in the vLLM engine if asked, and resume from the latest checkpoint; returns the
+    commitments that checkpoint carried (JSON bodies, for :func:`journal_carried`)."""
     policy = spec.policy
     if policy.backend == "vllm":
         from sapo_async.policy.generation.vllm_api import VllmSettings
@@ -299,6 +302,9 @@ async def _prepare_learner(spec: NodeSpec, learner: Learner, address: str) -> No
             policy_version=learner.policy_version,
             checkpoint=str(state.path),
         )
+        carried = state.extra.get(CARRIED, [])
+        return [str(body) for body in carried] if isinstance(carried, list) else []
+    return []
 
 
 def _start_at(fabric: FabricSpec) -> StartAt:
@@ -362,13 +368,18 @@ async def _connect_with_backoff(
 
 
 async def _make_recorder(
-    spec: NodeSpec, account: LocalAccount, learner: Learner, stack: AsyncExitStack
+    spec: NodeSpec,
+    account: LocalAccount,
+    learner: Learner,
+    stack: AsyncExitStack,
+    carried: list[str],
 ) -> Recorder | None:
     """The node's recorder and journal (None without a ledger).
 
-    A node never reuses a round already journaled (e.g. after a crash between a commitment
-    and the next checkpoint): rounds strictly increase on chain, so the learner's round
-    moves past the journal's last.
+    The commitments the resumed checkpoint carried (``carried``) that the journal lacks are
+    journaled first (:mod:`.commitments`: a node stopped between a checkpoint and its
+    journal write loses none). A node never reuses a round already journaled: rounds
+    strictly increase on chain, so the learner's round moves past the journal's last.
     """
     from sapo_async.ledger.connect import connect_ledger
 
@@ -390,6 +401,7 @@ async def _make_recorder(
         path = Path(str(ledger_spec.journal_path))
     journal = Journal(path)
     stack.callback(journal.close)
+    await journal_carried(journal, account.address, carried, stopping=lambda: False, log=_log)
     journaled = [e.round for e in journal.entries(account.address)]
     after_journal = max(journaled, default=-1) + 1
     if after_journal > learner.round:
