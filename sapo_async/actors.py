@@ -202,12 +202,14 @@ class Actor:
             raise ActorFailed(self.name, repr(cause)) from cause
         finally:
             self._task_group = None
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown_timeout):
-                await self._teardown()
-            if self._state is not ActorState.FAILED:
-                self._state = ActorState.STOPPED
-                self._log.debug("actor_stopped")
-            self._finished.set()
+            try:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown_timeout):
+                    await self._teardown()
+            finally:  # a teardown that raised must not leave stop() waiting
+                if self._state is not ActorState.FAILED:
+                    self._state = ActorState.STOPPED
+                    self._log.debug("actor_stopped")
+                self._finished.set()
 
     async def __aenter__(self) -> Self:
         self._own_tg = anyio.create_task_group()

@@ -73,13 +73,36 @@ def one_line(message: str) -> str:
     return "; ".join(parts)
 
 
+def _ours(exc: BaseException) -> SapoError | None:
+    """The error to report for ``exc``: itself if it is one of ours, or the first of ours in
+    an exception group (a task group's) whose every other member is one of ours too or a
+    cancellation; None for anything else (a bug, which keeps its traceback)."""
+    if isinstance(exc, SapoError):
+        return exc
+    if not isinstance(exc, BaseExceptionGroup):
+        return None
+    ours, rest = exc.split(SapoError)
+    if ours is None or (rest is not None and rest.split(_cancellations)[1] is not None):
+        return None
+    first: BaseException = ours
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first if isinstance(first, SapoError) else None
+
+
+def _cancellations(exc: BaseException) -> bool:
+    # What a task group adds beside the error that cancelled it (asyncio's or trio's kind).
+    return type(exc).__name__ in ("CancelledError", "Cancelled")
+
+
 def _guard(fn: F) -> F:
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except SapoError as exc:
-            if _state["debug"]:
+        except (SapoError, BaseExceptionGroup) as caught:
+            exc = _ours(caught)
+            if exc is None or _state["debug"]:
                 raise
             typer.echo(f"error: {one_line(str(exc))}", err=True)
             code = CONFIG_EXIT if isinstance(exc, ConfigError) else ERROR_EXIT

@@ -72,6 +72,7 @@ class Node(Actor):
         self._cleanups = AsyncExitStack()
         self._release_recorder = anyio.Event()
         self._recorder_closed = anyio.Event()
+        self._checkpointed_on_leaving = False
         self._log = get_logger("node", node=self.address, node_name=round_loop.name)
 
     # --- what the node is ----------------------------------------------------------------
@@ -196,21 +197,31 @@ class Node(Actor):
         try:
             # The last checkpoint, so the commitments held for it reach the journal
             # before the recorder drains.
+            await self._last_checkpoint()
+        finally:
+            self._release_recorder.set()
+        if self.recorder is not None:
+            await self._recorder_closed.wait()  # its journal flushed
+
+    async def _last_checkpoint(self) -> None:
+        """Checkpoint (and journal what it carries) once on the way out: in the drain, or
+        in the teardown when the node stopped without one. A failure is logged (the error
+        that stopped the node, if any, already reached the history's readers)."""
+        if self._checkpointed_on_leaving:
+            return
+        self._checkpointed_on_leaving = True
+        try:
             await self.round_loop.save_checkpoint()
         except SapoError as exc:
             self._log.error("checkpoint_failed", error=str(exc))
-        self._release_recorder.set()
-        if self.recorder is not None:
-            await self._recorder_closed.wait()  # its journal flushed
 
     async def _teardown(self) -> None:
         self.round_loop.history.close()
         try:
-            await self.round_loop.save_checkpoint()
-        except SapoError as exc:
-            self._log.error("checkpoint_failed", error=str(exc))
-        try:
-            await self._cleanups.aclose()
+            await self._last_checkpoint()
         finally:
-            stats = self.stats()
-            self._log.info("node_left", rounds=stats.rounds, published=stats.published)
+            try:
+                await self._cleanups.aclose()  # journal, ledger, transport, embedded servers
+            finally:
+                stats = self.stats()
+                self._log.info("node_left", rounds=stats.rounds, published=stats.published)

@@ -228,7 +228,7 @@ class RoundHistory:
 
     def _check_open(self) -> bool:
         if self._failure is not None:
-            raise SapoError(f"node {self._name} failed") from self._failure
+            raise SapoError(f"node {self._name} failed: {self._failure}") from self._failure
         return not self._done
 
     async def follow(self) -> AsyncIterator[RoundReport]:
