@@ -2,9 +2,11 @@
 
 Owns the checks, each returning :class:`Check` (status ``ok``, ``warn`` or ``fail``, what
 was found, and how to fix it): NATS reachability and JetStream (per URL), the chain's RPC
-and the ledger contract, GPU (torch), free disk where checkpoints go (sized from the newest
-checkpoint on disk), and whether the model can be loaded without surprises.
-:func:`run_doctor` runs them all.
+and the ledger contract, GPU (torch), and whether the model can be loaded without
+surprises. :func:`run_doctor` runs them all, with the disk check of
+:mod:`sapo_async.ops.doctor_disk` (free disk where checkpoints go, sized from the newest
+checkpoint on disk); :class:`Check` and :func:`format_checks` live in
+:mod:`sapo_async.ops.doctor_check`. All three are importable from here too.
 
 It reaches each service the way a node does, through the ports' own functions
 (``fabric.transport``'s ``connect_nats`` and ``account_status``, ``ledger``'s
@@ -19,11 +21,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -37,6 +36,8 @@ from sapo_async.errors import (
 )
 from sapo_async.limits import DOCTOR_CONNECT_TIMEOUT_S, DOCTOR_MIN_FREE_BYTES
 from sapo_async.ops.config import NodeConfig
+from sapo_async.ops.doctor_check import Check, format_checks
+from sapo_async.ops.doctor_disk import check_disk, unwritable
 
 if TYPE_CHECKING:
     from sapo_async.ledger.chain import Chain
@@ -52,32 +53,6 @@ __all__ = [
     "format_checks",
     "run_doctor",
 ]
-
-Status = Literal["ok", "warn", "fail"]
-
-
-@dataclass(frozen=True)
-class Check:
-    """The outcome of one check.
-
-    Attributes:
-        name: what was checked (``nats nats://host:4222``, ``contract``, ``gpu``...).
-        status: ``ok``, ``warn`` (works, but worth knowing) or ``fail`` (the node will not
-            work until fixed).
-        detail: what was found, in plain words.
-        fix: what to do about it (empty when nothing).
-    """
-
-    name: str
-    status: Status
-    detail: str
-    fix: str = ""
-
-    @property
-    def failed(self) -> bool:
-        """Whether this check failed."""
-        return self.status == "fail"
-
 
 # --- NATS -------------------------------------------------------------------------------
 
@@ -311,112 +286,6 @@ def check_gpu(cfg: NodeConfig) -> Check:
     )
 
 
-def _existing_ancestor(path: Path) -> Path:
-    path = path.absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def _unwritable(name: str, path: Path, detail: str) -> Check | None:
-    """A failed check when ``path`` (or, before it exists, its parent) is not writable."""
-    if os.access(_existing_ancestor(path), os.W_OK):
-        return None
-    return Check(name, "fail", detail, "choose a writable node.data_dir")
-
-
-_CHECKPOINTS_KEPT = 2
-"""How many checkpoints a node keeps (``save_checkpoint``'s ``keep``, which the node uses):
-it writes the next one beside them, so at its peak it holds one more."""
-
-
-def _size(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n} bytes"
-
-
-def _newest_checkpoint(directory: Path) -> tuple[Path, int] | None:
-    """The newest checkpoint in ``directory`` (the one ``LATEST`` names, else the last
-    ``round-*``; the layout :mod:`sapo_async.node.checkpoint` writes) and its size in bytes;
-    None when there is none or it cannot be read."""
-    try:
-        named = (directory / "LATEST").read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        named = ""
-    try:
-        if named.startswith("round-") and os.sep not in named and (directory / named).is_dir():
-            newest = directory / named
-        else:
-            rounds = sorted(p for p in directory.glob("round-*") if p.is_dir())
-            if not rounds:
-                return None
-            newest = rounds[-1]
-        return newest, sum(f.stat().st_size for f in newest.iterdir() if f.is_file())
-    except OSError:
-        return None
-
-
-def check_disk(cfg: NodeConfig, *, min_free_bytes: int = DOCTOR_MIN_FREE_BYTES) -> Check:
-    """Check that ``data_dir`` is writable and has room for checkpoints.
-
-    Fails under ``min_free_bytes`` free where checkpoints go. Once a checkpoint exists, its
-    size sets the bar: fails when not even one more fits (the node stops at its next
-    checkpoint), warns under three checkpoints' worth (the two a node keeps and the one it
-    is writing: a margin, as the kept ones may already be on disk). Without one yet, only
-    ``min_free_bytes`` applies.
-    """
-    data_dir = cfg.node.data_dir
-    problem = _unwritable(
-        "disk",
-        data_dir,
-        f"cannot write to {_existing_ancestor(data_dir)} (for node.data_dir {data_dir})",
-    )
-    if problem is not None:
-        return problem
-    anchor = _existing_ancestor(cfg.checkpoint_dir)
-    free = shutil.disk_usage(anchor).free
-    fix = "free some space or move node.data_dir to a larger disk"
-    if free < min_free_bytes:
-        return Check(
-            "disk",
-            "fail",
-            f"only {free / 2**30:.1f} GiB free at {anchor}; checkpoints need at least "
-            f"{min_free_bytes / 2**30:.1f} GiB",
-            fix,
-        )
-    newest = _newest_checkpoint(cfg.checkpoint_dir)
-    if newest is None:
-        return Check(
-            "disk",
-            "ok",
-            f"{_size(free)} free for {data_dir} (no checkpoint yet to size them from)",
-        )
-    path, size = newest
-    count = _CHECKPOINTS_KEPT + 1
-    wanted = count * size
-    sized = (
-        f"the newest checkpoint, {path}, takes {_size(size)}, and {count} checkpoints' worth "
-        f"(the {_CHECKPOINTS_KEPT} a node keeps and the one it is writing) is {_size(wanted)}"
-    )
-    if free < size:
-        return Check(
-            "disk",
-            "fail",
-            f"only {_size(free)} free at {anchor}, less than one checkpoint: {sized}; the "
-            "node stops at its next checkpoint",
-            fix,
-        )
-    if free < wanted:
-        return Check("disk", "warn", f"only {_size(free)} free at {anchor}: {sized}", fix)
-    return Check(
-        "disk",
-        "ok",
-        f"{_size(free)} free for {data_dir}: {count} checkpoints' worth of {_size(size)}",
-    )
-
-
 def _hub_cache() -> Path:
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"])
@@ -429,7 +298,7 @@ def check_model(cfg: NodeConfig) -> Check:  # noqa: PLR0911 - one return per fin
     spec = cfg.model.name_or_path
     if spec in {"auto", "tiny"}:
         cache = cfg.node.data_dir / "models"
-        problem = _unwritable("model", cache, f"model cache {cache} is not writable")
+        problem = unwritable("model", cache, f"model cache {cache} is not writable")
         if problem is not None:
             return problem
         state = "exists" if cache.exists() else "will be created"
@@ -505,20 +374,3 @@ async def run_doctor(
     checks.append(check_disk(cfg, min_free_bytes=min_free_bytes))
     checks.append(check_model(cfg))
     return checks
-
-
-_MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
-
-
-def format_checks(checks: Sequence[Check]) -> str:
-    """Plain-text report: one line per check, a ``fix:`` line under each problem, a verdict."""
-    lines = []
-    for check in checks:
-        lines.append(f"[{_MARK[check.status]}] {check.name}: {check.detail}")
-        if check.fix and check.status != "ok":
-            lines.append(f"       fix: {check.fix}")
-    failed = sum(check.failed for check in checks)
-    lines.append(
-        "all checks passed" if not failed else f"{failed} check(s) failed: fix them and rerun"
-    )
-    return "\n".join(lines)

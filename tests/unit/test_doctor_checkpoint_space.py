@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sapo_async.ops import doctor
+from sapo_async.ops import doctor_disk
 from sapo_async.ops.config import NodeConfig, load_config
-from sapo_async.ops.doctor import check_disk
+from sapo_async.ops.doctor_disk import check_disk
 
 MiB = 1 << 20
 
@@ -36,7 +36,7 @@ def _checkpoint(data_dir: Path, round_: int, size: int) -> Path:
 
 def _free(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, free: int) -> None:
     usage = shutil.disk_usage(tmp_path)
-    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda _: usage._replace(free=free))
+    monkeypatch.setattr(doctor_disk.shutil, "disk_usage", lambda _: usage._replace(free=free))
 
 
 @pytest.mark.parametrize(
