@@ -20,7 +20,9 @@ on a full disk the message names the directory, the space free and the space the
 needs (:func:`checkpoint_bytes`). A writer holds an exclusive ``flock`` on the directory
 (another writer there is refused), so a ``.round-*`` it finds was left by a writer killed
 mid-write: it removes them before writing (on a file system without ``flock`` it leaves
-them alone). The kernel releases the lock of a killed process.
+them alone). The kernel releases the lock of a killed process. That disk side (the space
+estimate, the lock, removing partials, the failure's message) lives in
+:mod:`sapo_async.node.checkpoint_disk`; this module writes, rotates and loads.
 
 Damage (a flipped byte, a truncated file, a missing manifest) is found by the digests
 before anything is loaded. The loader then falls back to the newest older checkpoint that
@@ -36,8 +38,6 @@ round equals an uninterrupted run's (tested).
 from __future__ import annotations
 
 import dataclasses
-import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -45,8 +45,6 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +55,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from sapo_async.errors import CheckpointError
+from sapo_async.node.checkpoint_disk import (
+    WRITE_ERRORS,
+    checkpoint_bytes,
+    remove_partial,
+    removed,
+    sole_writer,
+    write_failure,
+)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -75,14 +81,8 @@ _FILES = ("model.safetensors", "optimizer.safetensors")
 """What every checkpoint holds besides its manifest, each listed there with its digest."""
 _TMP_GLOB = ".round-*"
 """The temporary directories checkpoints are written into (``.<name>-<random>``)."""
-_OVERHEAD_BYTES = 64 << 10
-"""Room a checkpoint takes besides its tensors: the manifest (Python and NumPy RNG states,
-about 20 KB), safetensors headers, the torch RNG state, and file system blocks."""
-_WRITE_ERRORS = (OSError, TypeError, ValueError, RuntimeError, SafetensorError)
-"""What a checkpoint write raises: the OS's, safetensors' own (a full disk is a
-``SafetensorError``, not an ``OSError``), torch's ``RuntimeError`` and JSON's."""
-_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-_DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded")
+_LATEST_TMP = f".{_LATEST}.tmp"
+"""The new LATEST pointer until it replaces the old one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,9 +198,9 @@ def save_checkpoint(
     created: list[Path] = []  # what this write put in directory, to remove if it fails
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        with _sole_writer(directory) as alone:
+        with sole_writer(directory) as alone:
             if alone:
-                _remove_partial(directory)
+                remove_partial(directory, temp_dirs=_TMP_GLOB, temp_file=_LATEST_TMP)
             final = _write(
                 directory,
                 name,
@@ -215,11 +215,11 @@ def save_checkpoint(
             for old in olds[: max(0, len(olds) - (keep - 1))]:
                 shutil.rmtree(old, ignore_errors=True)
     except BaseException as exc:
-        left = [p for p in created if not _removed(p)]
-        if not isinstance(exc, _WRITE_ERRORS):
+        left = [p for p in created if not removed(p)]
+        if not isinstance(exc, WRITE_ERRORS):
             raise
         raise CheckpointError(
-            _write_failure(directory, name, exc, left, model=model, optimizer=optimizer)
+            write_failure(directory, name, exc, left, model=model, optimizer=optimizer)
         ) from exc
     return final
 
@@ -260,131 +260,13 @@ def _write(
         shutil.rmtree(final)
     os.rename(tmp, final)
     created[-1] = final  # complete, but not the checkpoint until LATEST names it
-    latest_tmp = directory / f".{_LATEST}.tmp"
+    latest_tmp = directory / _LATEST_TMP
     created.append(latest_tmp)
     latest_tmp.write_text(name)
     _fsync(latest_tmp)
     os.replace(latest_tmp, directory / _LATEST)
     created.clear()
     return final
-
-
-@contextmanager
-def _sole_writer(directory: Path) -> Iterator[bool]:
-    """Hold an exclusive ``flock`` on ``directory`` while writing; yields whether it is held
-    (False on a file system without ``flock``: then nothing is cleaned up).
-
-    Raises:
-        CheckpointError: another process holds it (two writers would rotate each other's
-            checkpoints away).
-    """
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            held = True
-        except BlockingIOError:
-            raise CheckpointError(
-                f"another process is writing checkpoints in {directory}: two nodes (or "
-                "trainings) must not share a checkpoint directory; give each its own "
-                "node.data_dir (or --checkpoint-dir)"
-            ) from None
-        except OSError:
-            held = False
-        yield held
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def _remove_partial(directory: Path) -> None:
-    """Remove what a writer killed mid-write left (only while holding the lock: no other
-    writer is at work)."""
-    for partial in directory.glob(_TMP_GLOB):
-        if partial.is_dir():
-            shutil.rmtree(partial, ignore_errors=True)
-    (directory / f".{_LATEST}.tmp").unlink(missing_ok=True)
-
-
-def _removed(path: Path) -> bool:
-    """Remove ``path`` (a directory or a file); whether it is gone."""
-    try:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-    except OSError:
-        pass  # reported by the caller: the path is still there
-    return not path.exists()
-
-
-def _is_disk_full(exc: BaseException) -> bool:
-    if isinstance(exc, OSError) and exc.errno in _DISK_FULL_ERRNOS:
-        return True
-    text = str(exc)  # safetensors: "I/O error: No space left on device (os error 28)"
-    return any(t in text for t in _DISK_FULL_TEXTS)
-
-
-def _write_failure(
-    directory: Path,
-    name: str,
-    exc: BaseException,
-    left: list[Path],
-    *,
-    model: Any,
-    optimizer: torch.optim.Optimizer,
-) -> str:
-    """The one-line message for a failed write of checkpoint ``name`` (after cleaning up)."""
-    cause = f"{type(exc).__name__}: {exc}".replace("\n", " ")
-    if left:
-        aftermath = f"{', '.join(map(str, left))} is left over (a partial checkpoint): delete it"
-    else:
-        aftermath = "nothing partial was left and older checkpoints are untouched"
-    try:
-        free: int | None = shutil.disk_usage(directory).free
-    except OSError:
-        free = None
-    try:
-        needed = checkpoint_bytes(model, optimizer)
-    except (*_WRITE_ERRORS, AttributeError):  # what failed may be the model itself
-        needed = 0
-    if not _is_disk_full(exc) and (free is None or free >= needed):
-        return (
-            f"writing checkpoint {name} in {directory} failed ({cause}); {aftermath}. Check "
-            "that the directory is writable and its disk healthy, then restart"
-        )
-    more = needed - (free or 0)
-    return (
-        f"cannot write checkpoint {name}: the disk holding {directory} is full ("
-        f"{'unknown space' if free is None else _format_bytes(free)} free, the checkpoint "
-        f"needs about {_format_bytes(needed) if needed else 'as much as the last one'}); "
-        f"{aftermath}. Free space there "
-        f"({'at least ' + _format_bytes(more) + ' more' if more > 0 else 'more'}) or move "
-        f"it to a larger disk, then restart ({cause})"
-    )
-
-
-def _format_bytes(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n} bytes"
-
-
-def checkpoint_bytes(model: Any, optimizer: torch.optim.Optimizer) -> int:
-    """About how many bytes a checkpoint of ``model`` and ``optimizer`` takes as they are
-    now: every tensor written (tied weights once) plus room for the manifest and headers.
-
-    Unlike :func:`state_bytes` it counts the optimizer state that exists (none before the
-    first step), so it is what the next write needs.
-    """
-    weights = {t.data_ptr(): t.nbytes for t in model.state_dict().values()}
-    moments = sum(
-        v.nbytes
-        for state in optimizer.state_dict()["state"].values()
-        for v in state.values()
-        if isinstance(v, torch.Tensor)
-    )
-    return int(sum(weights.values()) + moments) + _OVERHEAD_BYTES
 
 
 def _restore_rng(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:

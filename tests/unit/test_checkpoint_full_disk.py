@@ -20,8 +20,9 @@ import torch
 from safetensors import SafetensorError
 
 from sapo_async.errors import CheckpointError
-from sapo_async.node import checkpoint
+from sapo_async.node import checkpoint, checkpoint_disk
 from sapo_async.node.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
+from sapo_async.node.checkpoint_disk import checkpoint_bytes
 
 ENOSPC_SAFETENSORS = "Error while serializing: I/O error: No space left on device (os error 28)"
 
@@ -103,11 +104,13 @@ def test_a_full_disk_names_the_directory_the_space_free_and_needed(
 ) -> None:
     model, optimizer = _trained()
     ck = tmp_path / "ck"
-    needed = checkpoint.checkpoint_bytes(model, optimizer)
+    needed = checkpoint_bytes(model, optimizer)
     assert 3 * (256 * 256 + 256) * 4 < needed < 1 << 20  # weights and two AdamW moments
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(checkpoint, "save_model", _fail_with(SafetensorError(ENOSPC_SAFETENSORS)))
-    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda _: usage._replace(free=300 * 1024))
+    monkeypatch.setattr(
+        checkpoint_disk.shutil, "disk_usage", lambda _: usage._replace(free=300 * 1024)
+    )
     with pytest.raises(CheckpointError) as caught:
         _save(ck, model, optimizer, 2)
     message = str(caught.value)
@@ -126,7 +129,7 @@ def test_a_torch_error_on_a_disk_without_room_is_reported_as_a_full_disk(
     model, optimizer = _trained()
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(checkpoint, "save_file", _fail_with(RuntimeError("unexpected pos 704")))
-    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda _: usage._replace(free=4096))
+    monkeypatch.setattr(checkpoint_disk.shutil, "disk_usage", lambda _: usage._replace(free=4096))
     with pytest.raises(CheckpointError, match="is full"):
         _save(tmp_path / "ck", model, optimizer, 1)
 
@@ -234,7 +237,7 @@ def test_a_real_full_disk_fails_in_one_line_and_leaves_the_previous_checkpoint(
     tmp_path: Path, small_disk: Callable[[int], Path]
 ) -> None:
     model, optimizer = _trained()
-    needed = checkpoint.checkpoint_bytes(model, optimizer)
+    needed = checkpoint_bytes(model, optimizer)
     disk = small_disk(1 << 20)  # room for one checkpoint (about 0.8 MB), not two
     ck = disk / "checkpoints"
     _save(ck, model, optimizer, 1)
