@@ -11,7 +11,12 @@ starting), SIGTERM a node that is running (restarted once it exited), SIGKILL a 
 server (restarted 5-15 s later on its store), pause the RPC (SIGSTOP anvil for
 5-20 s, then SIGCONT), and restart a node (SIGKILL, started again at once) while the RPC is
 paused for 5-20 s, or while all three NATS servers are down for 5-15 s (the start-up
-checks must wait the outage out, never exit 2); short runs shorten the outages to 0.4x.
+checks must wait the outage out, never exit 2); lock a running node's ledger journal from
+another process (``BEGIN EXCLUSIVE``) for 5-20 s (the node must wait it out); and fill a
+running node's data disk for 5-20 s (each node's ``data_dir`` is its own small tmpfs: the
+node may stop with its one-line full-disk error, which is expected, and is started again
+once the space is back; without root, so without tmpfs, this kind is left out and the
+record says so); short runs shorten the outages to 0.4x.
 ``--block-time S`` runs anvil mining a block every S seconds (a real chain's pace). A node
 that exits on its own is a crash (and is restarted, so the run goes on). After the schedule
 every node must complete a round in its latest incarnation, then all stop with SIGTERM and
@@ -37,6 +42,7 @@ import os
 import platform
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -77,7 +83,12 @@ KINDS = (
     "rpc_pause",
     "node_start_in_rpc_pause",
     "node_start_in_nats_outage",
+    "journal_lock",
+    "disk_full",
 )
+DATA_DISK_MIB = 192
+"""Each node's tmpfs data disk: two kept checkpoints of the tiny model, one being written,
+the journal and room to spare."""
 PASSWORD = "chaos-password"  # the throwaway keystores of this run
 
 
@@ -113,9 +124,12 @@ class NodeProc:
     proc: subprocess.Popen[bytes] | None = None
     logs: list[Path] = field(default_factory=list)
     expected_exit: bool = False
+    disk_full: bool = False  # its data disk is full now: exiting is expected
+    full_stops: set[int] = field(default_factory=set)  # incarnations a full disk stopped
 
     def start(self) -> None:
-        log = self.data / f"run{len(self.logs)}.log"
+        # Beside the data directory, not in it: a full data disk must not cut the log.
+        log = self.data.parent / f"{self.data.name}-run{len(self.logs)}.log"
         self.logs.append(log)
         with log.open("wb") as sink:
             self.proc = subprocess.Popen(
@@ -182,6 +196,32 @@ log_level = "DEBUG"
     )
 
 
+def fill_disk(filler: Path) -> int:
+    """Write ``filler`` until its disk has no byte left; returns the bytes written."""
+    written = 0
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for chunk in (1 << 20, 4096, 1):
+            block = b"\0" * chunk
+            while True:
+                try:
+                    n = os.write(fd, block)
+                except OSError:  # ENOSPC: this size no longer fits, try a smaller one
+                    break
+                written += n
+                if n < chunk:
+                    break
+    finally:
+        os.close(fd)
+    return written
+
+
+def error_line(log: Path) -> str:
+    """The node's one ``error:`` line in ``log`` (empty if none)."""
+    lines = [x for x in log.read_text(errors="replace").splitlines() if x.startswith("error:")]
+    return lines[-1] if lines else ""
+
+
 def wait_healthy(ports: list[int], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -221,6 +261,8 @@ class Chaos:
         self.anvil = AnvilProcess(work / "anvil", keep_state=False, block_time_s=block_time)
         self.nodes = [NodeProc(i, work / f"node{i}.toml", work / f"node{i}") for i in range(nodes)]
         self.faults: Counter[str] = Counter()
+        self.tmpfs: list[Path] = []  # the data disks mounted (all or none)
+        self.kinds: tuple[str, ...] = KINDS
         self.crashes: list[str] = []
         self.timeline: list[dict[str, Any]] = []
         self.contract = ""
@@ -241,6 +283,8 @@ class Chaos:
         procs = []
         for node in self.nodes:
             node.data.mkdir(parents=True, exist_ok=True)
+        self._mount_data_disks()
+        for node in self.nodes:
             write_config(node, self.cluster.auth_urls, self.anvil.url, self.contract)
             procs.append(
                 subprocess.Popen(
@@ -257,6 +301,18 @@ class Chaos:
             assert proc.returncode == 0, err[-2000:]
             node.address = next(w for w in out.split() if w.startswith("0x") and len(w) == 42)
             anyio.run(lambda a=node.address: fund(chain, a))
+
+    def _mount_data_disks(self) -> None:
+        """Give each node a tmpfs data disk of DATA_DISK_MIB (root only), for disk_full."""
+        if os.geteuid() != 0:
+            self.kinds = tuple(k for k in KINDS if k != "disk_full")
+            return
+        for node in self.nodes:
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={DATA_DISK_MIB}m", "tmpfs", str(node.data)],
+                check=True,
+            )
+            self.tmpfs.append(node.data)
 
     async def _create_stream(self) -> None:
         transport = await JetStreamTransport.connect(
@@ -275,6 +331,8 @@ class Chaos:
 
     def check_crashes(self) -> None:
         for node in self.nodes:
+            if node.proc is not None and node.proc.poll() is not None and node.disk_full:
+                continue  # stopped by its full disk: started again once the space is back
             if node.proc is not None and node.proc.poll() is not None and not node.expected_exit:
                 self.crashes.append(f"node {node.index} exited {node.proc.returncode} on its own")
                 self.note("crash", node=node.index, code=node.proc.returncode)
@@ -375,6 +433,49 @@ class Chaos:
             self.sleep(down)
             for i in range(3):
                 self.cluster.start(i)
+        elif kind == "journal_lock":
+            self.wait_rounds_any(1)
+            node = self.rng.choice([n for n in self.nodes if n.rounds_now() >= 1])
+            held = self.rng.uniform(5, 20) * self.scale
+            other = sqlite3.connect(
+                node.data / "journal" / "journal.sqlite", timeout=30, isolation_level=None
+            )
+            other.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
+            self.note(kind, node=node.index, held_s=round(held, 1))
+            try:
+                self.sleep(held)
+            finally:
+                other.execute("COMMIT")
+                other.close()
+        elif kind == "disk_full":
+            self.wait_rounds_any(1)
+            node = self.rng.choice([n for n in self.nodes if n.rounds_now() >= 1])
+            filler = node.data / "filler"
+            node.disk_full = True
+            filled = fill_disk(filler)
+            held = self.rng.uniform(5, 20) * self.scale
+            self.note(kind, node=node.index, held_s=round(held, 1), filled_mib=filled >> 20)
+            try:
+                self.sleep(held)
+            finally:
+                filler.unlink()
+            # The space is back: the node either runs on (a round completes) or is stopping
+            # on the error the full disk gave it (it exits); either, within 3 minutes.
+            assert node.proc is not None
+            rounds, deadline = node.rounds_now(), time.monotonic() + 180
+            while node.proc.poll() is None and node.rounds_now() <= rounds:
+                if time.monotonic() > deadline:
+                    break
+                self.sleep(0.5)
+            node.disk_full = False
+            code = node.proc.poll()
+            if code is not None:
+                line = error_line(node.logs[-1])
+                self.note("disk_full_stopped", node=node.index, exit=code, error=line)
+                if code != 1 or "full" not in line:
+                    self.crashes.append(f"node {node.index} exited {code} on a full disk: {line}")
+                node.full_stops.add(len(node.logs) - 1)
+                node.start()
         else:  # pragma: no cover
             raise ValueError(kind)
 
@@ -391,9 +492,9 @@ class Chaos:
         kinds: list[str] = []
         gap = (10.0, 30.0) if self.duration >= 300 else (1.0, 3.0)
         done = 0
-        while done < len(KINDS) or time.monotonic() - start < self.duration:
+        while done < len(self.kinds) or time.monotonic() - start < self.duration:
             if not kinds:
-                kinds = list(KINDS)
+                kinds = list(self.kinds)
                 self.rng.shuffle(kinds)
             kind = kinds.pop(0)
             done += 1
@@ -552,11 +653,15 @@ class Chaos:
                 "credit_refused_by_producer_round",
                 "stream_missing",
                 "startup_check_waiting",
+                "journal_locked",
+                "journal_unlocked",
+                "commitments_wait_in_checkpoint",
+                "commitments_journaled_from_checkpoint",
             ):
                 signals[name] += sum(1 for e in all_events if e.get("event") == name)
             for k, log in enumerate(node.logs):
                 evs = events(log)
-                if any(e.get("event") == "node_failed" for e in evs):
+                if any(e.get("event") == "node_failed" for e in evs) and k not in node.full_stops:
                     self.crashes.append(f"node {node.index} run {k} logged node_failed")
                 resumed = any(e.get("event") == "node_resumed" for e in evs) and any(
                     e.get("event") == "round_completed" for e in evs
@@ -568,6 +673,10 @@ class Chaos:
                         killed_early += 1  # a later fault stopped it while it was starting
         return {
             "faults_injected": dict(self.faults),
+            "fault_kinds_left_out": {"disk_full": "not root: no tmpfs data disks"}
+            if "disk_full" not in self.kinds
+            else {},
+            "stopped_by_full_disk": sum(len(n.full_stops) for n in self.nodes),
             "rounds_committed": committed,
             "commitments_lost": len(lost),
             "duplicate_commitments": len(duplicates),
@@ -606,6 +715,8 @@ class Chaos:
                 os.kill(self.anvil.process.pid, signal.SIGCONT)
         self.anvil.stop()
         self.cluster.stop_all()
+        for mount in self.tmpfs:
+            subprocess.run(["umount", str(mount)], check=False)
 
 
 def run_chaos(
