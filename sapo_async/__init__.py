@@ -11,7 +11,8 @@ below, never up, and the ports never import each other:
    timeout and cap, each with its reason), :mod:`.logs`, :mod:`.backoff` (the one retry
    schedule), :mod:`.actors` (the life cycle every long-running piece uses),
    :mod:`.pulse` (the one "something changed, look again" wake-up),
-   :mod:`.process` (the one child-process base: nats-server, anvil).
+   :mod:`.process` (the one child-process base: nats-server, anvil),
+   :mod:`.lockfile` (one node per data directory and per key: OS file locks).
 1. :mod:`.wire`: the rollout group, its canonical encoding, hash and signature.
 2. :mod:`.tasks`: reasoning-gym families, task references, prompts, the verifier.
 3. the three ports and what runs on them, side by side:

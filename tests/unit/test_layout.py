@@ -20,6 +20,7 @@ FLOORS = {
     "pulse": 0,
     "_lazy": 0,
     "process": 0,
+    "lockfile": 0,
     "wire": 1,
     "tasks": 2,
     "fabric": 3,
