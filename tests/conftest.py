@@ -16,6 +16,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # Each area keeps its fixtures in its own module so areas never edit the same file.
 pytest_plugins = [
+    "tests.fixtures.disk",
     "tests.fixtures.fabric",
     "tests.fixtures.learning",
     "tests.fixtures.ledger",

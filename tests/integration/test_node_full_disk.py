@@ -17,10 +17,11 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.disk import SmallTmpfs
 
 pytestmark = [pytest.mark.slow, pytest.mark.nats]
 
@@ -32,28 +33,12 @@ EXIT_S = 60.0
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 64 MiB tmpfs under tmp_path (needs root), unmounted at teardown."""
-    if os.geteuid() != 0:
-        pytest.skip(
-            "a real full disk needs root to mount a tmpfs (CI runs as root); "
-            "tests/unit/test_checkpoint_full_disk.py covers the same code at its seams"
-        )
-    target = tmp_path / "disk"
-    target.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(target)],
-        capture_output=True,
-        text=True,
-        check=False,
+def small_disk(small_tmpfs: SmallTmpfs) -> Path:
+    """A 64 MiB tmpfs (needs root), unmounted at teardown."""
+    return small_tmpfs(
+        "64m",
+        covered_by="tests/unit/test_checkpoint_full_disk.py covers the same code at its seams",
     )
-    if done.returncode != 0:
-        pytest.fail(
-            f"running as root, but mounting a tmpfs on {target} failed "
-            f"({done.stderr.strip() or done.returncode}): this test needs it"
-        )
-    yield target
-    subprocess.run(["umount", str(target)], check=True)
 
 
 def _config(tmp_path: Path, data_dir: Path) -> Path:

@@ -10,8 +10,7 @@ import errno
 import fcntl
 import os
 import shutil
-import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from sapo_async.errors import CheckpointError
 from sapo_async.node import checkpoint, checkpoint_disk
 from sapo_async.node.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
 from sapo_async.node.checkpoint_disk import checkpoint_bytes
+from tests.fixtures.disk import SmallTmpfs
 
 ENOSPC_SAFETENSORS = "Error while serializing: I/O error: No space left on device (os error 28)"
 
@@ -201,44 +201,13 @@ def test_a_loaded_checkpoint_keeps_no_file_mapped(tmp_path: Path) -> None:
 # --- a real full disk ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
-    """Mounts a tmpfs of the given size (bytes) under tmp_path; unmounted at teardown."""
-    mounts: list[Path] = []
-
-    def mount(size: int) -> Path:
-        if os.geteuid() != 0:
-            pytest.skip(
-                "a real full disk needs root to mount a tmpfs (CI runs as root); the "
-                "seam-level tests in this file cover the same code"
-            )
-        target = tmp_path / f"disk-{len(mounts)}"
-        target.mkdir()
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            pytest.fail(
-                f"running as root, but mounting a tmpfs on {target} failed "
-                f"({done.stderr.strip() or done.returncode}): this test needs it"
-            )
-        mounts.append(target)
-        return target
-
-    yield mount
-    for target in reversed(mounts):
-        subprocess.run(["umount", str(target)], check=True)
-
-
 def test_a_real_full_disk_fails_in_one_line_and_leaves_the_previous_checkpoint(
-    tmp_path: Path, small_disk: Callable[[int], Path]
+    small_tmpfs: SmallTmpfs,
 ) -> None:
     model, optimizer = _trained()
     needed = checkpoint_bytes(model, optimizer)
-    disk = small_disk(1 << 20)  # room for one checkpoint (about 0.8 MB), not two
+    # Room for one checkpoint (about 0.8 MB), not two.
+    disk = small_tmpfs(1 << 20, covered_by="the seam-level tests in this file cover the same code")
     ck = disk / "checkpoints"
     _save(ck, model, optimizer, 1)
     used = shutil.disk_usage(disk).used

