@@ -85,6 +85,35 @@ def _sqlite_error(code: int, text: str) -> sqlite3.OperationalError:
     return exc
 
 
+class LockAtRound:
+    """Another program takes the journal's write lock (``BEGIN EXCLUSIVE``) when the node
+    journals ``FAULT_ROUND``; ``refused`` is set once the node's write met the lock."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.refused = threading.Event()
+        self.other: sqlite3.Connection | None = None
+
+    def __call__(self, commitment: Any, original: Callable[[], bool]) -> bool:
+        if commitment.round == FAULT_ROUND and self.other is None:
+            self.other = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self.other.execute("BEGIN EXCLUSIVE")
+        try:
+            return original()
+        except JournalError as exc:
+            if "locked" in str(exc):
+                self.refused.set()
+            raise
+
+    async def wait_refused(self) -> None:
+        assert await anyio.to_thread.run_sync(self.refused.wait, 120), "never locked out"
+
+    def unlock(self) -> None:
+        if self.other is not None:
+            self.other.execute("COMMIT")
+            self.other.close()
+
+
 async def _run(settings: dict[str, Any], rounds: int) -> tuple[int, BaseException | None]:
     """Run the node for ``rounds`` rounds (or until it fails); its next round and failure."""
     failure: BaseException | None = None
@@ -97,6 +126,11 @@ async def _run(settings: dict[str, Any], rounds: int) -> tuple[int, BaseExceptio
         await node.round_loop.wait_done()
         next_round = node.round_loop.learner.round
     return next_round, failure
+
+
+def _journaled(settings: dict[str, Any]) -> list[int]:
+    with Journal(settings["ledger_journal_path"]) as journal:
+        return [e.round for e in journal.entries(settings["account"].address)]
 
 
 async def _check_exactly_once(settings: dict[str, Any], next_round: int) -> None:
@@ -161,38 +195,22 @@ async def test_a_journal_that_cannot_be_written_stops_the_node_and_loses_no_comm
 async def test_a_node_waits_out_a_locked_journal_and_goes_on(tmp_path: Path) -> None:
     swarm = "journal-locked"
     settings = _settings(tmp_path, swarm, MemoryBroker())
-    path = settings["ledger_journal_path"]
-    refused = threading.Event()
-    holder: list[sqlite3.Connection] = []
-
-    def fault(commitment: Any, original: Callable[[], bool]) -> bool:
-        if commitment.round == FAULT_ROUND and not holder:
-            other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            other.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
-            holder.append(other)
-        try:
-            return original()
-        except JournalError as exc:
-            if "locked" in str(exc):
-                refused.set()
-            raise
+    lock = LockAtRound(settings["ledger_journal_path"])
 
     async def body() -> None:
         async with anyio.create_task_group() as tg:
 
             async def unlock() -> None:
                 try:
-                    assert await anyio.to_thread.run_sync(refused.wait, 120), "never locked out"
+                    await lock.wait_refused()
                 finally:
-                    if holder:
-                        holder[0].execute("COMMIT")
-                        holder[0].close()
+                    lock.unlock()
 
             tg.start_soon(unlock)
-            with patched_append(fault):
+            with patched_append(lock):
                 next_round, failure = await _run(settings, rounds=5)
         assert failure is None
-        assert refused.is_set()
+        assert lock.refused.is_set()
         assert next_round == 5
         await _check_exactly_once(settings, next_round)
 
@@ -205,35 +223,18 @@ async def test_a_node_stopped_while_its_journal_is_locked_journals_from_its_chec
 ) -> None:
     swarm = "journal-locked-stop"
     settings = _settings(tmp_path, swarm, MemoryBroker())
-    path = settings["ledger_journal_path"]
-    refused = threading.Event()
-    holder: list[sqlite3.Connection] = []
-
-    def fault(commitment: Any, original: Callable[[], bool]) -> bool:
-        if commitment.round == FAULT_ROUND and not holder:
-            other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            other.execute("BEGIN EXCLUSIVE")
-            holder.append(other)
-        try:
-            return original()
-        except JournalError as exc:
-            if "locked" in str(exc):
-                refused.set()
-            raise
+    lock = LockAtRound(settings["ledger_journal_path"])
 
     async def body() -> None:
-        with patched_append(fault):
+        with patched_append(lock):
             async with Swarm.join(rounds=5, **settings) as node:
-                assert await anyio.to_thread.run_sync(refused.wait, 120), "never locked out"
+                await lock.wait_refused()
                 node.request_stop()  # the volunteer's Ctrl-C while the journal is locked
                 with anyio.fail_after(120):
                     await node.round_loop.wait_done()
                 stopped_at = node.round_loop.learner.round
-        holder[0].execute("COMMIT")
-        holder[0].close()
-        with Journal(path) as journal:
-            journaled = [e.round for e in journal.entries(settings["account"].address)]
-        assert journaled == list(range(FAULT_ROUND))  # the held one waits in the checkpoint
+        lock.unlock()
+        assert _journaled(settings) == list(range(FAULT_ROUND))  # the held one: checkpoint
         next_round, failure = await _run(settings, rounds=2)
         assert failure is None
         assert next_round == stopped_at + 2
@@ -262,9 +263,7 @@ async def test_a_checkpoint_that_fails_holds_the_commitment_and_the_round_is_red
         finally:
             Learner.save = original  # type: ignore[method-assign]
         assert isinstance(failure, SapoError)
-        with Journal(settings["ledger_journal_path"]) as journal:
-            journaled = [e.round for e in journal.entries(settings["account"].address)]
-        assert journaled == list(range(FAULT_ROUND))  # round 2's waits for a checkpoint
+        assert _journaled(settings) == list(range(FAULT_ROUND))  # round 2's: no checkpoint
         next_round, failure = await _run(settings, rounds=2)
         assert failure is None
         assert next_round == FAULT_ROUND + 2  # resumed at round 2 (its checkpoint failed)
