@@ -20,16 +20,21 @@ group is informative): ``product`` is ``Learner.train`` (the GRPO step a node ta
 log-probs, loss, backward, AdamW), ``plain`` a bare forward, mean token log-prob loss,
 backward and AdamW step of the same padded batch (a lower bound on any GRPO step).
 
+Then the profile (``bench/real_profile.py``): every stage of a node-round at the
+real-model table's size and a larger one, the GRPO step split into its stages, each against
+this machine's matmul and copy throughput measured in the same run.
+
 Every variant runs ``--repeats`` times, alternating, best of each kept, so machine load hits
 them alike; the ratios are the result, absolute times drift. Full results go to
 ``bench/results/real.json``, ``--quick`` to ``bench/results/quick/real.json``.
 
-    just bench real [--quick]
+    just bench real [--quick] [--only compare|profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -41,6 +46,7 @@ from typing import Any
 
 import anyio
 import torch
+from real_profile import plain_step, print_profile, profile
 from results_path import results_path  # bench/ is on sys.path when run as a script
 
 from sapo_async.node.learner import build_learner
@@ -110,26 +116,34 @@ def _llama(llm: Any, prompts: list[list[int]], n: int, new: int) -> int:
     return tokens
 
 
-def _plain_step(model: Any, optimizer: Any, rows: list[list[int]], pad: int) -> None:
-    width = max(len(r) for r in rows)
-    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
-    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-    logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
-    loss = -(logp * mask[:, 1:]).sum() / mask[:, 1:].sum()
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 prompt x 2 x 8 tokens, once")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=None, help="default: results_path()")
+    parser.add_argument(
+        "--only",
+        choices=("all", "compare", "profile"),
+        default="all",
+        help="compare: the generation and training comparisons; profile: the per-stage "
+        "profile at the table's and the large size (bench/real_profile.py)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    out = args.out or results_path("real", quick=args.quick)
+    result: dict[str, Any] = {"machine": _machine(args.threads)}
+    if args.only != "profile":
+        result |= _compare(args)
+        print(json.dumps(result["generation"], indent=1))
+    if args.only != "compare":
+        result["profile"] = _profile(args)
+        print_profile(result["profile"])
+    _write(out, result)
+
+
+def _compare(args: argparse.Namespace) -> dict[str, Any]:
+    """Generation and the training step, the product against the alternatives."""
     prompts_n, n, new = (1, 2, 8) if args.quick else (2, 4, 64)
     repeats = 1 if args.quick else args.repeats
     spec = NodeSpec.build(
@@ -145,14 +159,6 @@ def main() -> None:
     groups = anyio.run(learner.generate)
     prompts = [list(g.result.prompt_token_ids) for g in groups]
     result: dict[str, Any] = {
-        "machine": {
-            "platform": platform.platform(),
-            "torch": torch.__version__,
-            "cpus": os.cpu_count(),
-            "threads": args.threads,
-            "load_avg_at_start": os.getloadavg(),
-            "note": "shared 2-core machine; compare variants within this file only",
-        },
         "model": {
             "name": MODEL,
             "model_id": PACKAGED_MODELS[MODEL].model_id,
@@ -221,7 +227,7 @@ def main() -> None:
     for _ in range(repeats):
         for name, run in (
             ("product", lambda: learner.train(batch)),
-            ("plain", lambda: _plain_step(model, plain_opt, rows, tokenizer.pad_token_id)),
+            ("plain", lambda: plain_step(model, plain_opt, rows, tokenizer.pad_token_id)),
         ):
             seconds, _ = _time(run)
             train[name] = min(train.get(name, float("inf")), seconds)
@@ -232,10 +238,37 @@ def main() -> None:
         "tokens": sum(len(r) for r in rows),
         "product_over_plain": train["product"] / train["plain"],
     }
-    out = args.out or results_path("real", quick=args.quick)
+    return result
+
+
+def _machine(threads: int) -> dict[str, Any]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        names = [
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ]
+        cpu = names[0] if names else cpu
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "torch": torch.__version__,
+        "cpus": os.cpu_count(),
+        "threads": threads,
+        "load_avg_at_start": os.getloadavg(),
+        "note": "shared 2-core machine; compare variants within this file only",
+    }
+
+
+def _profile(args: argparse.Namespace) -> dict[str, Any]:
+    repeats = 1 if args.quick else args.repeats
+    return profile(quick=args.quick, repeats=repeats, threads=args.threads)
+
+
+def _write(out: Path, result: dict[str, Any]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    print(json.dumps(result["generation"], indent=1))
     print(f"wrote {out}")
 
 

@@ -66,6 +66,7 @@ from sapo_async.policy.grpo.logprobs import (
 
 __all__ = [
     "INFORMATIVE_EPS",
+    "STAGES",
     "ScoredCompletion",
     "ScoredGroup",
     "StepMetrics",
@@ -75,6 +76,11 @@ __all__ = [
 
 
 _log = get_logger("sapo_async.policy.grpo")
+
+STAGES = ("batch", "old_logprobs", "forward", "backward", "optimizer")
+"""The stages of a step :attr:`Trainer.stage_seconds` times: rows and padded tensors, the
+frozen (old and reference) log-probs, the forward with the loss, the backward, and gradient
+clipping with the optimizer step (summed over micro-batches, minibatches and epochs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +172,9 @@ class Trainer:
                 f"trainer.bf16 is not supported on {self.device}", field="trainer.bf16"
             )
         self.policy_version = 0
+        self.stage_seconds: dict[str, float] = dict.fromkeys(STAGES, 0.0)
+        """Wall time of each stage of the last :meth:`step` (:data:`STAGES`; a profile:
+        ``bench/real_profile.py`` reads it)."""
         self._ref: Any = None
         if self.config.kl_beta > 0:
             self._ref = copy.deepcopy(model).eval()
@@ -196,6 +205,7 @@ class Trainer:
             TrainingError: the loss or gradient became non-finite.
         """
         t0 = time.perf_counter()
+        self.stage_seconds = dict.fromkeys(STAGES, 0.0)
         cfg = self.config
         if any(not g.completions for g in groups):
             raise ConfigError("a scored group has no completions", field="groups")
@@ -217,6 +227,7 @@ class Trainer:
         batches = self._batcher.minibatches(
             rows, cfg.minibatches, self.device, micro_batch_tokens=cfg.micro_batch_tokens
         )
+        self.stage_seconds["batch"] = time.perf_counter() - t0
         olds, refs = self._frozen_logprobs(batches)
         updates = [
             self._update(batch, old, ref)
@@ -245,6 +256,11 @@ class Trainer:
         forward pass is saved. ``ref`` is ``None`` without a KL reference.
         """
         reuse = self.config.ppo_epochs == 1 and self.config.minibatches == 1
+        if reuse and self._ref is None:  # no pass to run (nor to time)
+            return [[None] * len(mb.micro) for mb in batches], [
+                [None] * len(mb.micro) for mb in batches
+            ]
+        t0 = time.perf_counter()
         olds: list[_Frozen] = []
         refs: list[_Frozen] = []
         with torch.no_grad(), self._autocast():
@@ -253,6 +269,7 @@ class Trainer:
                 refs.append(
                     [self._logprobs(self._ref, b)[0] if self._ref else None for b in mb.micro]
                 )
+        self.stage_seconds["old_logprobs"] = time.perf_counter() - t0
         return olds, refs
 
     def _update(self, mb: MiniBatch, olds: _Frozen, refs: _Frozen) -> _Update:
@@ -261,22 +278,28 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss = clip = entropy = kl = 0.0
         for batch, old, ref in zip(mb.micro, olds, refs, strict=True):
+            t0 = time.perf_counter()
             with self._autocast():
                 logp, ent = self._logprobs(self.model, batch, entropy=True)
             terms = self._loss(batch, mb, logp, logp.detach() if old is None else old, ref)
             if not torch.isfinite(terms.loss):
                 self.optimizer.zero_grad(set_to_none=True)
                 raise TrainingError(f"non-finite loss {float(terms.loss)}")
+            t1 = time.perf_counter()
             terms.loss.backward()  # type: ignore[no-untyped-call]
+            self.stage_seconds["forward"] += t1 - t0
+            self.stage_seconds["backward"] += time.perf_counter() - t1
             loss += float(terms.loss.detach())
             clip += terms.clip_fraction
             kl += terms.kl
             entropy += ent / max(mb.tokens, 1)
+        t0 = time.perf_counter()
         norm = self._clip()
         if not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             raise TrainingError(f"non-finite gradient norm {norm}")
         self.optimizer.step()
+        self.stage_seconds["optimizer"] += time.perf_counter() - t0
         self.policy_version += 1
         return _Update(loss, clip, entropy, kl, norm)
 
@@ -284,7 +307,10 @@ class Trainer:
         self, model: Any, batch: Batch, *, entropy: bool = False
     ) -> tuple[torch.Tensor, float]:
         return token_logprobs(
-            model, batch, entropy=entropy, chunk_tokens=self.config.logprob_chunk_tokens
+            model,
+            batch,
+            entropy=entropy,
+            chunk_tokens=self.config.logprob_chunk_tokens,
         )
 
     def _autocast(self) -> Any:

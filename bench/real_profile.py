@@ -1,0 +1,444 @@
+"""Where a SmolLM2 node-round's time goes, each stage against this machine's own limits
+(issue 56, item 1): the profile section of ``just bench real`` (:mod:`real` calls
+:func:`profile`).
+
+Limits, measured in the same run at the same thread count: torch matmul throughput in
+float32 and bfloat16 (the best of the model's own shapes: an MLP projection at the step's
+token count and the vocabulary head on a log-prob chunk), and a memory copy (float32 to
+bfloat16, as the weight sync does) in GB/s.
+
+Sizes: ``table`` (the real-model table's: B=4 questions x L=4 completions, 32 new tokens,
+the last 4 blocks trained) and ``large`` (8 x 8, 128 tokens, every block trained). Stages
+of one node-round at each, on the node's own objects (``build_learner``):
+
+* ``generation``: ``Learner.generate`` (the node's sampler on its bf16 copy where the CPU
+  has bf16 instructions), stops honoured;
+* ``scoring``: ``Learner.score_local`` (the verifier; no arithmetic worth counting);
+* ``view_logprobs``: a receiver's candidate view of each group (``token_logprobs_batch``:
+  the full-vocabulary log-softmax at every position, on the fp32 trainer module);
+* the GRPO step (``Learner.train``, rewards alternating 0/1 so every group counts) split
+  as :data:`~sapo_async.policy.grpo.trainer.STAGES` says (``Trainer.stage_seconds``), once
+  per trainer variant (``float32``: as today; ``bf16``: ``trainer.bf16``, autocast with
+  float32 master weights, where the CPU has bf16 instructions), beside ``plain``: a bare
+  forward, full log-softmax, token-mean loss, backward and AdamW over the same rows and
+  the same trainable parameters (16 rows per pass, gradients accumulate);
+* ``weight_sync``: the trained weights into the sampler's bf16 copy
+  (``generator.sync_weights``);
+* ``checkpoint``: ``Learner.save`` (model, optimizer, round) to a temporary directory.
+
+The node's commit (a journal append of a few hashes) is not timed here.
+
+FLOPs, counted from the model's config (two per multiply-add), per token through a block:
+the q/k/v/o and gate/up/down projections; attention ``4 x width x q_dim`` per row position
+per layer (scores and values over the padded width, the causal half not subtracted); the
+head ``2 x hidden x vocab`` per position it projects. A backward through a trained block
+costs twice its forward (input and weight gradients); the head's backward costs one
+projection for the input gradient, one more for its weight when it trains (tied to the
+embeddings: only with every block trained), and the product recomputes its chunk once
+(activation checkpointing). AdamW is counted as bytes (four float32 tensors read, three
+written per trained parameter) against the copy bandwidth, as are the sync and the
+checkpoint (bytes written). ``of_limit`` is achieved / limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import torch
+
+from sapo_async.node.learner import _cpu_bf16, build_learner
+from sapo_async.node.plausibility import token_logprobs_batch
+from sapo_async.node.spec import NodeSpec
+
+MODEL = "smollm2-135m"
+PLAIN_ROWS = 16
+"""Rows per pass of the plain step (gradients accumulate): its full-vocabulary logits at the
+large size would otherwise hold several GB at once."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    """One profiled size: questions x completions, new tokens, blocks trained (None: all)."""
+
+    questions: int
+    completions: int
+    new_tokens: int
+    train_layers: int | None
+
+
+SIZES = {
+    "table": Size(4, 4, 32, 4),
+    "large": Size(8, 8, 128, None),
+}
+QUICK_SIZES = {
+    "table": Size(1, 2, 8, 4),
+    "large": Size(1, 2, 16, None),
+}
+
+
+# -- limits -----------------------------------------------------------------------------
+
+
+def _best(fn: Any, repeats: int) -> float:
+    fn()  # warm-up (oneDNN picks its kernel on the first call)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def limits(hidden: int, ff: int, vocab: int, *, tokens: int, repeats: int) -> dict[str, Any]:
+    """This machine's matmul GFLOP/s (float32, bfloat16) at the model's shapes, and its
+    float32-to-bfloat16 copy bandwidth in GB/s."""
+    shapes = {"mlp": (tokens, hidden, ff), "head": (512, hidden, vocab)}
+    out: dict[str, Any] = {"shapes": {k: list(v) for k, v in shapes.items()}}
+    for dtype in (torch.float32, torch.bfloat16):
+        rates = {}
+        for name, (m, k, n) in shapes.items():
+            a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+            rates[name] = 2 * m * k * n / _best(lambda a=a, b=b: a @ b, repeats) / 1e9
+        key = str(dtype).removeprefix("torch.")
+        out[f"{key}_gflops_by_shape"] = rates
+        out[f"{key}_gflops"] = max(rates.values())
+    src = torch.randn(32 * 2**20)
+    dst = torch.empty(src.shape, dtype=torch.bfloat16)
+    out["copy_gbps"] = src.numel() * 6 / _best(lambda: dst.copy_(src), repeats) / 1e9
+    return out
+
+
+# -- arithmetic -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Arch:
+    """The FLOP-relevant shape of a Llama-style model (see the module docstring)."""
+
+    layers: int
+    hidden: int
+    q_dim: int
+    kv_dim: int
+    ff: int
+    vocab: int
+
+    @classmethod
+    def of(cls, model: Any) -> Arch:
+        c = model.config
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        return cls(
+            layers=c.num_hidden_layers,
+            hidden=c.hidden_size,
+            q_dim=c.num_attention_heads * head_dim,
+            kv_dim=c.num_key_value_heads * head_dim,
+            ff=c.intermediate_size,
+            vocab=c.vocab_size,
+        )
+
+    @property
+    def block(self) -> int:
+        """FLOPs of one token through one block's projections."""
+        h = self.hidden
+        return 2 * (h * self.q_dim * 2 + h * self.kv_dim * 2 + 3 * h * self.ff)
+
+    @property
+    def head(self) -> int:
+        """FLOPs of one position's vocabulary projection."""
+        return 2 * self.hidden * self.vocab
+
+    def blocks(self, rows: int, width: int, layers: int) -> int:
+        """A padded ``rows x width`` batch through ``layers`` blocks (attention included)."""
+        return layers * rows * width * (self.block + 4 * width * self.q_dim)
+
+
+def _row_shapes(batch: list[Any]) -> tuple[int, int, int]:
+    """Rows, padded width and completion tokens of the step's batch (as the trainer pads)."""
+    lengths = [
+        (len(g.prompt_token_ids), len(c.token_ids or ())) for g in batch for c in g.completions
+    ]
+    return len(lengths), max(p + c for p, c in lengths), sum(c for _, c in lengths)
+
+
+def step_flops(
+    arch: Arch, batch: list[Any], trained: int, head_trains: bool, frozen_passes: int
+) -> dict[str, int]:
+    """FLOPs of the product's step stages and of the plain step over the same rows
+    (``frozen_passes``: no-grad forwards for old and reference log-probs)."""
+    rows, width, comp = _row_shapes(batch)
+    fwd = arch.blocks(rows, width, arch.layers) + comp * arch.head
+    head_bwd = comp * arch.head * (3 if head_trains else 2)  # recompute, d input (, d weight)
+    plain_head = rows * width * arch.head
+    return {
+        "old_logprobs": frozen_passes * fwd,
+        "forward": fwd,
+        "backward": 2 * arch.blocks(rows, width, trained) + head_bwd,
+        "plain": arch.blocks(rows, width, arch.layers) * 1
+        + 2 * arch.blocks(rows, width, trained)
+        + plain_head * (3 if head_trains else 2),
+    }
+
+
+# -- stages -----------------------------------------------------------------------------
+
+
+def _stage(
+    seconds: float, *, flops: float = 0.0, nbytes: float = 0.0, limit: dict[str, Any], dtype: str
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"seconds": seconds}
+    if flops:
+        rate = flops / seconds / 1e9 if seconds > 0 else 0.0
+        out |= {"gflop": flops / 1e9, "gflops": rate, "of_limit": rate / limit[f"{dtype}_gflops"]}
+        out["limit"] = f"matmul {dtype}"
+    elif nbytes:
+        rate = nbytes / seconds / 1e9 if seconds > 0 else 0.0
+        out |= {"gbytes": nbytes / 1e9, "gbps": rate, "of_limit": rate / limit["copy_gbps"]}
+        out["limit"] = "copy"
+    return out
+
+
+def plain_step(model: Any, optimizer: Any, rows: list[list[int]], pad: int) -> None:
+    """A bare forward, full log-softmax, token-mean loss, backward and AdamW step over
+    ``rows`` (:data:`PLAIN_ROWS` rows per pass, gradients accumulate)."""
+    total = sum(len(r) - 1 for r in rows)
+    for start in range(0, len(rows), PLAIN_ROWS):
+        part = rows[start : start + PLAIN_ROWS]
+        width = max(len(r) for r in part)
+        ids = torch.tensor([r + [pad] * (width - len(r)) for r in part])
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in part])
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+        logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
+        loss = -(logp * mask[:, 1:]).sum() / total
+        loss.backward()  # type: ignore[no-untyped-call]
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _informative(scored: list[Any]) -> list[Any]:
+    """The round's groups with rewards alternating 0/1 (every group informative)."""
+    return [
+        dataclasses.replace(
+            g,
+            completions=tuple(
+                dataclasses.replace(c, reward=float(i % 2)) for i, c in enumerate(g.completions)
+            ),
+        )
+        for g in scored
+    ]
+
+
+def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) -> dict[str, Any]:
+    """Every reachable stage of one node-round at ``size`` (see the module docstring),
+    beside the limits measured just before."""
+    spec = NodeSpec.build(
+        model=MODEL,
+        tasks=["basic_arithmetic"],
+        questions_per_round=size.questions,
+        completions_per_question=size.completions,
+        max_new_tokens=size.new_tokens,
+        local=size.questions,
+        train_layers=size.train_layers,
+    )
+    learner = build_learner(spec)
+    torch.set_num_threads(threads)
+    model, trainer = learner.model, learner.trainer
+    arch = Arch.of(model)
+    limit = limits(arch.hidden, arch.ff, arch.vocab, tokens=2048, repeats=limit_repeats)
+    trained = size.train_layers or arch.layers
+    head_trains = size.train_layers is None
+    sampler = getattr(learner.generator, "_model", model)
+    sampler_dtype = str(next(sampler.parameters()).dtype).removeprefix("torch.")
+    stages: dict[str, dict[str, Any]] = {}
+
+    def best(name: str, seconds: float) -> None:
+        times.setdefault(name, []).append(seconds)
+
+    times: dict[str, list[float]] = {}
+    groups: list[Any] = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        groups = anyio.run(learner.generate)
+        best("generation", time.perf_counter() - start)
+    prompt_tokens = sum(len(g.result.prompt_token_ids) for g in groups)
+    sampled = sum(len(c.token_ids or ()) for g in groups for c in g.result.completions)
+    rows_n = sum(len(g.result.completions) for g in groups)
+    mean_ctx = prompt_tokens / len(groups) + size.new_tokens / 2
+    gen_flops = (
+        prompt_tokens * arch.layers * arch.block  # one prefill per distinct prompt
+        + sampled * (arch.layers * (arch.block + 4 * mean_ctx * arch.q_dim) + arch.head)
+        + rows_n * arch.head
+    )
+    for _ in range(repeats):
+        start = time.perf_counter()
+        scored = learner.score_local(groups)
+        best("scoring", time.perf_counter() - start)
+    view_flops = 0
+    for g in groups:
+        comps = [list(c.token_ids or ()) for c in g.result.completions]
+        width = len(g.result.prompt_token_ids) + max(len(c) for c in comps)
+        view_flops += arch.blocks(len(comps), width, arch.layers) + len(comps) * width * arch.head
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for g in groups:
+            comps = [list(c.token_ids or ()) for c in g.result.completions]
+            token_logprobs_batch(model, list(g.result.prompt_token_ids), comps, pad=0)
+        best("view_logprobs", time.perf_counter() - start)
+
+    batch = _informative(scored)
+    cfg = trainer.config
+    frozen_passes = int(cfg.ppo_epochs > 1 or cfg.minibatches > 1) + int(cfg.kl_beta > 0)
+    flops = step_flops(arch, batch, trained, head_trains, frozen_passes)
+    rows = [
+        list(g.prompt_token_ids or ()) + list(c.token_ids or ())
+        for g in batch
+        for c in g.completions
+    ]
+    variants = {"float32": False, "bf16": True} if _cpu_bf16() else {"float32": False}
+    base = trainer.config
+    plain_opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    step_stages: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
+    model.train()
+    for _ in range(repeats):
+        for variant, bf16 in variants.items():
+            trainer.config = base.replace(bf16=bf16)
+            start = time.perf_counter()
+            learner.train(batch)
+            best(f"step_{variant}", time.perf_counter() - start)
+            for stage, seconds in trainer.stage_seconds.items():
+                step_stages[variant].setdefault(stage, []).append(seconds)
+        start = time.perf_counter()
+        plain_step(model, plain_opt, rows, learner.tokenizer.pad_token_id)
+        best("step_plain", time.perf_counter() - start)
+    trainer.config = base
+    model.eval()
+    trained_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    all_params = sum(p.numel() for p in model.parameters())
+    for _ in range(repeats):
+        start = time.perf_counter()
+        anyio.run(learner.generator.sync_weights, model.named_parameters())
+        best("weight_sync", time.perf_counter() - start)
+    ckpt_bytes = 0
+    for _ in range(repeats):
+        directory = Path(tempfile.mkdtemp(prefix="sapo-profile-"))
+        try:
+            start = time.perf_counter()
+            learner.save(directory)
+            best("checkpoint", time.perf_counter() - start)
+            ckpt_bytes = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    low = {name: min(values) for name, values in times.items()}
+    stages["generation"] = _stage(
+        low["generation"], flops=gen_flops, limit=limit, dtype=sampler_dtype
+    )
+    stages["scoring"] = _stage(low["scoring"], limit=limit, dtype="float32")
+    stages["view_logprobs"] = _stage(
+        low["view_logprobs"], flops=view_flops, limit=limit, dtype="float32"
+    )
+    steps: dict[str, Any] = {}
+    adam_bytes = trained_params * 4 * 7
+    for variant in variants:
+        dtype = "bfloat16" if variant == "bf16" else "float32"
+        split = {stage: min(v) for stage, v in step_stages[variant].items()}
+        steps[variant] = {
+            "seconds": low[f"step_{variant}"],
+            "stages": {
+                "batch": _stage(split["batch"], limit=limit, dtype=dtype),
+                "old_logprobs": _stage(
+                    split["old_logprobs"],
+                    flops=flops["old_logprobs"],
+                    limit=limit,
+                    dtype=dtype,
+                ),
+                "forward": _stage(
+                    split["forward"], flops=flops["forward"], limit=limit, dtype=dtype
+                ),
+                "backward": _stage(
+                    split["backward"], flops=flops["backward"], limit=limit, dtype=dtype
+                ),
+                "optimizer": _stage(
+                    split["optimizer"], nbytes=adam_bytes, limit=limit, dtype=dtype
+                ),
+            },
+            "plain_over_product": low["step_plain"] / low[f"step_{variant}"],
+        }
+    steps["plain"] = _stage(low["step_plain"], flops=flops["plain"], limit=limit, dtype="float32")
+    stages["weight_sync"] = _stage(
+        low["weight_sync"], nbytes=all_params * 6, limit=limit, dtype="float32"
+    )
+    stages["checkpoint"] = _stage(
+        low["checkpoint"], nbytes=ckpt_bytes, limit=limit, dtype="float32"
+    )
+    fastest = min(steps[v]["seconds"] for v in variants)
+    other = sum(stages[s]["seconds"] for s in stages)
+    rows_n, width, comp = _row_shapes(batch)
+    result = {
+        "size": dataclasses.asdict(size),
+        "limits": limit,
+        "sampler_dtype": sampler_dtype,
+        "rows": rows_n,
+        "padded_width": width,
+        "completion_tokens": comp,
+        "sampled_tokens": sampled,
+        "generation_tokens_per_s": sampled / low["generation"],
+        "trained_params": trained_params,
+        "stages": stages,
+        "grpo_step": steps,
+        "round_seconds": {
+            "float32_step": other + steps["float32"]["seconds"],
+            "fastest_step": other + fastest,
+        },
+    }
+    del learner, model, trainer, plain_opt
+    gc.collect()
+    return result
+
+
+def profile(*, quick: bool, repeats: int, threads: int) -> dict[str, Any]:
+    """The profile section of ``bench/results/real.json``: both sizes, each beside the
+    limits measured just before it. Quick runs take two repeats too (their sizes are
+    small), so the first call's warm-up is not all they show."""
+    torch.set_num_threads(threads)
+    sizes = QUICK_SIZES if quick else SIZES
+    out: dict[str, Any] = {"cpu_bf16_instructions": _cpu_bf16(), "sizes": {}}
+    for name, size in sizes.items():
+        print(f"profile {name}: {size}", flush=True)
+        out["sizes"][name] = profile_size(
+            size, repeats=max(repeats, 2), threads=threads, limit_repeats=3
+        )
+    return out
+
+
+def print_profile(result: dict[str, Any]) -> None:
+    """One line per stage: seconds, and the share of its limit it reached."""
+
+    def line(name: str, stage: dict[str, Any]) -> str:
+        share = f"{stage['of_limit']:6.1%} of {stage['limit']}" if "limit" in stage else ""
+        return f"  {name:24s} {stage['seconds']:8.3f} s  {share}"
+
+    for name, size in result["sizes"].items():
+        limit = size["limits"]
+        print(
+            f"{name}: {size['rows']} rows x {size['padded_width']} padded, limits "
+            f"{limit['float32_gflops']:.0f} / {limit['bfloat16_gflops']:.0f} GFLOP/s fp32 / bf16,"
+            f" copy {limit['copy_gbps']:.1f} GB/s"
+        )
+        for stage, value in size["stages"].items():
+            print(line(stage, value))
+        for variant, step in size["grpo_step"].items():
+            if variant == "plain":
+                print(line("step plain", step))
+                continue
+            print(
+                f"  step {variant:19s} {step['seconds']:8.3f} s  plain / step "
+                f"{step['plain_over_product']:.2f}x"
+            )
+            for stage, value in step["stages"].items():
+                print(line(f"  {stage}", value))
