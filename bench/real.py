@@ -127,18 +127,25 @@ def main() -> None:
         choices=("all", "compare", "profile"),
         default="all",
         help="compare: the generation and training comparisons; profile: the per-stage "
-        "profile at the table's and the large size (bench/real_profile.py)",
+        "profile at the table's and the large size (bench/real_profile.py); the other "
+        "part of an existing results file is kept",
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     out = args.out or results_path("real", quick=args.quick)
-    result: dict[str, Any] = {"machine": _machine(args.threads)}
+    result: dict[str, Any] = {}
     if args.only != "profile":
-        result |= _compare(args)
+        result = {"machine": _machine(args.threads), **_compare(args)}
         print(json.dumps(result["generation"], indent=1))
     if args.only != "compare":
         result["profile"] = _profile(args)
         print_profile(result["profile"])
+    if args.only != "all" and out.exists():
+        # one part re-run: the other part's record stays, under the machine it ran on
+        kept = json.loads(out.read_text())
+        if args.only == "compare":
+            kept = {"profile": kept["profile"]} if "profile" in kept else {}
+        result = kept | result
     _write(out, result)
 
 
@@ -263,7 +270,8 @@ def _machine(threads: int) -> dict[str, Any]:
 
 def _profile(args: argparse.Namespace) -> dict[str, Any]:
     repeats = 1 if args.quick else args.repeats
-    return profile(quick=args.quick, repeats=repeats, threads=args.threads)
+    out = profile(quick=args.quick, repeats=repeats, threads=args.threads)
+    return {"machine": _machine(args.threads), **out}
 
 
 def _write(out: Path, result: dict[str, Any]) -> None:
@@ -283,7 +291,7 @@ def _llama_cpp(threads: int) -> Any:
         return None
     import tempfile
 
-    from llama_cpp import Llama
+    from llama_cpp import Llama  # type: ignore[import-not-found,unused-ignore]
 
     gguf = gguf_path(MODEL, Path(tempfile.mkdtemp()))  # the packaged file, sha256 checked
     return Llama(model_path=str(gguf), n_ctx=1024, n_threads=threads, verbose=False, seed=0)

@@ -2,10 +2,10 @@
 (issue 56, item 1): the profile section of ``just bench real`` (:mod:`real` calls
 :func:`profile`).
 
-Limits, measured in the same run at the same thread count: torch matmul throughput in
-float32 and bfloat16 (the best of the model's own shapes: an MLP projection at the step's
-token count and the vocabulary head on a log-prob chunk), and a memory copy (float32 to
-bfloat16, as the weight sync does) in GB/s.
+Limits, measured in the same run at the same thread count, before and after each size's
+stages (the higher kept): torch matmul throughput in float32 and bfloat16 (the best of the
+model's own shapes: an MLP projection at 2,048 tokens and the vocabulary head on a 512-row
+log-prob chunk), and a memory copy (float32 to bfloat16, as the weight sync does) in GB/s.
 
 Sizes: ``table`` (the real-model table's: B=4 questions x L=4 completions, 32 new tokens,
 the last 4 blocks trained) and ``large`` (8 x 8, 128 tokens, every block trained). Stages
@@ -18,8 +18,9 @@ of one node-round at each, on the node's own objects (``build_learner``):
   the full-vocabulary log-softmax at every position, on the fp32 trainer module);
 * the GRPO step (``Learner.train``, rewards alternating 0/1 so every group counts) split
   as :data:`~sapo_async.policy.grpo.trainer.STAGES` says (``Trainer.stage_seconds``), once
-  per trainer variant (``float32``: as today; ``bf16``: ``trainer.bf16``, autocast with
-  float32 master weights, where the CPU has bf16 instructions), beside ``plain``: a bare
+  per trainer variant (:data:`VARIANTS`: ``float32`` as before issue 56, ``bf16`` with
+  ``trainer.bf16`` (autocast, float32 master weights; where the CPU has bf16 instructions),
+  ``*_shared`` with ``trainer.share_prompts``, each prompt run once), beside ``plain``: a bare
   forward, full log-softmax, token-mean loss, backward and AdamW over the same rows and
   the same trainable parameters (16 rows per pass, gradients accumulate);
 * ``weight_sync``: the trained weights into the sampler's bf16 copy
@@ -35,9 +36,11 @@ head ``2 x hidden x vocab`` per position it projects. A backward through a train
 costs twice its forward (input and weight gradients); the head's backward costs one
 projection for the input gradient, one more for its weight when it trains (tied to the
 embeddings: only with every block trained), and the product recomputes its chunk once
-(activation checkpointing). AdamW is counted as bytes (four float32 tensors read, three
-written per trained parameter) against the copy bandwidth, as are the sync and the
-checkpoint (bytes written). ``of_limit`` is achieved / limit.
+(activation checkpointing). The shared variants count what they run: each distinct
+prompt once, then every row's completion attending to its prompt. AdamW is counted as
+bytes (four float32 tensors read, three written per trained parameter) against the copy
+bandwidth, as are the sync and the checkpoint (bytes written). ``of_limit`` is achieved /
+limit.
 """
 
 from __future__ import annotations
@@ -78,9 +81,19 @@ SIZES = {
     "large": Size(8, 8, 128, None),
 }
 QUICK_SIZES = {
-    "table": Size(1, 2, 8, 4),
-    "large": Size(1, 2, 16, None),
+    "table": Size(2, 4, 8, 4),
+    "large": Size(2, 4, 16, None),
 }
+
+
+VARIANTS = {
+    "float32": {"bf16": False, "share_prompts": False},
+    "float32_shared": {"bf16": False, "share_prompts": True},
+    "bf16": {"bf16": True, "share_prompts": False},
+    "bf16_shared": {"bf16": True, "share_prompts": True},
+}
+"""The trainer settings each step variant runs (``float32``: the trainer's defaults, the
+step as it was before issue 56; bf16 variants only where the CPU has bf16 instructions)."""
 
 
 # -- limits -----------------------------------------------------------------------------
@@ -112,6 +125,19 @@ def limits(hidden: int, ff: int, vocab: int, *, tokens: int, repeats: int) -> di
     src = torch.randn(32 * 2**20)
     dst = torch.empty(src.shape, dtype=torch.bfloat16)
     out["copy_gbps"] = src.numel() * 6 / _best(lambda: dst.copy_(src), repeats) / 1e9
+    return out
+
+
+def _higher(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Each number of two limit measurements at its higher (nested dicts alike)."""
+    out: dict[str, Any] = {}
+    for key, value in a.items():
+        if isinstance(value, dict):
+            out[key] = _higher(value, b[key])
+        elif isinstance(value, float):
+            out[key] = max(value, b[key])
+        else:
+            out[key] = value
     return out
 
 
@@ -153,9 +179,10 @@ class Arch:
         """FLOPs of one position's vocabulary projection."""
         return 2 * self.hidden * self.vocab
 
-    def blocks(self, rows: int, width: int, layers: int) -> int:
-        """A padded ``rows x width`` batch through ``layers`` blocks (attention included)."""
-        return layers * rows * width * (self.block + 4 * width * self.q_dim)
+    def blocks(self, rows: int, width: int, layers: int, context: int = 0) -> int:
+        """A padded ``rows x width`` batch through ``layers`` blocks (attention included,
+        over ``context`` keys: default ``width``)."""
+        return layers * rows * width * (self.block + 4 * (context or width) * self.q_dim)
 
 
 def _row_shapes(batch: list[Any]) -> tuple[int, int, int]:
@@ -167,18 +194,36 @@ def _row_shapes(batch: list[Any]) -> tuple[int, int, int]:
 
 
 def step_flops(
-    arch: Arch, batch: list[Any], trained: int, head_trains: bool, frozen_passes: int
+    arch: Arch,
+    batch: list[Any],
+    trained: int,
+    head_trains: bool,
+    frozen_passes: int,
+    *,
+    shared: bool,
 ) -> dict[str, int]:
     """FLOPs of the product's step stages and of the plain step over the same rows
-    (``frozen_passes``: no-grad forwards for old and reference log-probs)."""
+    (``frozen_passes``: no-grad forwards for old and reference log-probs; ``shared``: each
+    distinct prompt once, left-padded, then every row's completion after it)."""
     rows, width, comp = _row_shapes(batch)
-    fwd = arch.blocks(rows, width, arch.layers) + comp * arch.head
+
+    def blocks(layers: int) -> int:
+        if not shared:
+            return arch.blocks(rows, width, layers)
+        prompts = {tuple(g.prompt_token_ids) for g in batch}
+        p_width = max(len(p) for p in prompts)
+        c_width = max(len(c.token_ids or ()) for g in batch for c in g.completions)
+        return arch.blocks(len(prompts), p_width, layers) + arch.blocks(
+            rows, c_width, layers, p_width + c_width
+        )
+
+    fwd = blocks(arch.layers) + comp * arch.head
     head_bwd = comp * arch.head * (3 if head_trains else 2)  # recompute, d input (, d weight)
     plain_head = rows * width * arch.head
     return {
         "old_logprobs": frozen_passes * fwd,
         "forward": fwd,
-        "backward": 2 * arch.blocks(rows, width, trained) + head_bwd,
+        "backward": 2 * blocks(trained) + head_bwd,
         "plain": arch.blocks(rows, width, arch.layers) * 1
         + 2 * arch.blocks(rows, width, trained)
         + plain_head * (3 if head_trains else 2),
@@ -235,7 +280,7 @@ def _informative(scored: list[Any]) -> list[Any]:
 
 def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) -> dict[str, Any]:
     """Every reachable stage of one node-round at ``size`` (see the module docstring),
-    beside the limits measured just before."""
+    beside the limits measured before and after it."""
     spec = NodeSpec.build(
         model=MODEL,
         tasks=["basic_arithmetic"],
@@ -256,15 +301,19 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
     sampler_dtype = str(next(sampler.parameters()).dtype).removeprefix("torch.")
     stages: dict[str, dict[str, Any]] = {}
 
+    times: dict[str, list[float]] = {}
+
     def best(name: str, seconds: float) -> None:
         times.setdefault(name, []).append(seconds)
 
-    times: dict[str, list[float]] = {}
-    groups: list[Any] = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        groups = anyio.run(learner.generate)
-        best("generation", time.perf_counter() - start)
+    def timed(name: str, fn: Any) -> Any:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            out = fn()
+            best(name, time.perf_counter() - start)
+        return out
+
+    groups: list[Any] = timed("generation", lambda: anyio.run(learner.generate))
     prompt_tokens = sum(len(g.result.prompt_token_ids) for g in groups)
     sampled = sum(len(c.token_ids or ()) for g in groups for c in g.result.completions)
     rows_n = sum(len(g.result.completions) for g in groups)
@@ -274,39 +323,37 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
         + sampled * (arch.layers * (arch.block + 4 * mean_ctx * arch.q_dim) + arch.head)
         + rows_n * arch.head
     )
-    for _ in range(repeats):
-        start = time.perf_counter()
-        scored = learner.score_local(groups)
-        best("scoring", time.perf_counter() - start)
+    scored = timed("scoring", lambda: learner.score_local(groups))
+    views = [
+        (list(g.result.prompt_token_ids), [list(c.token_ids or ()) for c in g.result.completions])
+        for g in groups
+    ]
     view_flops = 0
-    for g in groups:
-        comps = [list(c.token_ids or ()) for c in g.result.completions]
-        width = len(g.result.prompt_token_ids) + max(len(c) for c in comps)
+    for prompt, comps in views:
+        width = len(prompt) + max(len(c) for c in comps)
         view_flops += arch.blocks(len(comps), width, arch.layers) + len(comps) * width * arch.head
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for g in groups:
-            comps = [list(c.token_ids or ()) for c in g.result.completions]
-            token_logprobs_batch(model, list(g.result.prompt_token_ids), comps, pad=0)
-        best("view_logprobs", time.perf_counter() - start)
+    timed("view_logprobs", lambda: [token_logprobs_batch(model, *v, pad=0) for v in views])
 
     batch = _informative(scored)
     cfg = trainer.config
     frozen_passes = int(cfg.ppo_epochs > 1 or cfg.minibatches > 1) + int(cfg.kl_beta > 0)
-    flops = step_flops(arch, batch, trained, head_trains, frozen_passes)
+    flops = {
+        shared: step_flops(arch, batch, trained, head_trains, frozen_passes, shared=shared)
+        for shared in (False, True)
+    }
     rows = [
         list(g.prompt_token_ids or ()) + list(c.token_ids or ())
         for g in batch
         for c in g.completions
     ]
-    variants = {"float32": False, "bf16": True} if _cpu_bf16() else {"float32": False}
+    variants = {v: k for v, k in VARIANTS.items() if _cpu_bf16() or not k["bf16"]}
     base = trainer.config
     plain_opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.0)
     step_stages: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
     model.train()
     for _ in range(repeats):
-        for variant, bf16 in variants.items():
-            trainer.config = base.replace(bf16=bf16)
+        for variant, settings in variants.items():
+            trainer.config = base.replace(**settings)
             start = time.perf_counter()
             learner.train(batch)
             best(f"step_{variant}", time.perf_counter() - start)
@@ -319,10 +366,9 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
     model.eval()
     trained_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     all_params = sum(p.numel() for p in model.parameters())
-    for _ in range(repeats):
-        start = time.perf_counter()
-        anyio.run(learner.generator.sync_weights, model.named_parameters())
-        best("weight_sync", time.perf_counter() - start)
+    timed(
+        "weight_sync", lambda: anyio.run(learner.generator.sync_weights, model.named_parameters())
+    )
     ckpt_bytes = 0
     for _ in range(repeats):
         directory = Path(tempfile.mkdtemp(prefix="sapo-profile-"))
@@ -334,6 +380,11 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
         finally:
             shutil.rmtree(directory, ignore_errors=True)
 
+    # the limits again after the stages: a machine shared with others drifts, and a limit
+    # caught in a busy moment would flatter every stage measured against it
+    limit = _higher(
+        limit, limits(arch.hidden, arch.ff, arch.vocab, tokens=2048, repeats=limit_repeats)
+    )
     low = {name: min(values) for name, values in times.items()}
     stages["generation"] = _stage(
         low["generation"], flops=gen_flops, limit=limit, dtype=sampler_dtype
@@ -345,7 +396,8 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
     steps: dict[str, Any] = {}
     adam_bytes = trained_params * 4 * 7
     for variant in variants:
-        dtype = "bfloat16" if variant == "bf16" else "float32"
+        dtype = "bfloat16" if variants[variant]["bf16"] else "float32"
+        counted = flops[variants[variant]["share_prompts"]]
         split = {stage: min(v) for stage, v in step_stages[variant].items()}
         steps[variant] = {
             "seconds": low[f"step_{variant}"],
@@ -353,15 +405,15 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
                 "batch": _stage(split["batch"], limit=limit, dtype=dtype),
                 "old_logprobs": _stage(
                     split["old_logprobs"],
-                    flops=flops["old_logprobs"],
+                    flops=counted["old_logprobs"],
                     limit=limit,
                     dtype=dtype,
                 ),
                 "forward": _stage(
-                    split["forward"], flops=flops["forward"], limit=limit, dtype=dtype
+                    split["forward"], flops=counted["forward"], limit=limit, dtype=dtype
                 ),
                 "backward": _stage(
-                    split["backward"], flops=flops["backward"], limit=limit, dtype=dtype
+                    split["backward"], flops=counted["backward"], limit=limit, dtype=dtype
                 ),
                 "optimizer": _stage(
                     split["optimizer"], nbytes=adam_bytes, limit=limit, dtype=dtype
@@ -369,7 +421,9 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
             },
             "plain_over_product": low["step_plain"] / low[f"step_{variant}"],
         }
-    steps["plain"] = _stage(low["step_plain"], flops=flops["plain"], limit=limit, dtype="float32")
+    steps["plain"] = _stage(
+        low["step_plain"], flops=flops[False]["plain"], limit=limit, dtype="float32"
+    )
     stages["weight_sync"] = _stage(
         low["weight_sync"], nbytes=all_params * 6, limit=limit, dtype="float32"
     )
@@ -379,7 +433,7 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
     fastest = min(steps[v]["seconds"] for v in variants)
     other = sum(stages[s]["seconds"] for s in stages)
     rows_n, width, comp = _row_shapes(batch)
-    result = {
+    return {
         "size": dataclasses.asdict(size),
         "limits": limit,
         "sampler_dtype": sampler_dtype,
@@ -396,14 +450,11 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
             "fastest_step": other + fastest,
         },
     }
-    del learner, model, trainer, plain_opt
-    gc.collect()
-    return result
 
 
 def profile(*, quick: bool, repeats: int, threads: int) -> dict[str, Any]:
     """The profile section of ``bench/results/real.json``: both sizes, each beside the
-    limits measured just before it. Quick runs take two repeats too (their sizes are
+    limits measured around it. Quick runs take two repeats too (their sizes are
     small), so the first call's warm-up is not all they show."""
     torch.set_num_threads(threads)
     sizes = QUICK_SIZES if quick else SIZES
@@ -413,6 +464,7 @@ def profile(*, quick: bool, repeats: int, threads: int) -> dict[str, Any]:
         out["sizes"][name] = profile_size(
             size, repeats=max(repeats, 2), threads=threads, limit_repeats=3
         )
+        gc.collect()  # the size's learner, before the next one loads
     return out
 
 

@@ -36,6 +36,7 @@ from sapo_async.node.groups import (
 from sapo_async.node.spec import NodeSpec, TrainingSpec
 from sapo_async.policy.generation.base import Generator
 from sapo_async.policy.generation.transformers_backend import TransformersGenerator
+from sapo_async.policy.grpo.logprobs import cpu_bf16
 from sapo_async.policy.grpo.trainer import ScoredGroup, StepMetrics, Trainer, TrainerConfig
 from sapo_async.tasks import PromptStyle, TaskItem, TaskSource, Verifier
 from sapo_async.tasks.spec import preset
@@ -432,8 +433,4 @@ def generation_dtype(asked: str, *, params: int, device: str) -> Any:
 
 
 def _cpu_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return cpu_bf16()

@@ -194,14 +194,6 @@ def test_gradient_checkpointing_reproduces_the_reference() -> None:
     _assert_matches(got, _reference()["dapo_tis"])
 
 
-def test_bf16_autocast_stays_near_the_reference() -> None:
-    """bfloat16 has 8 bits of mantissa: the step is close, not equal."""
-    got = loss_and_grads("dapo", bf16=True)
-    ref = _reference()["dapo"]
-    assert got["loss"] == pytest.approx(ref["loss"], rel=0.05)
-    assert got["grad_norm"] == pytest.approx(ref["grad_norm"], rel=0.05)
-
-
 def test_the_reference_is_not_trivial() -> None:
     """The record can catch a change: losses differ across cases, TIS moves gradients,
     and the long completion was truncated to the cap."""

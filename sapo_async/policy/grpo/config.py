@@ -108,7 +108,15 @@ class TrainerConfig(Settings):
         default=False, description="Recompute layer activations in the backward pass (less memory)."
     )
     bf16: bool = Field(
-        default=False, description="Train under bfloat16 autocast where the device supports it."
+        default=False,
+        description="Train under bfloat16 autocast (float32 master weights): on a CUDA device "
+        "with bf16 or a CPU with bf16 instructions (avx512_bf16 or amx_bf16); refused elsewhere.",
+    )
+    share_prompts: bool = Field(
+        default=False,
+        description="Run each distinct prompt of a batch once and its completions after its "
+        "KV cache (a group's L rows share one prompt); equal to the padded forward up to "
+        "float rounding (policy/grpo/shared_prompt.py).",
     )
 
 

@@ -29,6 +29,7 @@ Deliberately does not know the loss, the optimizer or how rows were chosen.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,11 +38,13 @@ from torch.utils.checkpoint import checkpoint
 from sapo_async.errors import ConfigError
 from sapo_async.policy.grpo.batch import Batch
 from sapo_async.policy.grpo.config import DEFAULT_CHUNK_TOKENS
+from sapo_async.policy.grpo.shared_prompt import shared_prompt_hidden
 
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",
     "bf16_autocast",
     "bf16_supported",
+    "cpu_bf16",
     "enable_activation_checkpointing",
     "token_logprobs",
 ]
@@ -53,6 +56,7 @@ def token_logprobs(
     *,
     entropy: bool = False,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, float]:
     """Log-probs of the batch's completion tokens, and optionally the entropy there.
 
@@ -62,6 +66,8 @@ def token_logprobs(
         batch: the padded batch.
         entropy: also compute the summed per-token entropy over completion tokens.
         chunk_tokens: completion positions per vocabulary chunk.
+        share_prompts: run each distinct prompt once (:mod:`.shared_prompt`) where the
+            model has a separable head and some prompt repeats.
 
     Returns:
         ``[B, W-1]`` float32 ``log p(ids[:, j + 1] | ids[:, :j + 1])`` where
@@ -72,7 +78,11 @@ def token_logprobs(
     where = batch.comp_mask.bool()
     targets = batch.ids[:, 1:][where]
     head = _linear_head(model)
-    if head is None:
+    sharing = share_prompts and head is not None
+    shared = shared_prompt_hidden(model.base_model, batch) if sharing else None
+    if shared is not None:
+        hidden, project = shared, head
+    elif head is None:
         logits = model(input_ids=batch.ids, attention_mask=batch.attn).logits[:, :-1]
         hidden, project = logits[where], _identity
     else:
@@ -136,11 +146,28 @@ def _linear_head(model: Any) -> Any:
     return head
 
 
+CPUINFO = Path("/proc/cpuinfo")
+"""Where :func:`cpu_bf16` reads the CPU's flags."""
+
+
+def cpu_bf16() -> bool:
+    """Whether this CPU has bfloat16 instructions (``avx512_bf16`` or AMX's ``amx_bf16``):
+    there bf16 matrix multiplies run several times faster than float32 (SmolLM2's shapes:
+    bench/results/real.json, ``profile.sizes.*.limits``); elsewhere they are emulated and
+    slower than float32."""
+    try:
+        flags = CPUINFO.read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def bf16_supported(device: torch.device) -> bool:
-    """Whether bfloat16 autocast runs on ``device`` (CPU always; CUDA where it says so)."""
+    """Whether bfloat16 autocast pays on ``device``: a CPU with bf16 instructions
+    (:func:`cpu_bf16`), a CUDA device that says it supports bf16."""
     if device.type == "cuda":
         return bool(torch.cuda.is_bf16_supported())
-    return device.type == "cpu"
+    return device.type == "cpu" and cpu_bf16()
 
 
 def bf16_autocast(device: torch.device, *, enabled: bool) -> Any:

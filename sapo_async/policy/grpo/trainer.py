@@ -168,8 +168,9 @@ class Trainer:
         if self.config.gradient_checkpointing:
             enable_activation_checkpointing(model)
         if self.config.bf16 and not bf16_supported(self.device):
+            why = " (no avx512_bf16 or amx_bf16 on this CPU)" if self.device.type == "cpu" else ""
             raise ConfigError(
-                f"trainer.bf16 is not supported on {self.device}", field="trainer.bf16"
+                f"trainer.bf16 is not supported on {self.device}{why}", field="trainer.bf16"
             )
         self.policy_version = 0
         self.stage_seconds: dict[str, float] = dict.fromkeys(STAGES, 0.0)
@@ -311,6 +312,7 @@ class Trainer:
             batch,
             entropy=entropy,
             chunk_tokens=self.config.logprob_chunk_tokens,
+            share_prompts=self.config.share_prompts,
         )
 
     def _autocast(self) -> Any:
