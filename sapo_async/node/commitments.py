@@ -90,12 +90,7 @@ async def wait_out_lock(
 
 
 async def journal_carried(
-    journal: Journal,
-    node: str,
-    bodies: Sequence[str],
-    *,
-    stopping: Callable[[], bool],
-    log: Any,
+    journal: Journal, node: str, bodies: Sequence[str], log: Any
 ) -> list[int]:
     """Journal the commitments a resumed checkpoint carried that the journal lacks.
 
@@ -107,8 +102,8 @@ async def journal_carried(
         the rounds journaled now.
 
     Raises:
-        JournalError: the journal cannot be written (locked until ``stopping()``: the
-            message names the file), or a carried body that does not parse.
+        JournalError: the journal cannot be written (full, read-only, damaged; a lock is
+            waited out), or a carried body that does not parse.
     """
     highest = max((e.round for e in journal.entries(node)), default=-1)
     added: list[int] = []
@@ -123,18 +118,8 @@ async def journal_carried(
             ) from exc
         if commitment.node != node or commitment.round <= highest:
             continue
-
-        async def append(c: RoundCommitment = commitment) -> bool:
-            return await journal.write(journal.append, c)
-
-        done = await wait_out_lock(append, stopping=stopping, log=log)
-        if done is None:
-            raise JournalError(
-                f"the ledger journal {journal.path} stayed locked by another process while "
-                "the node started; close that program and start the node again",
-                path=str(journal.path),
-                cause="locked",
-            )
+        append = functools.partial(journal.write, journal.append, commitment)
+        await wait_out_lock(append, stopping=lambda: False, log=log)  # before any round
         highest = commitment.round
         added.append(commitment.round)
     if added:

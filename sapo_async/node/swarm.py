@@ -401,7 +401,7 @@ async def _make_recorder(
         path = Path(str(ledger_spec.journal_path))
     journal = Journal(path)
     stack.callback(journal.close)
-    await journal_carried(journal, account.address, carried, stopping=lambda: False, log=_log)
+    await journal_carried(journal, account.address, carried, _log)
     journaled = [e.round for e in journal.entries(account.address)]
     after_journal = max(journaled, default=-1) + 1
     if after_journal > learner.round:
