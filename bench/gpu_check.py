@@ -437,7 +437,19 @@ def run_trainer_phase(
     m = trainer.step(groups)
     if cuda:
         torch.cuda.synchronize()
+    # the candidate view's log-probs (node/plausibility.py) on the model's device
+    from sapo_async.node.plausibility import token_logprobs_batch
+
+    first = groups[0]
+    view = token_logprobs_batch(
+        model,
+        list(first.prompt_token_ids or ()),
+        [list(c.token_ids or ()) for c in first.completions],
+        pad=0,
+    )
     return {
+        "view_logprobs_device": sorted({str(v.device) for v in view}),
+        "view_logprobs_finite": all(bool(torch.isfinite(v).all()) for v in view),
         "step_s": round(time.perf_counter() - t, 3),
         "sequences": m.sequences,
         "completion_tokens_trained": m.tokens // max(m.sequences, 1),

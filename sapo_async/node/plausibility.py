@@ -2,10 +2,19 @@
 
 Owns the one no-grad forward pass the round spends on external completions: a prompt's ids
 and several completions' ids (already the receiver's own tokenisation: :mod:`.view` makes
-it once), right-padded into one batch on the model's device, run under
-``torch.inference_mode``. Used by the candidate view (:mod:`.view`) for the defences and
-the ratio filter, never by the trainer (policy/grpo has its own log-prob path inside the
-gradient step).
+it once), run under ``torch.inference_mode``. Used by the candidate view (:mod:`.view`) for
+the defences and the ratio filter, never by the trainer (policy/grpo has its own log-prob
+path inside the gradient step).
+
+It runs the trainer's log-prob computation (:func:`~sapo_async.policy.grpo.logprobs.token_logprobs`
+with ``share_prompts``): the prompt once and every completion after its KV cache, and the
+vocabulary head only at the positions that predict a completion token. It used to run the
+prompt once per completion and project every position, prompt included, onto the whole
+vocabulary (SmolLM2 at the real-model table's sizes: about 150 prompt tokens before 32
+completion tokens, so about 3x the arithmetic; bench/results/real.json). The values are
+the padded forward's up to float rounding (``tests/unit/test_plausibility.py`` holds them to
+it), far below what any check reads: the plausibility floor is calibrated in nats from this
+node's own completions, and a rounding difference of 1e-5 nats moves no verdict.
 
 Deliberately does not decide anything: it returns tensors.
 """
@@ -21,33 +30,44 @@ __all__ = ["token_logprobs_batch"]
 def token_logprobs_batch(
     model: Any, prompt_ids: Sequence[int], rows: Sequence[Sequence[int]], *, pad: int
 ) -> list[Any]:
-    """Log-probs of each row's tokens given ``prompt_ids``, in one batched forward pass.
+    """Log-probs of each row's tokens given ``prompt_ids``, in one batched pass.
 
     Args:
         model: a causal LM (its current weights; no gradient is taken).
-        prompt_ids: the prompt's ids.
+        prompt_ids: the prompt's ids (non-empty).
         rows: completions' ids (each non-empty).
         pad: the padding id (masked out).
 
     Returns:
-        One 1-D float tensor per row, on the model's device, one entry per token.
+        One 1-D float32 tensor per row, on the model's device, one entry per token.
     """
     import torch
+
+    from sapo_async.policy.grpo.batch import Batch
+    from sapo_async.policy.grpo.logprobs import token_logprobs
 
     if not rows:
         return []
     device = next(model.parameters()).device
-    width = len(prompt_ids) + max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    n, p = len(rows), len(prompt_ids)
+    width = p + max(len(r) for r in rows)
+    ids = torch.full((n, width), pad, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    comp = torch.zeros((n, width - 1), dtype=torch.float32)
     for b, row in enumerate(rows):
-        seq = [*prompt_ids, *row]
-        input_ids[b, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        mask[b, : len(seq)] = 1
-    input_ids, mask = input_ids.to(device), mask.to(device)
+        total = p + len(row)
+        ids[b, :total] = torch.tensor([*prompt_ids, *row], dtype=torch.long)
+        attn[b, :total] = 1
+        comp[b, p - 1 : total - 1] = 1.0  # position j predicts token j + 1
+    zeros = torch.zeros(n, dtype=torch.float32)
+    batch = Batch(
+        ids=ids.to(device),
+        attn=attn.to(device),
+        comp_mask=comp.to(device),
+        adv=zeros.to(device),
+        behaviour=torch.zeros_like(comp).to(device),
+        has_behaviour=torch.zeros(n, dtype=torch.bool, device=device),
+    )
     with torch.inference_mode():
-        logits = model(input_ids=input_ids, attention_mask=mask).logits.float()
-        logp = torch.log_softmax(logits[:, :-1], dim=-1)
-        token_lp = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    start = len(prompt_ids) - 1  # the position predicting the first completion token
-    return [token_lp[b, start : start + len(row)] for b, row in enumerate(rows)]
+        logp, _ = token_logprobs(model, batch, share_prompts=True)
+    return [logp[b, p - 1 : p - 1 + len(row)] for b, row in enumerate(rows)]

@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 import torch
 
+from sapo_async.node.plausibility import token_logprobs_batch
 from sapo_async.policy.grpo import Trainer, TrainerConfig
 from sapo_async.policy.grpo.batch import Row
 from sapo_async.policy.grpo.logprobs import cpu_bf16, token_logprobs
 from sapo_async.policy.models import load_model
 from tests.unit.test_grpo_bf16 import BF16_GRAD_RTOL, BF16_LOGP_ATOL
+from tests.unit.test_plausibility import padded_reference
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_model]
 
@@ -80,3 +82,26 @@ def test_the_bf16_step_stays_near_float32_on_smollm2(smol: tuple[Any, Any], shar
     delta = (low - exact).abs()
     assert float(delta.mean()) <= BF16_LOGP_ATOL
     assert float((low_grad - exact_grad).norm()) <= BF16_GRAD_RTOL * float(exact_grad.norm())
+
+
+def test_the_candidate_views_logprobs_equal_the_padded_forward_on_smollm2(
+    smol: tuple[Any, Any],
+) -> None:
+    # the view's path (prompt once, head at completion positions) on each prompt's rows
+    model, batch = smol
+    model.eval()
+    try:
+        for start in range(0, batch.ids.shape[0], 2):  # two rows per prompt
+            where = batch.comp_mask[start].bool()
+            first = int(where.nonzero()[0]) + 1  # the prompt's length
+            prompt = batch.ids[start, :first].tolist()
+            rows = [
+                batch.ids[b, first : first + int(batch.comp_mask[b].sum())].tolist()
+                for b in (start, start + 1)
+            ]
+            got = token_logprobs_batch(model, prompt, rows, pad=0)
+            want = padded_reference(model, prompt, rows, 0)
+            for g, w in zip(got, want, strict=True):
+                assert float((g - w).abs().max()) <= SHARED_LOGP_ATOL
+    finally:
+        model.train()
