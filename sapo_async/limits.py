@@ -380,11 +380,13 @@ REAL_MODEL_SIZES = {"questions_per_round": 4, "completions_per_question": 4, "ma
 took about 17 s per node-round at these sizes on 2 cores (docs/learning.md)."""
 
 
-BF16_SAMPLER_MIN_PARAMS = 20_000_000
-"""From this many parameters a CPU node with bf16 instructions samples from a bf16 copy
-("auto"): SmolLM2-135M went from 8.9 to 28.9 tokens/s (bench/results/real.json); the
-0.86 M-parameter tiny model and the tests' models stay float32, sampling from the trainer's
-own module."""
+FAST_PATH_MIN_PARAMS = 20_000_000
+"""From this many parameters a model's CPU work is arithmetic, so the "auto" fast paths
+are on: the sampler's bf16 copy on a CPU with bf16 instructions (SmolLM2-135M went from
+8.9 to 28.9 tokens/s), and in the GRPO step ``trainer.share_prompts`` and, where bf16 is
+fast, ``trainer.bf16`` (bench/results/real.json, ``profile``). The 0.86 M-parameter tiny
+model, overhead-bound, and the tests' models stay on the float32 padded paths their
+recorded results ran."""
 
 # --- content defences' fixed thresholds ----------------------------------------------
 # Formerly [defence] settings; no volunteer had a reason to change them, so node.toml no

@@ -416,7 +416,7 @@ def generation_dtype(asked: str, *, params: int, device: str) -> Any:
     """The dtype the CPU sampler's weights take (``PolicySpec.generation_dtype``).
 
     ``"auto"``: bfloat16 for a model of at least
-    :data:`~sapo_async.limits.BF16_SAMPLER_MIN_PARAMS` parameters on a CPU with bf16
+    :data:`~sapo_async.limits.FAST_PATH_MIN_PARAMS` parameters on a CPU with bf16
     instructions (SmolLM2 sampled 3.3x faster in bf16 than in float32 here), float32 for
     smaller ones (the tiny model: no gain, and its recorded results were float32) and on a
     CPU without them, where bf16 is emulated and slower. On CUDA the sampler shares the
@@ -424,9 +424,9 @@ def generation_dtype(asked: str, *, params: int, device: str) -> Any:
     """
     import torch
 
-    from sapo_async.limits import BF16_SAMPLER_MIN_PARAMS
+    from sapo_async.limits import FAST_PATH_MIN_PARAMS
 
-    small = params < BF16_SAMPLER_MIN_PARAMS
+    small = params < FAST_PATH_MIN_PARAMS
     if device != "cpu" or asked == "float32" or (asked == "auto" and (small or not _cpu_bf16())):
         return torch.float32
     return torch.bfloat16

@@ -111,3 +111,29 @@ def test_bf16_is_refused_on_a_cpu_without_bf16_instructions(
     cpuinfo.unlink()  # no /proc/cpuinfo: no bf16
     with pytest.raises(ConfigError, match=r"trainer\.bf16"):
         Trainer(model, tok, TrainerConfig(bf16=True))
+
+
+def test_auto_turns_the_fast_paths_on_for_a_large_model_where_bf16_is_fast(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sapo_async.policy.grpo import trainer as trainer_module
+
+    cpuinfo = tmp_path / "cpuinfo"
+    monkeypatch.setattr(logprobs_module, "CPUINFO", cpuinfo)
+    tok = reference._tokenizer()
+    model = reference._model(tok).float()
+    params = sum(p.numel() for p in model.parameters())
+    for flags, large, want_bf16 in [
+        ("avx512f avx512_bf16", False, False),  # the tiny model: the padded float32 step
+        ("avx512f avx512_bf16", True, True),
+        ("avx512f amx_bf16", True, True),
+        ("avx512f avx2", True, False),  # no bf16 instructions: auto is off, not refused
+    ]:
+        cpuinfo.write_text(f"flags\t\t: fpu {flags}\n")
+        floor = params if large else params + 1
+        monkeypatch.setattr(trainer_module, "FAST_PATH_MIN_PARAMS", floor)
+        trainer = Trainer(model, tok, TrainerConfig())
+        assert (trainer.bf16, trainer.share_prompts) == (want_bf16, large), flags
+        # an explicit setting wins over auto either way
+        explicit = Trainer(model, tok, TrainerConfig(bf16=False, share_prompts=not large))
+        assert (explicit.bf16, explicit.share_prompts) == (False, not large)

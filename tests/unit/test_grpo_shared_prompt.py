@@ -119,5 +119,8 @@ def test_a_row_not_laid_out_prompt_then_completion_runs_the_padded_forward() -> 
     assert shared_prompt_hidden(model.model, batch) is None
 
 
-def test_sharing_is_off_unless_asked() -> None:
-    assert TrainerConfig().share_prompts is False
+def test_sharing_is_auto_and_off_for_the_tiny_model() -> None:
+    # on from FAST_PATH_MIN_PARAMS (test_grpo_bf16.py); the reference model is far below
+    model, _, _ = _batch()
+    assert TrainerConfig().share_prompts == "auto"
+    assert Trainer(model, _tokenizer(), TrainerConfig()).share_prompts is False

@@ -107,16 +107,19 @@ class TrainerConfig(Settings):
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute layer activations in the backward pass (less memory)."
     )
-    bf16: bool = Field(
-        default=False,
-        description="Train under bfloat16 autocast (float32 master weights): on a CUDA device "
-        "with bf16 or a CPU with bf16 instructions (avx512_bf16 or amx_bf16); refused elsewhere.",
+    bf16: bool | Literal["auto"] = Field(
+        default="auto",
+        description="Train under bfloat16 autocast (float32 master weights): true needs a CUDA "
+        "device with bf16 or a CPU with bf16 instructions (avx512_bf16 or amx_bf16) and is "
+        "refused elsewhere; 'auto' is on there for a model of 20 M parameters or more, off "
+        "for smaller ones (the tiny model) and elsewhere.",
     )
-    share_prompts: bool = Field(
-        default=False,
+    share_prompts: bool | Literal["auto"] = Field(
+        default="auto",
         description="Run each distinct prompt of a batch once and its completions after its "
         "KV cache (a group's L rows share one prompt); equal to the padded forward up to "
-        "float rounding (policy/grpo/shared_prompt.py).",
+        "float rounding (policy/grpo/shared_prompt.py). 'auto': on for a model of 20 M "
+        "parameters or more, off for smaller ones (the tiny model).",
     )
 
 

@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 import torch
 
 from sapo_async.errors import ConfigError, TrainingError
+from sapo_async.limits import FAST_PATH_MIN_PARAMS
 from sapo_async.logs import get_logger
 from sapo_async.policy.digest import tokenizer_id as _tokenizer_id
 from sapo_async.policy.grpo.batch import (
@@ -167,7 +168,9 @@ class Trainer:
         )
         if self.config.gradient_checkpointing:
             enable_activation_checkpointing(model)
-        if self.config.bf16 and not bf16_supported(self.device):
+        self._large = sum(p.numel() for p in model.parameters()) >= FAST_PATH_MIN_PARAMS
+        self._bf16_fast = bf16_supported(self.device)
+        if self.config.bf16 is True and not self._bf16_fast:
             why = " (no avx512_bf16 or amx_bf16 on this CPU)" if self.device.type == "cpu" else ""
             raise ConfigError(
                 f"trainer.bf16 is not supported on {self.device}{why}", field="trainer.bf16"
@@ -312,11 +315,26 @@ class Trainer:
             batch,
             entropy=entropy,
             chunk_tokens=self.config.logprob_chunk_tokens,
-            share_prompts=self.config.share_prompts,
+            share_prompts=self.share_prompts,
         )
 
+    @property
+    def bf16(self) -> bool:
+        """Whether the step runs under bf16 autocast (``trainer.bf16``, "auto" resolved:
+        a model of :data:`~sapo_async.limits.FAST_PATH_MIN_PARAMS` or more where bf16 is
+        fast)."""
+        asked = self.config.bf16
+        return self._large and self._bf16_fast if asked == "auto" else asked
+
+    @property
+    def share_prompts(self) -> bool:
+        """Whether each distinct prompt runs once (``trainer.share_prompts``, "auto"
+        resolved: a model of :data:`~sapo_async.limits.FAST_PATH_MIN_PARAMS` or more)."""
+        asked = self.config.share_prompts
+        return self._large if asked == "auto" else asked
+
     def _autocast(self) -> Any:
-        return bf16_autocast(self.device, enabled=self.config.bf16)
+        return bf16_autocast(self.device, enabled=self.bf16)
 
     def _loss(
         self,
