@@ -16,8 +16,8 @@ style through the model's chat template) and the same number of new tokens per c
   a bench-only install, never in CI).
 
 Training, the same batch of P groups x n completions (rewards alternating 0/1 so every
-group is informative): ``product`` is ``Learner.train`` (the GRPO step a node takes: old
-log-probs, loss, backward, AdamW), ``plain`` a bare forward, mean token log-prob loss,
+group is informative): ``product`` is ``Learner.train`` (the GRPO step a node takes with
+its default settings: on a CPU with bf16 instructions the bf16 shared-prompt step), ``plain`` a bare forward, mean token log-prob loss,
 backward and AdamW step of the same padded batch (a lower bound on any GRPO step).
 
 Then the profile (``bench/real_profile.py``): every stage of a node-round at the
@@ -135,24 +135,30 @@ def main() -> None:
     out = args.out or results_path("real", quick=args.quick)
     result: dict[str, Any] = {}
     if args.only != "profile":
-        result = {"machine": _machine(args.threads), **_compare(args)}
-        print(json.dumps(result["generation"], indent=1))
+        result = {"machine": _machine(args.threads), "compare": {}}
+        for name, dims in (QUICK_COMPARE if args.quick else COMPARE).items():
+            # the training comparison at the table's size only: the profile has both
+            result["compare"][name] = _compare(args, *dims, train=name == "table")
+            print(json.dumps(result["compare"][name]["generation"], indent=1))
+            _write(out, _merge(args, out, result))
     if args.only != "compare":
-        result["profile"] = _profile(args)
+        result["profile"] = _profile(args, result, out)
         print_profile(result["profile"])
-    if args.only != "all" and out.exists():
-        # one part re-run: the other part's record stays, under the machine it ran on
-        kept = json.loads(out.read_text())
-        if args.only == "compare":
-            kept = {"profile": kept["profile"]} if "profile" in kept else {}
-        result = kept | result
-    _write(out, result)
+    _write(out, _merge(args, out, result))
 
 
-def _compare(args: argparse.Namespace) -> dict[str, Any]:
-    """Generation and the training step, the product against the alternatives."""
-    prompts_n, n, new = (1, 2, 8) if args.quick else (2, 4, 64)
-    repeats = 1 if args.quick else args.repeats
+COMPARE = {"table": (4, 4, 32), "large": (8, 8, 128)}
+"""Prompts x completions x new tokens of each comparison: the profile's two sizes."""
+QUICK_COMPARE = {"table": (1, 2, 8)}
+
+
+def _compare(
+    args: argparse.Namespace, prompts_n: int, n: int, new: int, *, train: bool
+) -> dict[str, Any]:
+    """Generation (and with ``train`` the training step), the product against the
+    alternatives, at ``prompts_n`` x ``n`` completions of ``new`` tokens (the large size
+    once: plain ``generate`` and llama.cpp take minutes a pass there)."""
+    repeats = 1 if args.quick or prompts_n * n > 16 else args.repeats
     spec = NodeSpec.build(
         model=MODEL,
         tasks=["basic_arithmetic"],
@@ -212,6 +218,8 @@ def _compare(args: argparse.Namespace) -> dict[str, Any]:
     if llm is None:
         result["llama_cpp"] = "not installed: pip install llama-cpp-python (bench only)"
     model.train()
+    if not train:
+        return result
 
     # training: the round's groups with alternating rewards (every group informative)
     scored = learner.score_local(groups)
@@ -268,10 +276,28 @@ def _machine(threads: int) -> dict[str, Any]:
     }
 
 
-def _profile(args: argparse.Namespace) -> dict[str, Any]:
+def _profile(args: argparse.Namespace, result: dict[str, Any], out: Path) -> dict[str, Any]:
+    """The profile; the record is written after each size (``profile.complete`` false until
+    the last), so a run cut short keeps what it measured."""
     repeats = 1 if args.quick else args.repeats
-    out = profile(quick=args.quick, repeats=repeats, threads=args.threads)
-    return {"machine": _machine(args.threads), **out}
+    machine = _machine(args.threads)
+
+    def done(part: dict[str, Any]) -> None:
+        _write(out, _merge(args, out, result | {"profile": {"machine": machine, **part}}))
+
+    measured = profile(quick=args.quick, repeats=repeats, threads=args.threads, done=done)
+    return {"machine": machine, **measured, "complete": True}
+
+
+def _merge(args: argparse.Namespace, out: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` over the existing record's other part when one part is re-run."""
+    if args.only == "all" or not out.exists():
+        return result
+    # one part re-run: the other part's record stays, under the machine it ran on
+    kept = json.loads(out.read_text())
+    if args.only == "compare":
+        kept = {"profile": kept["profile"]} if "profile" in kept else {}
+    return kept | result
 
 
 def _write(out: Path, result: dict[str, Any]) -> None:

@@ -15,7 +15,9 @@ of one node-round at each, on the node's own objects (``build_learner``):
   has bf16 instructions), stops honoured;
 * ``scoring``: ``Learner.score_local`` (the verifier; no arithmetic worth counting);
 * ``view_logprobs``: a receiver's candidate view of each group (``token_logprobs_batch``:
-  the full-vocabulary log-softmax at every position, on the fp32 trainer module);
+  the prompt once, the head only at completion positions, on the fp32 trainer module),
+  beside the view as it was before issue 56 (:func:`view_padded`: every row padded,
+  full-vocabulary logits at every position; ``before_issue_56``);
 * the GRPO step (``Learner.train``, rewards alternating 0/1 so every group counts) split
   as :data:`~sapo_async.policy.grpo.trainer.STAGES` says (``Trainer.stage_seconds``), once
   per trainer variant (:data:`VARIANTS`: ``float32`` as before issue 56, ``bf16`` with
@@ -28,6 +30,12 @@ of one node-round at each, on the node's own objects (``build_learner``):
 * ``checkpoint``: ``Learner.save`` (model, optimizer, round) to a temporary directory.
 
 The node's commit (a journal append of a few hashes) is not timed here.
+
+``round_seconds`` adds up one node-round, before issue 56 (the padded view, the ``float32``
+step) and after (today's view, the step variant the node's "auto" settings pick on this
+machine: ``default_step``): generation, scoring, the view of each own group (one external
+candidate per own group, about what a 50/50 node screens), the step, the weight sync, and
+the checkpoint over its interval (``checkpoint_every_rounds``, the node's "auto").
 
 FLOPs, counted from the model's config (two per multiply-add), per token through a block:
 the q/k/v/o and gate/up/down projections; attention ``4 x width x q_dim`` per row position
@@ -56,6 +64,7 @@ from typing import Any
 import anyio
 import torch
 
+from sapo_async.node.checkpoint import state_bytes
 from sapo_async.node.learner import _cpu_bf16, build_learner
 from sapo_async.node.plausibility import token_logprobs_batch
 from sapo_async.node.spec import NodeSpec
@@ -68,32 +77,36 @@ large size would otherwise hold several GB at once."""
 
 @dataclasses.dataclass(frozen=True)
 class Size:
-    """One profiled size: questions x completions, new tokens, blocks trained (None: all)."""
+    """One profiled size: questions x completions, new tokens, blocks trained (None: all),
+    and the trainer's micro-batch budget in padded tokens (None: the batch at once)."""
 
     questions: int
     completions: int
     new_tokens: int
     train_layers: int | None
+    micro_batch_tokens: int | None = None
 
 
 SIZES = {
     "table": Size(4, 4, 32, 4),
-    "large": Size(8, 8, 128, None),
+    # 64 rows x ~290 padded tokens through all 30 blocks at once kept ~24 GB of activations
+    # (the first run was killed for memory); 16 rows a pass, as the plain step takes them
+    "large": Size(8, 8, 128, None, micro_batch_tokens=16 * 300),
 }
 QUICK_SIZES = {
     "table": Size(2, 4, 8, 4),
-    "large": Size(2, 4, 16, None),
+    "large": Size(2, 4, 16, None, micro_batch_tokens=4 * 200),
 }
 
 
 VARIANTS = {
-    "float32": {"bf16": False, "share_prompts": False},
+    "float32": {"bf16": False, "share_prompts": False},  # the step before issue 56
     "float32_shared": {"bf16": False, "share_prompts": True},
     "bf16": {"bf16": True, "share_prompts": False},
     "bf16_shared": {"bf16": True, "share_prompts": True},
 }
-"""The trainer settings each step variant runs (``float32``: the trainer's defaults, the
-step as it was before issue 56; bf16 variants only where the CPU has bf16 instructions)."""
+"""The trainer settings each step variant runs (``float32``: the padded float32 step, the
+node's step before issue 56; bf16 variants only where the CPU has bf16 instructions)."""
 
 
 # -- limits -----------------------------------------------------------------------------
@@ -293,6 +306,7 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
     learner = build_learner(spec)
     torch.set_num_threads(threads)
     model, trainer = learner.model, learner.trainer
+    trainer.config = trainer.config.replace(micro_batch_tokens=size.micro_batch_tokens)
     arch = Arch.of(model)
     limit = limits(arch.hidden, arch.ff, arch.vocab, tokens=2048, repeats=limit_repeats)
     trained = size.train_layers or arch.layers
@@ -332,7 +346,19 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
     for prompt, comps in views:
         width = len(prompt) + max(len(c) for c in comps)
         view_flops += arch.blocks(len(comps), width, arch.layers) + len(comps) * width * arch.head
-    timed("view_logprobs", lambda: [token_logprobs_batch(model, *v, pad=0) for v in views])
+    for _ in range(repeats):  # the view's path before issue 56 beside today's, alternating
+        for name, fn in (("view_logprobs", token_logprobs_batch), ("view_padded", view_padded)):
+            start = time.perf_counter()
+            [fn(model, *v, pad=0) for v in views]
+            best(name, time.perf_counter() - start)
+    shared_view_flops = 0
+    for prompt, comps in views:
+        c_width = max(len(c) for c in comps)
+        shared_view_flops += (
+            arch.blocks(1, len(prompt), arch.layers)
+            + arch.blocks(len(comps), c_width, arch.layers, len(prompt) + c_width)
+            + sum(len(c) for c in comps) * arch.head
+        )
 
     batch = _informative(scored)
     cfg = trainer.config
@@ -391,8 +417,11 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
     )
     stages["scoring"] = _stage(low["scoring"], limit=limit, dtype="float32")
     stages["view_logprobs"] = _stage(
-        low["view_logprobs"], flops=view_flops, limit=limit, dtype="float32"
+        low["view_logprobs"], flops=shared_view_flops, limit=limit, dtype="float32"
     )
+    before = {
+        "view_logprobs": _stage(low["view_padded"], flops=view_flops, limit=limit, dtype="float32")
+    }
     steps: dict[str, Any] = {}
     adam_bytes = trained_params * 4 * 7
     for variant in variants:
@@ -430,8 +459,14 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
     stages["checkpoint"] = _stage(
         low["checkpoint"], nbytes=ckpt_bytes, limit=limit, dtype="float32"
     )
-    fastest = min(steps[v]["seconds"] for v in variants)
-    other = sum(stages[s]["seconds"] for s in stages)
+    every = spec.checkpoint.every_rounds(state_bytes(model))
+    shared_stages = ("generation", "scoring", "weight_sync")
+    common = (
+        sum(stages[s]["seconds"] for s in shared_stages) + stages["checkpoint"]["seconds"] / every
+    )
+    default = next(v for v, k in variants.items() if k == _auto(trainer))
+    round_before = common + before["view_logprobs"]["seconds"] + steps["float32"]["seconds"]
+    round_after = common + stages["view_logprobs"]["seconds"] + steps[default]["seconds"]
     rows_n, width, comp = _row_shapes(batch)
     return {
         "size": dataclasses.asdict(size),
@@ -444,15 +479,47 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
         "generation_tokens_per_s": sampled / low["generation"],
         "trained_params": trained_params,
         "stages": stages,
+        "before_issue_56": before,
         "grpo_step": steps,
+        "default_step": default,
+        "checkpoint_every_rounds": every,
         "round_seconds": {
-            "float32_step": other + steps["float32"]["seconds"],
-            "fastest_step": other + fastest,
+            "before": round_before,
+            "after": round_after,
+            "before_over_after": round_before / round_after,
+            "counted": "generation, scoring, one group's view per own group, the step, the "
+            "weight sync, and the checkpoint over its interval (checkpoint_every_rounds)",
         },
     }
 
 
-def profile(*, quick: bool, repeats: int, threads: int) -> dict[str, Any]:
+def view_padded(model: Any, prompt: list[int], rows: list[list[int]], *, pad: int) -> list[Any]:
+    """The candidate view's log-probs as computed before issue 56: every row padded to
+    prompt + completion, full-vocabulary logits at every position."""
+    width = len(prompt) + max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, row in enumerate(rows):
+        ids[b, : len(prompt) + len(row)] = torch.tensor([*prompt, *row])
+        mask[b, : len(prompt) + len(row)] = 1
+    with torch.inference_mode():
+        logits = model(input_ids=ids, attention_mask=mask).logits.float()
+        logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0]
+    start = len(prompt) - 1
+    return [logp[b, start : start + len(r)] for b, r in enumerate(rows)]
+
+
+def _auto(trainer: Any) -> dict[str, bool]:
+    """The variant the node's default settings ("auto") run on this machine."""
+    fresh = trainer.config
+    trainer.config = fresh.replace(bf16="auto", share_prompts="auto")
+    try:
+        return {"bf16": trainer.bf16, "share_prompts": trainer.share_prompts}
+    finally:
+        trainer.config = fresh
+
+
+def profile(*, quick: bool, repeats: int, threads: int, done: Any = None) -> dict[str, Any]:
     """The profile section of ``bench/results/real.json``: both sizes, each beside the
     limits measured around it. Quick runs take two repeats too (their sizes are
     small), so the first call's warm-up is not all they show."""
@@ -465,6 +532,8 @@ def profile(*, quick: bool, repeats: int, threads: int) -> dict[str, Any]:
             size, repeats=max(repeats, 2), threads=threads, limit_repeats=3
         )
         gc.collect()  # the size's learner, before the next one loads
+        if done is not None:
+            done(out)  # each size recorded as it completes (the large one runs ~half an hour)
     return out
 
 
@@ -484,6 +553,8 @@ def print_profile(result: dict[str, Any]) -> None:
         )
         for stage, value in size["stages"].items():
             print(line(stage, value))
+        for stage, value in size["before_issue_56"].items():
+            print(line(f"{stage} (before)", value))
         for variant, step in size["grpo_step"].items():
             if variant == "plain":
                 print(line("step plain", step))
@@ -494,3 +565,8 @@ def print_profile(result: dict[str, Any]) -> None:
             )
             for stage, value in step["stages"].items():
                 print(line(f"  {stage}", value))
+        r = size["round_seconds"]
+        print(
+            f"  node-round {r['before']:.2f} s before, {r['after']:.2f} s after "
+            f"({size['default_step']}): {r['before_over_after']:.2f}x"
+        )
