@@ -24,17 +24,30 @@ from typing import Any
 from sapo_async.errors import ConfigError
 from sapo_async.experiment.attack.absurd import Absurd
 from sapo_async.experiment.attack.base import Attack
+from sapo_async.experiment.attack.capped import Capped
+from sapo_async.experiment.attack.false_step import FalseStep
 from sapo_async.experiment.attack.filler import Filler
 from sapo_async.experiment.attack.flood import Flood
 from sapo_async.experiment.attack.inject import Inject
 from sapo_async.experiment.attack.length import Length
+from sapo_async.experiment.attack.longest import Longest
+from sapo_async.experiment.attack.post_selected import PostSelected
+from sapo_async.experiment.attack.sleeper import Sleeper
+from sapo_async.experiment.attack.stock_leads import StockLeads
+from sapo_async.experiment.attack.sybil import Sybil
 from sapo_async.experiment.attack.tokens import Tokens
+from sapo_async.experiment.attack.trigger import Trigger
+from sapo_async.experiment.attack.trigger_nonsense import TriggerNonsense
 from sapo_async.experiment.attack.wrong import Wrong
 from sapo_async.node.spec_defence import DefenceSpec
 from sapo_async.tasks.spec import FamilySpec
 
 __all__ = [
     "ATTACKS",
+    "HELD_OUT_ATTACKS",
+    "KNOWN_ATTACKS",
+    "LENGTH_ATTACKS",
+    "LITERATURE_ATTACKS",
     "RATIO_ATTACKS",
     "TAIL_CHARS",
     "AttackSpec",
@@ -46,8 +59,29 @@ __all__ = [
 ]
 
 ATTACKS = ("inject", "tokens", "length", "flood", "absurd", "wrong", "filler")
+"""The default matrix: what ``AttackSpec()`` and ``--attacks all`` run (unchanged since the
+recorded matrices, so they resume and compare as they were)."""
 
-RATIO_ATTACKS = frozenset({"length", "flood", "absurd"})
+LITERATURE_ATTACKS = ("trigger", "stock_leads", "longest", "capped", "post_selected", "sybil")
+"""Issue 57's attacks from the literature and live networks that defaults may be tuned on
+(docs/security.md, "Attacks from the literature and the held-out set"); a matrix runs them
+when it names them (``--attacks trigger,...``)."""
+
+HELD_OUT_ATTACKS = ("trigger_nonsense", "false_step", "sleeper")
+"""The held-out attacks, named on 2026-12-06 before any default was tuned against the new
+attacks: no default is tuned on them. They are run once, after the defaults are settled,
+named explicitly, and reported apart from the attacks the defaults were tuned on; a
+default chosen after seeing them would make them one more tuned-on attack, and the held-out
+result would no longer say how the defences meet an attack they were not shaped to."""
+
+KNOWN_ATTACKS = ATTACKS + LITERATURE_ATTACKS + HELD_OUT_ATTACKS
+"""Every attack a matrix may name (:func:`make_attack` builds each)."""
+
+RATIO_ATTACKS = frozenset({"length", "flood", "absurd", "longest", "capped"})
+"""Attacks measured as a ratio to the no-attack run; the others as a payload rate."""
+
+LENGTH_ATTACKS = frozenset({"length", "longest", "capped"})
+"""Ratio attacks whose measure is the honest mean completion length (the others: CPU)."""
 
 
 def config_label(config: tuple[int, int], nodes: int | None = None) -> str:
@@ -59,7 +93,6 @@ def config_label(config: tuple[int, int], nodes: int | None = None) -> str:
 
 TAIL_CHARS = 64
 """How much of the text after an honest completion's answer tag a run records."""
-"""Attacks measured as a ratio to the no-attack run; the others as a payload rate."""
 
 PROMPT_STYLES = ("auto", "compact", "instruct")
 
@@ -75,6 +108,15 @@ def make_attack(name: str, max_new_tokens: int = 16, tokenizer: Any = None) -> A
         "absurd": Absurd,
         "wrong": Wrong,
         "filler": Filler,
+        "trigger": Trigger,
+        "stock_leads": StockLeads,
+        "longest": Longest,
+        "capped": lambda: Capped(max_new_tokens, tokenizer),
+        "post_selected": PostSelected,
+        "sybil": Sybil,
+        "trigger_nonsense": TriggerNonsense,
+        "false_step": FalseStep,
+        "sleeper": Sleeper,
     }
     return attacks[name]()
 
@@ -84,7 +126,9 @@ class AttackSpec:
     """The experiment.
 
     Attributes:
-        attacks: which attacks to run.
+        attacks: which attacks to run: by default :data:`ATTACKS`; any of
+            :data:`KNOWN_ATTACKS` by name (the held-out ones only once the defaults are
+            settled, :data:`HELD_OUT_ATTACKS`).
         rounds: rounds per run.
         seeds: swarm seeds.
         nodes / attackers: swarm size and how many of them attack.
@@ -185,10 +229,10 @@ class AttackSpec:
             raise bad("eval_completions", "at least 1")
         if not isinstance(self.defence, DefenceSpec):
             raise bad("defence", "a DefenceSpec (node.toml's [defence])")
-        unknown = set(self.attacks) - set(ATTACKS)
+        unknown = set(self.attacks) - set(KNOWN_ATTACKS)
         if unknown:
             raise ConfigError(
-                f"unknown attack {sorted(unknown)[0]!r}; allowed: {', '.join(ATTACKS)}",
+                f"unknown attack {sorted(unknown)[0]!r}; allowed: {', '.join(KNOWN_ATTACKS)}",
                 field="attacks",
             )
 
