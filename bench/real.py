@@ -17,8 +17,9 @@ style through the model's chat template) and the same number of new tokens per c
 
 Training, the same batch of P groups x n completions (rewards alternating 0/1 so every
 group is informative): ``product`` is ``Learner.train`` (the GRPO step a node takes with
-its default settings: on a CPU with bf16 instructions the bf16 shared-prompt step), ``plain`` a bare forward, mean token log-prob loss,
-backward and AdamW step of the same padded batch (a lower bound on any GRPO step).
+its default settings: on a CPU with bf16 instructions the bf16 shared-prompt step),
+``plain`` a bare forward, mean token log-prob loss, backward and AdamW step of the same
+padded batch (a lower bound on any GRPO step).
 
 Then the profile (``bench/real_profile.py``): every stage of a node-round at the
 real-model table's size and a larger one, the GRPO step split into its stages, each against

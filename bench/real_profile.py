@@ -15,7 +15,8 @@ of one node-round at each, on the node's own objects (``build_learner``):
   has bf16 instructions), stops honoured;
 * ``scoring``: ``Learner.score_local`` (the verifier; no arithmetic worth counting);
 * ``view_logprobs``: a receiver's candidate view of each group (``token_logprobs_batch``:
-  the prompt once, the head only at completion positions, on the fp32 trainer module),
+  the prompt once, the head only at completion positions, on the fp32 trainer module
+  under the trainer's precision: bf16 autocast where the node's "auto" picks it),
   beside the view as it was before issue 56 (:func:`view_padded`: every row padded,
   full-vocabulary logits at every position; ``before_issue_56``);
 * the GRPO step (``Learner.train``, rewards alternating 0/1 so every group counts) split
@@ -54,6 +55,7 @@ limit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import shutil
 import tempfile
@@ -346,8 +348,10 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
     for prompt, comps in views:
         width = len(prompt) + max(len(c) for c in comps)
         view_flops += arch.blocks(len(comps), width, arch.layers) + len(comps) * width * arch.head
+    view_bf16 = trainer.bf16  # the node's view runs in its trainer's precision
+    view_today = functools.partial(token_logprobs_batch, bf16=view_bf16)
     for _ in range(repeats):  # the view's path before issue 56 beside today's, alternating
-        for name, fn in (("view_logprobs", token_logprobs_batch), ("view_padded", view_padded)):
+        for name, fn in (("view_logprobs", view_today), ("view_padded", view_padded)):
             start = time.perf_counter()
             [fn(model, *v, pad=0) for v in views]
             best(name, time.perf_counter() - start)
@@ -417,7 +421,10 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
     )
     stages["scoring"] = _stage(low["scoring"], limit=limit, dtype="float32")
     stages["view_logprobs"] = _stage(
-        low["view_logprobs"], flops=shared_view_flops, limit=limit, dtype="float32"
+        low["view_logprobs"],
+        flops=shared_view_flops,
+        limit=limit,
+        dtype="bfloat16" if view_bf16 else "float32",
     )
     before = {
         "view_logprobs": _stage(low["view_padded"], flops=view_flops, limit=limit, dtype="float32")

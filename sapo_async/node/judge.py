@@ -171,6 +171,7 @@ def candidate_view(
         tokenizer_id=learner.tokenizer_id,
         add_special_tokens=not learner.settings.chat_template,
         cut_after_answer=cut_after_answer,
+        bf16=learner.trainer.bf16,  # the trainer's precision (node/plausibility.py says why)
     )
 
 

@@ -16,6 +16,14 @@ the padded forward's up to float rounding (``tests/unit/test_plausibility.py`` h
 it), far below what any check reads: the plausibility floor is calibrated in nats from this
 node's own completions, and a rounding difference of 1e-5 nats moves no verdict.
 
+Where the node's trainer runs bf16 autocast (``trainer.bf16``, "auto": a real model on a
+CPU with bf16 instructions), so does the view: the floor it is compared with is calibrated
+from the node's own behaviour log-probs, which come from the sampler's bf16 copy there, so
+float32 bought no consistency, and at the real-model table's sizes the view was the round's
+second-largest stage (bench/results/real.json). bf16 moves log-probs by about 0.03 nats on
+average (the bound ``tests/unit/test_grpo_bf16.py`` holds the trainer to, and the probe's
+for a bf16 engine), against a floor set 1 nat below the own completions' 1 % quantile.
+
 Deliberately does not decide anything: it returns tensors.
 """
 
@@ -28,7 +36,12 @@ __all__ = ["token_logprobs_batch"]
 
 
 def token_logprobs_batch(
-    model: Any, prompt_ids: Sequence[int], rows: Sequence[Sequence[int]], *, pad: int
+    model: Any,
+    prompt_ids: Sequence[int],
+    rows: Sequence[Sequence[int]],
+    *,
+    pad: int,
+    bf16: bool = False,
 ) -> list[Any]:
     """Log-probs of each row's tokens given ``prompt_ids``, in one batched pass.
 
@@ -37,6 +50,8 @@ def token_logprobs_batch(
         prompt_ids: the prompt's ids (non-empty).
         rows: completions' ids (each non-empty).
         pad: the padding id (masked out).
+        bf16: run under bfloat16 autocast, as the node's trainer does where bf16 is fast
+            (``Trainer.bf16``); the log-probs stay float32.
 
     Returns:
         One 1-D float32 tensor per row, on the model's device, one entry per token.
@@ -44,7 +59,7 @@ def token_logprobs_batch(
     import torch
 
     from sapo_async.policy.grpo.batch import Batch
-    from sapo_async.policy.grpo.logprobs import token_logprobs
+    from sapo_async.policy.grpo.logprobs import bf16_autocast, token_logprobs
 
     if not rows:
         return []
@@ -68,6 +83,6 @@ def token_logprobs_batch(
         behaviour=torch.zeros_like(comp).to(device),
         has_behaviour=torch.zeros(n, dtype=torch.bool, device=device),
     )
-    with torch.inference_mode():
+    with torch.inference_mode(), bf16_autocast(device, enabled=bf16):
         logp, _ = token_logprobs(model, batch, share_prompts=True)
     return [logp[b, p - 1 : p - 1 + len(row)] for b, row in enumerate(rows)]

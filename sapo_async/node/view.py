@@ -82,8 +82,10 @@ class CandidateView:
         tokenizer_id: str,
         add_special_tokens: bool,
         cut_after_answer: bool = False,
+        bf16: bool = False,
     ) -> None:
         self.scored = scored
+        self._bf16 = bf16
         self.same_tokenizer = scored.tokenizer_id == tokenizer_id
         self._model = model
         self._tokenizer = tokenizer
@@ -190,7 +192,11 @@ class CandidateView:
         missing = [i for i in dict.fromkeys(indices) if self._logprobs[i] is None]
         run = [i for i in missing if self.token_ids[i]]
         computed = token_logprobs_batch(
-            self._model, self.prompt_ids, [self.token_ids[i] for i in run], pad=self._pad
+            self._model,
+            self.prompt_ids,
+            [self.token_ids[i] for i in run],
+            pad=self._pad,
+            bf16=self._bf16,
         )
         for i, lp in zip(run, computed, strict=True):
             self._logprobs[i] = lp

@@ -4,13 +4,22 @@ forward gives (the path it replaced, kept here as the reference), to float32 rou
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
+from sapo_async.node.judge import candidate_view
 from sapo_async.node.plausibility import token_logprobs_batch
+from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup, TokenSource
+from sapo_async.policy.grpo.logprobs import cpu_bf16
+from sapo_async.policy.models import tokenizer_id
+from tests.unit.test_grpo_bf16 import BF16_LOGP_ATOL
 from tests.unit.test_grpo_reference import _model, _tokenizer
+
+AUTOCAST_SEEN = 1e-4
+"""Below this mean change the view did not run in bf16 at all (float32 rounding: ~1e-7)."""
 
 F32_LOGP_ATOL = 1e-5
 """As ``test_grpo_shared_prompt.F32_LOGP_ATOL``: float32 rounding through two blocks in
@@ -87,3 +96,34 @@ def test_the_prompt_runs_once_and_the_head_sees_only_completion_positions(tiny: 
 def test_no_rows_is_no_pass(tiny: Any) -> None:
     tok, model = tiny
     assert token_logprobs_batch(model, _ids(tok, "3 + 4"), [], pad=tok.pad_token_id) == []
+
+
+@pytest.mark.skipif(not cpu_bf16(), reason="no bf16 instructions on this CPU")
+def test_the_view_runs_in_the_trainers_precision(tiny: Any) -> None:
+    # where the trainer runs bf16 autocast the view does (node/plausibility.py says why):
+    # the log-probs stay float32, move by less than the trainer's bf16 bound, but do move
+    tok, model = tiny
+    learner = SimpleNamespace(
+        model=model,
+        tokenizer=tok,
+        tokenizer_id=tokenizer_id(tok),
+        settings=SimpleNamespace(chat_template=False),
+        trainer=SimpleNamespace(bf16=True),
+    )
+    group = ScoredGroup(
+        prompt="what is 3 + 4 ?",
+        completions=(
+            ScoredCompletion(" it is 7 because 3 + 4 = 7", 1.0, "stop"),
+            ScoredCompletion(" 8", 0.0, "stop"),
+        ),
+        tokenizer_id=tokenizer_id(tok),
+        producer="0xpeer",
+        token_source=TokenSource.TEXT,
+    )
+    low = candidate_view(learner, group).logprobs([0, 1])  # type: ignore[arg-type]
+    learner.trainer.bf16 = False
+    exact = candidate_view(learner, group).logprobs([0, 1])  # type: ignore[arg-type]
+    for lo, ex in zip(low, exact, strict=True):
+        assert lo.dtype == torch.float32
+        delta = float((lo - ex).abs().mean())
+        assert AUTOCAST_SEEN < delta <= BF16_LOGP_ATOL
