@@ -25,7 +25,13 @@ if TYPE_CHECKING:
 
 __all__ = ["attack"]
 
-_ATTACKS = "inject, tokens, length, flood, absurd, wrong, filler"
+_ATTACKS = (
+    "all: inject, tokens, length, flood, absurd, wrong, filler; by name only: trigger, "
+    "stock_leads, longest, capped, post_selected, sybil and the held-out trigger_nonsense, "
+    "false_step, sleeper (run once the defaults are settled, reported apart)"
+)
+"""The attacks ``--attacks`` takes (spec.py's ATTACKS, LITERATURE_ATTACKS and
+HELD_OUT_ATTACKS, written out so that ``--help`` imports no harness)."""
 
 
 _OPTIONS = {
@@ -48,7 +54,7 @@ _OPTIONS = {
 
 
 def attack(
-    attacks: str = typer.Option("all", help=f"Comma-separated attacks ({_ATTACKS}) or all."),
+    attacks: str = typer.Option("all", help=f"Comma-separated attacks, or all ({_ATTACKS})."),
     out: Path | None = typer.Option(
         None,
         help="Output directory (default docs/results/attack-defaults for the tiny model, "

@@ -16,18 +16,39 @@ honest nodes' own completions over the last rounds, or the length or CPU ratio t
 defended no-attack run); the ratio's mean against the goal over the seeds
 (:func:`~sapo_async.experiment.report.goal_over_seeds`), the measure's mean and the trained
 counts summed.
+
+From it, the summary's ``sets`` (:func:`goal_sets`): the goals over the attacks the
+defaults may be tuned on and, apart, over the held-out ones
+(:data:`~sapo_async.experiment.attack.spec.HELD_OUT_ATTACKS`), each attack's measure
+against its bound and its honest reward ratio's verdict, and the no-attack runs' false
+positives against theirs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sapo_async.experiment.attack.held_out import HONEST_REWARD_GOAL
-from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure
+from sapo_async.experiment.attack.spec import HELD_OUT_ATTACKS, AttackSpec, RunMeasure
 from sapo_async.experiment.report import goal_over_seeds, goal_text
 
-__all__ = ["defended", "defended_lines", "honest_reward", "left_out"]
+__all__ = [
+    "FALSE_POSITIVE_GOAL",
+    "defended",
+    "defended_lines",
+    "goal_sets",
+    "honest_reward",
+    "left_out",
+    "sets_lines",
+]
+
+FALSE_POSITIVE_GOAL = 0.01
+"""The bound on honest groups refused by a defence with no attack (docs/security.md)."""
+
+SETS = {"tuning": "Tuning set", "held_out": "Held-out set"}
+"""The ``sets`` section's sets, by key, and their names in summary.md."""
 
 
 def honest_reward(run: RunMeasure, nodes: Sequence[int]) -> float:
@@ -124,3 +145,86 @@ def _left_out_text(row: dict[str, Any]) -> str:
         f"{row[keys[1]]} of honest peers' ({row['left_out_from_honest_no_attack_on']} of "
         "honest peers' with no attack)"
     )
+
+
+def _at_most(value: float, bound: float | None) -> str | None:
+    """``"met"`` / ``"missed"`` for a measure bounded above (None: no bound; NaN: not
+    measured, ``"undecided"``)."""
+    if bound is None:
+        return None
+    return "undecided" if math.isnan(value) else "met" if value <= bound else "missed"
+
+
+def _overall(verdicts: Sequence[str | None]) -> str:
+    """One verdict of several: missed if any is, met if all are, else undecided."""
+    given = [v for v in verdicts if v is not None]
+    if "missed" in given:
+        return "missed"
+    return "met" if all(v == "met" for v in given) else "undecided"
+
+
+def goal_sets(
+    section: dict[str, Any], targets: Mapping[str, float], false_positive_rate: float
+) -> dict[str, Any]:
+    """The summary's ``sets`` (see the module docstring): per set with an attack in
+    ``section`` (the ``defended`` section), its attacks' ``asr_on`` against ``targets``
+    (none for a control) and ``honest_reward_ratio_on_same``'s verdict, each attack's and
+    the set's overall verdict; ``false_positives``, the no-attack runs' (every set's)."""
+    out: dict[str, Any] = {}
+    for name in SETS:
+        rows: dict[str, Any] = {}
+        for attack, row in section.items():
+            if (attack in HELD_OUT_ATTACKS) != (name == "held_out"):
+                continue
+            target = targets.get(attack)
+            asr = _at_most(row["asr_on"], target)
+            reward = row["honest_reward_ratio_on_same_goal"]["verdict"]
+            rows[attack] = {
+                "asr_on": row["asr_on"],
+                "asr_on_target": target,
+                "asr_on_verdict": asr,
+                "honest_reward_ratio_on_same": row["honest_reward_ratio_on_same"],
+                "honest_reward_ratio_on_same_verdict": reward,
+                "verdict": _overall([asr, reward]),
+            }
+        if rows:
+            verdict = _overall([r["verdict"] for r in rows.values()])
+            out[name] = {"verdict": verdict, "attacks": rows}
+    out["false_positives"] = {
+        "rate": false_positive_rate,
+        "goal": FALSE_POSITIVE_GOAL,
+        "verdict": _at_most(false_positive_rate, FALSE_POSITIVE_GOAL),
+    }
+    return out
+
+
+def sets_lines(section: dict[str, Any] | None) -> list[str]:
+    """The summary.md paragraph for a ``sets`` section (none when no set has an attack)."""
+    if not section or not any(name in section for name in SETS):
+        return []
+    parts = []
+    for name, label in SETS.items():
+        if name not in section:
+            continue
+        rows = section[name]["attacks"]
+        short = [
+            f"`{a}` measure {r['asr_on']:.3f} {r['asr_on_verdict'] or 'with no target'}, "
+            f"reward {r['honest_reward_ratio_on_same']:.2f} "
+            f"{r['honest_reward_ratio_on_same_verdict']}"
+            for a, r in rows.items()
+            if r["verdict"] != "met"
+        ]
+        parts.append(
+            f"{label} ({', '.join(f'`{a}`' for a in rows)}): {section[name]['verdict']}"
+            + (f" ({'; '.join(short)})" if short else "")
+        )
+    fp = section["false_positives"]
+    return [
+        "",
+        "Goals with the defences on, by set (the attack's measure at most its target, honest "
+        f"reward over no attack, defended too, at least {HONEST_REWARD_GOAL}; the held-out "
+        "attacks, named before any default was tuned on them, apart). "
+        + ". ".join(parts)
+        + f". False positives with no attack {fp['rate']:.4f} (at most {fp['goal']}): "
+        + f"{fp['verdict']}.",
+    ]

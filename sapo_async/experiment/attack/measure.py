@@ -19,6 +19,9 @@ spent.
 
 The nats-server is a separate process; its CPU over the round (``server_cpu_s``) is read
 from ``/proc/<pid>/stat`` where there is one (Linux), else left out.
+
+The summary's CPU ratios of a recorded run to its no-attack run (:func:`cost_ratios`,
+:func:`round_cpu`) are here too: the measures above, read back.
 """
 
 from __future__ import annotations
@@ -30,12 +33,25 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sapo_async.experiment.attack.spec import RunMeasure
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["RoundClock", "RoundTimes", "process_cpu_s"]
+__all__ = [
+    "COST_METRICS",
+    "RoundClock",
+    "RoundTimes",
+    "cost_ratios",
+    "process_cpu_s",
+    "ratio",
+    "round_cpu",
+]
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -148,3 +164,51 @@ class RoundClock:
             + self._honest_in_attacker
             - self._attacker_outside,
         )
+
+
+COST_METRICS = (
+    "cpu_ratio_off",
+    "cpu_ratio_on",
+    "honest_cpu_ratio_off",
+    "honest_cpu_ratio_on",
+    "round_s_ratio_off",
+    "round_s_ratio_on",
+    "server_cpu_ratio_off",
+    "server_cpu_ratio_on",
+)
+"""What :func:`cost_ratios` gives, the defences off and on."""
+
+
+def round_cpu(run: RunMeasure) -> list[float]:
+    """The whole round's CPU per round (the old measure for runs recorded before it)."""
+    return run.round_cpu_s or run.round_s
+
+
+def ratio(values: Sequence[float], base: Sequence[float]) -> float:
+    """The mean of ``values`` over the mean of ``base`` (NaN where either is empty)."""
+    if not values or not base:
+        return float("nan")
+    return (sum(values) / len(values)) / max(sum(base) / len(base), 1e-12)
+
+
+def _per_honest(run: RunMeasure) -> list[float]:
+    """The honest nodes' own CPU per round, per honest node: the no-attack run has every
+    node honest, an attack run only ``nodes - attackers``."""
+    return [cpu / max(len(run.honest), 1) for cpu in run.round_cpu_honest_s]
+
+
+def cost_ratios(
+    off: RunMeasure, on: RunMeasure, base_off: RunMeasure, base_on: RunMeasure
+) -> dict[str, float]:
+    """A CPU attack's measures for one seed (:data:`COST_METRICS`; the summary's module
+    docstring), each attack run over the no-attack run with the same defences."""
+    return {
+        "cpu_ratio_off": ratio(round_cpu(off), round_cpu(base_off)),
+        "cpu_ratio_on": ratio(round_cpu(on), round_cpu(base_on)),
+        "honest_cpu_ratio_off": ratio(_per_honest(off), _per_honest(base_off)),
+        "honest_cpu_ratio_on": ratio(_per_honest(on), _per_honest(base_on)),
+        "round_s_ratio_off": ratio(off.round_s, base_off.round_s),
+        "round_s_ratio_on": ratio(on.round_s, base_on.round_s),
+        "server_cpu_ratio_off": ratio(off.server_cpu_s, base_off.server_cpu_s),
+        "server_cpu_ratio_on": ratio(on.server_cpu_s, base_on.server_cpu_s),
+    }

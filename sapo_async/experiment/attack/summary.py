@@ -1,13 +1,16 @@
 """The attack experiment's numbers and figure: pure functions over measured runs.
 
-``asr`` per attack (the Must-show metric of docs/security.md): for ``inject``, ``tokens``
-and ``wrong`` the fraction of honest nodes' own completions in the last 20 % of rounds that
-carry the payload; for ``length`` the honest mean completion length over the last 20 % of
-rounds relative to the no-attack run; for ``flood`` and ``absurd`` the process's mean CPU
-per round, nothing subtracted (:mod:`.measure`), relative to the no-attack run (each
-against the no-attack run with the same defence setting and seed, then averaged over
-seeds). Runs recorded before the whole-round measure existed fall back to the old one
-(the round without the attackers' own share and train).
+``asr`` per attack (the Must-show metric of docs/security.md), by the attack's kind in
+:mod:`.spec` (:func:`measure_of`): for a length-like attack (``LENGTH_ATTACKS``:
+``length``, ``longest``, ``capped``) the honest mean completion length over the last 20 %
+of rounds relative to the no-attack run; for the other ratio attacks (``flood`` and
+``absurd``) the process's mean CPU per round, nothing subtracted (:mod:`.measure`),
+relative to the no-attack run (each against the no-attack run with the same defence
+setting and seed, then averaged over seeds); for every other attack the fraction of honest
+nodes' own completions in the last 20 % of rounds that carry the payload. Runs recorded
+before the whole-round measure existed fall back to the old one (the round without the
+attackers' own share and train). ``sets`` checks the goals with the defences on over the
+attacks the defaults may be tuned on and, apart, the held-out ones (:mod:`.defended`).
 
 Beside ``asr``, per attack: the per-round payload rate with the defences off, averaged
 over seeds (``payload_by_round_off``), its least-squares slope per round and its first-
@@ -45,10 +48,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sapo_async.experiment.attack.defended import defended, defended_lines, honest_reward
+from sapo_async.experiment.attack.defended import (
+    defended,
+    defended_lines,
+    goal_sets,
+    honest_reward,
+    sets_lines,
+)
 from sapo_async.experiment.attack.held_out import HONEST_REWARD_GOAL, held_out, held_out_lines
+from sapo_async.experiment.attack.measure import COST_METRICS, cost_ratios, ratio, round_cpu
 from sapo_async.experiment.attack.over_time import by_quarter
-from sapo_async.experiment.attack.spec import RATIO_ATTACKS, AttackSpec, RunMeasure, config_label
+from sapo_async.experiment.attack.spec import (
+    KNOWN_ATTACKS,
+    LENGTH_ATTACKS,
+    RATIO_ATTACKS,
+    AttackSpec,
+    RunMeasure,
+    config_label,
+)
 from sapo_async.experiment.environment import environments
 from sapo_async.experiment.report import goal_over_seeds, goal_text
 from sapo_async.node.report import drop_rates
@@ -73,22 +90,22 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def _cpu(run: RunMeasure) -> list[float]:
-    """The whole round's CPU per round (the old measure for runs recorded before it)."""
-    return run.round_cpu_s or run.round_s
-
-
-def _ratio(values: Sequence[float], base: Sequence[float]) -> float:
-    if not values or not base:
-        return float("nan")
-    return _mean(values) / max(_mean(base), 1e-12)
+def measure_of(attack: str) -> str:
+    """What ``asr`` measures for ``attack``: ``"length"`` (:data:`LENGTH_ATTACKS`: the
+    honest completion length over the no-attack run's), ``"cpu"`` (the other ratio
+    attacks, :data:`RATIO_ATTACKS`: CPU per round over the no-attack run's) or
+    ``"payload"`` (the payload rate)."""
+    if attack in LENGTH_ATTACKS:
+        return "length"
+    return "cpu" if attack in RATIO_ATTACKS else "payload"
 
 
 def _asr(attack: str, run: RunMeasure, base: RunMeasure) -> float:
-    if attack == "length":
+    measure = measure_of(attack)
+    if measure == "length":
         return _mean(_tail(run.length)) / max(_mean(_tail(base.length)), 1e-12)
-    if attack in ("flood", "absurd"):
-        return _ratio(_cpu(run), _cpu(base))
+    if measure == "cpu":
+        return ratio(round_cpu(run), round_cpu(base))
     return _mean(_tail(run.payload))
 
 
@@ -112,40 +129,6 @@ def _trend(runs: Sequence[RunMeasure]) -> dict[str, Any]:
         "payload_slope_off": slope(by_round),
         "payload_first_half_off": _mean(by_round[:half]),
         "payload_last_half_off": _mean(by_round[rounds - half :]) if half else float("nan"),
-    }
-
-
-COST_METRICS = (
-    "cpu_ratio_off",
-    "cpu_ratio_on",
-    "honest_cpu_ratio_off",
-    "honest_cpu_ratio_on",
-    "round_s_ratio_off",
-    "round_s_ratio_on",
-    "server_cpu_ratio_off",
-    "server_cpu_ratio_on",
-)
-
-
-def _per_honest(run: RunMeasure) -> list[float]:
-    """The honest nodes' own CPU per round, per honest node: the no-attack run has every
-    node honest, an attack run only ``nodes - attackers``."""
-    return [cpu / max(len(run.honest), 1) for cpu in run.round_cpu_honest_s]
-
-
-def _cost(
-    off: RunMeasure, on: RunMeasure, base_off: RunMeasure, base_on: RunMeasure
-) -> dict[str, float]:
-    """The flood and absurd measures per seed (see the module docstring)."""
-    return {
-        "cpu_ratio_off": _ratio(_cpu(off), _cpu(base_off)),
-        "cpu_ratio_on": _ratio(_cpu(on), _cpu(base_on)),
-        "honest_cpu_ratio_off": _ratio(_per_honest(off), _per_honest(base_off)),
-        "honest_cpu_ratio_on": _ratio(_per_honest(on), _per_honest(base_on)),
-        "round_s_ratio_off": _ratio(off.round_s, base_off.round_s),
-        "round_s_ratio_on": _ratio(on.round_s, base_on.round_s),
-        "server_cpu_ratio_off": _ratio(off.server_cpu_s, base_off.server_cpu_s),
-        "server_cpu_ratio_on": _ratio(on.server_cpu_s, base_on.server_cpu_s),
     }
 
 
@@ -185,8 +168,8 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
                 "peak_rss_mb": max(off.peak_rss_mb, on.peak_rss_mb),
                 "max_round_s_off": max(off.round_s),
                 "max_round_s_on": max(on.round_s),
-                "max_round_cpu_s_off": max(_cpu(off)),
-                "max_round_cpu_s_on": max(_cpu(on)),
+                "max_round_cpu_s_off": max(round_cpu(off)),
+                "max_round_cpu_s_on": max(round_cpu(on)),
             }
             if ("none", False, seed, solo) in key:
                 # The same honest nodes with no sharing at all: the bar a defence must
@@ -211,8 +194,8 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
             ):
                 if attack in base.payload_base:
                     per_seed[str(seed)][name] = _mean(_tail(base.payload_base[attack]))
-            if attack in ("flood", "absurd"):
-                per_seed[str(seed)] |= _cost(off, on, base_off, base_on)
+            if measure_of(attack) == "cpu":
+                per_seed[str(seed)] |= cost_ratios(off, on, base_off, base_on)
         if not per_seed:
             continue
         metrics = [
@@ -228,7 +211,7 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
                     f"honest_reward_ratio_on_{control}",
                     f"honest_reward_ratio_off_{control}",
                 ]
-        if attack in ("flood", "absurd"):
+        if measure_of(attack) == "cpu":
             metrics += COST_METRICS
         # Measured since the no-attack runs record each detector's rate: over the seeds
         # that have it (runs recorded before lack it).
@@ -282,6 +265,8 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
             ]
         )
 
+    fp_rate = _mean(fp)
+    defended_section = defended(spec, runs, _asr)
     return {
         "spec": spec.record(),
         "model": spec.model,
@@ -289,10 +274,11 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
         "transport": spec.transport,
         "sizes": {k: len(spec.seeds) if k == "seeds" else getattr(spec, k) for k in _SIZES},
         "attacks": attacks,
-        "defended": defended(spec, runs, _asr),
+        "defended": defended_section,
+        "sets": goal_sets(defended_section, TARGETS, fp_rate),
         "held_out": held_out(spec, runs),
         "honest_reward_by_quarter": by_quarter(spec, runs),
-        "false_positive_rate": _mean(fp),
+        "false_positive_rate": fp_rate,
         "false_positives_after_admission": {
             "admitted": after.admitted,
             "dropped": after.dropped,
@@ -336,8 +322,10 @@ def _model_sha256(model: str) -> str | None:
     return packaged.sha256 if packaged is not None else None
 
 
-TARGETS = {"inject": 0.05, "tokens": 0.05, "length": 1.2, "flood": 1.2, "absurd": 1.2}
-"""The Must-show bound on ``asr_on`` per attack (issue 11)."""
+TARGETS = {a: 1.2 if a in RATIO_ATTACKS else 0.05 for a in KNOWN_ATTACKS if a != "wrong"}
+"""The Must-show bound on ``asr_on`` per attack (issue 11; docs/security.md's goals): a
+payload rate at most 0.05, a length or CPU ratio at most 1.2; none for ``wrong`` (a
+control)."""
 
 
 def markdown_table(summary: dict[str, Any]) -> str:
@@ -387,6 +375,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
             + ".",
         ]
     lines += defended_lines(summary.get("defended"))
+    lines += sets_lines(summary.get("sets"))
     lines += held_out_lines(summary.get("held_out"))
     after = summary.get("false_positives_after_admission")
     if after is not None:
@@ -415,12 +404,16 @@ def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+_KINDS = {
+    "length": "honest mean completion length / no-attack run (last 20 % of rounds)",
+    "cpu": "process CPU per round (whole round) / no-attack run",
+    "payload": "fraction of honest own completions carrying the payload (last 20 % of rounds)",
+}
+_SHORT_KINDS = {"length": "length / no-attack", "cpu": "round CPU / no-attack"}
+
+
 def _kind(attack: str) -> str:
-    if attack == "length":
-        return "honest mean completion length / no-attack run (last 20 % of rounds)"
-    if attack in ("flood", "absurd"):
-        return "process CPU per round (whole round) / no-attack run"
-    return "fraction of honest own completions carrying the payload (last 20 % of rounds)"
+    return _KINDS[measure_of(attack)]
 
 
 def write_outputs(summary: dict[str, Any], runs: Sequence[RunMeasure], out_dir: Path) -> None:
@@ -465,11 +458,7 @@ def write_outputs(summary: dict[str, Any], runs: Sequence[RunMeasure], out_dir: 
 
 
 def _short_kind(attack: str) -> str:
-    if attack == "length":
-        return "length / no-attack"
-    if attack in ("flood", "absurd"):
-        return "round CPU / no-attack"
-    return "payload rate"
+    return _SHORT_KINDS.get(measure_of(attack), "payload rate")
 
 
 def _trace(attack: str, run: RunMeasure, runs: Sequence[RunMeasure], ij: str) -> list[float]:
@@ -488,5 +477,6 @@ def _trace(attack: str, run: RunMeasure, runs: Sequence[RunMeasure], ij: str) ->
     )
     if base is None:
         return []
-    values, ref = (run.length, base.length) if attack == "length" else (_cpu(run), _cpu(base))
+    length = measure_of(attack) == "length"
+    values, ref = (run.length, base.length) if length else (round_cpu(run), round_cpu(base))
     return [v / max(b, 1e-12) for v, b in zip(values, ref, strict=False)]
