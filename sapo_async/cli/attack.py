@@ -109,8 +109,8 @@ def attack(
     defended_only: bool = typer.Option(
         False,
         "--defended-only",
-        help="Run only what an attack costs a defended node: no attack and each attack, "
-        "the defences on.",
+        help="Run only what an attack costs a defended node: each attack with the defences "
+        "on, and no attack with the defences on and off and B/0 (the sharing gain).",
     ),
     workers: int = typer.Option(4, min=1, help="Runs in parallel (one process each)."),
     quick: bool = typer.Option(

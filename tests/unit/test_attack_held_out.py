@@ -153,16 +153,44 @@ def test_the_defended_section_counts_what_the_records_left_out_and_none_if_not_k
     assert "left out before judging" not in markdown_table(summarise(SPEC, old, seconds=0.0))
 
 
-def test_defended_only_runs_no_attack_and_each_attack_with_the_defences_on():
+def test_defended_only_runs_each_attack_defended_and_the_no_attack_runs_of_the_sharing_gain():
+    # Issue 57: every matrix records sharing_gain_on and _off, so a defended-only one also
+    # runs no attack with the defences off and B/0 (not each attack undefended).
     spec = AttackSpec(attacks=("inject", "tokens"), seeds=(0, 1))
     cells = [
         (attack, on, seed, config)
-        for _, attack, on, seed, config, _ in jobs_of(spec, defended_only=True)
+        for _, attack, on, seed, config, nodes in jobs_of(spec, defended_only=True)
+        if nodes is None
     ]
+    assert len(cells) == len(jobs_of(spec, defended_only=True))  # no honest-only control
     assert cells == [
-        (attack, True, seed, (2, 2)) for seed in (0, 1) for attack in ("none", "inject", "tokens")
+        cell
+        for seed in (0, 1)
+        for cell in (
+            ("none", True, seed, (2, 2)),
+            ("none", False, seed, (2, 2)),
+            ("none", False, seed, (4, 0)),
+            ("inject", True, seed, (2, 2)),
+            ("tokens", True, seed, (2, 2)),
+        )
     ]
     assert len(jobs_of(spec)) == 2 * (3 + 2 * 2 + 1)  # the full matrix is unchanged
+
+
+def test_a_defended_only_matrix_has_both_sharing_gains():
+    def run(attack: str, on: bool, config: str, reward: float) -> RunMeasure:
+        honest = [0, 1] if attack != "none" else [0, 1, 2, 3]
+        return RunMeasure(attack, on, 0, config, honest, rewards=[[reward] * 3] * 4)
+
+    spec = AttackSpec(attacks=("inject",), seeds=(0,), nodes=4, attackers=2, local=1, external=1)
+    cells = {(a, on, c) for _, a, on, _, c, _ in jobs_of(spec, defended_only=True)}
+    rewards = {("none", True, (1, 1)): 0.3, ("none", False, (1, 1)): 0.4}
+    runs = [
+        run(a, on, f"{c[0]}/{c[1]}", rewards.get((a, on, c), 0.2)) for a, on, c in sorted(cells)
+    ]
+    summary = summarise(spec, runs, seconds=0.0)
+    assert summary["sharing_gain_on"] == pytest.approx(1.5)
+    assert summary["sharing_gain_off"] == pytest.approx(2.0)
 
 
 def test_quarters_split_the_rounds_evenly_and_the_last_takes_the_remainder():

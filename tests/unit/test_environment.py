@@ -141,9 +141,15 @@ def test_a_resumed_attack_matrix_is_not_told_its_worker_runs_were_made_elsewhere
     monkeypatch.setattr(models, "ensure_tiny_model", lambda *a, **k: None)
     here = {**environment(), "torch_threads": WORKER_THREADS}
     spec = AttackSpec(attacks=("inject",), seeds=(0,), nodes=4, local=1, external=1)
+    # Every run a defended-only matrix makes (the sharing gain's no-attack runs included).
     runs = [
-        RunMeasure(a, True, 0, "1/1", [0, 1], rewards=[[0.1] * 3] * 4, environment=here)
-        for a in ("none", "inject")
+        RunMeasure(a, on, 0, c, [0, 1], rewards=[[0.1] * 3] * 4, environment=here)
+        for a, on, c in (
+            ("none", True, "1/1"),
+            ("none", False, "1/1"),
+            ("none", False, "2/0"),
+            ("inject", True, "1/1"),
+        )
     ]
     header = json.dumps({"spec": spec.record()})
     lines = [header, *(json.dumps(dataclasses.asdict(r)) for r in runs)]

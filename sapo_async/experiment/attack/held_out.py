@@ -43,7 +43,8 @@ def held_out(spec: AttackSpec, runs: Sequence[RunMeasure]) -> dict[str, Any]:
     """The ``held_out`` section (see the module docstring); empty ``attacks`` when no run
     measured held-out reward. A seed counts for an attack when its defended attack run and
     the defended no-attack run measured it; the ratio over the undefended no-attack run is
-    there where that run measured it too (``--defended-only`` leaves it out)."""
+    there where that run measured it too (``--defended-only`` matrices recorded before it
+    ran that run lack it)."""
     ij = f"{spec.local}/{spec.external}"
     key = {(r.attack, r.defences, r.seed, r.config): r for r in runs if r.eval_rewards}
     attacks: dict[str, Any] = {}

@@ -348,9 +348,11 @@ def jobs_of(spec: AttackSpec, *, defended_only: bool = False) -> list[Job]:
     """Every run of the matrix: attacks x defences x seeds, the no-attack runs (the swarm
     sharing, ``B/0`` sharing nothing, and its honest nodes alone sharing among themselves).
 
-    ``defended_only``: only what the attack costs a defended node, the no-attack swarm and
-    each attack with the defences on (the payload's rise with the defences off and the
-    controls are the full matrix's).
+    ``defended_only``: only what the attack costs a defended node, each attack with the
+    defences on, and the no-attack runs the sharing gain needs (issue 57: the swarm with
+    the defences on and off, and ``B/0``), so ``sharing_gain_on`` and ``sharing_gain_off``
+    are recorded; the attacks with the defences off (the payload's rise) and the
+    honest-only control are the full matrix's.
     """
     ij = (spec.local, spec.external)
     solo = (spec.local + spec.external, 0)
@@ -359,6 +361,7 @@ def jobs_of(spec: AttackSpec, *, defended_only: bool = False) -> list[Job]:
     for seed in spec.seeds:
         if defended_only:
             out.append((spec, "none", True, seed, ij, None))
+            out += [(spec, "none", False, seed, ij, None), (spec, "none", False, seed, solo, None)]
             out += [(spec, attack, True, seed, ij, None) for attack in spec.attacks]
             continue
         for on in (False, True):
