@@ -6,11 +6,12 @@ verdicts, the stock-lead record's window and its probation. An attacker that sig
 same content with ``keys`` more keys is that many producers to all of them, and competes
 for that many more external slots; "Hail to the Thief" (arXiv 2511.09780v2) found its
 false-statement attack barely weakened down to 6.25 % attackers, so every slot won
-counts. Each message of the inner attack (the :mod:`.trigger` attack by default) goes out under the attacker's own key and again, the
-same group with only its producer changed, under each extra key (derived from the
-attacker's address as :mod:`.flood` derives its own, on another label), so its hash and
-signature differ and its content does not. Unlike ``flood`` it sends no copies under one
-key and no oversized group: only as many messages as keys, each worth training on.
+counts. Each message of the inner attack (the :mod:`.trigger` attack by default) goes
+out under the attacker's own key and again, the same group with only its producer
+changed, under each extra key (derived from the attacker's address as :mod:`.flood`
+derives its own, on another label), so its hash and signature differ and its content does
+not. Unlike ``flood`` it sends no copies under one key and no oversized group: only as
+many messages as keys, each worth training on.
 
 Payload: the inner attack's.
 """
