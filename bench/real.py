@@ -29,7 +29,7 @@ Every variant runs ``--repeats`` times, alternating, best of each kept, so machi
 them alike; the ratios are the result, absolute times drift. Full results go to
 ``bench/results/real.json``, ``--quick`` to ``bench/results/quick/real.json``.
 
-    just bench real [--quick] [--only compare|profile]
+    just bench real [--quick] [--only compare|profile] [--sizes table|large]
 """
 
 from __future__ import annotations
@@ -130,6 +130,11 @@ def main() -> None:
         help="compare: the generation and training comparisons; profile: the per-stage "
         "profile at the table's and the large size (bench/real_profile.py); the other "
         "part of an existing results file is kept",
+    )
+    parser.add_argument(
+        "--sizes",
+        default="table,large",
+        help="the profile's sizes to run (table, large); the others' records are kept",
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -283,21 +288,32 @@ def _profile(args: argparse.Namespace, result: dict[str, Any], out: Path) -> dic
     repeats = 1 if args.quick else args.repeats
     machine = _machine(args.threads)
 
-    def done(part: dict[str, Any]) -> None:
-        _write(out, _merge(args, out, result | {"profile": {"machine": machine, **part}}))
+    names = tuple(n.strip() for n in args.sizes.split(",") if n.strip())
 
-    measured = profile(quick=args.quick, repeats=repeats, threads=args.threads, done=done)
+    def done(part: dict[str, Any]) -> None:
+        partial = {"machine": machine, **part, "complete": False}
+        _write(out, _merge(args, out, result | {"profile": partial}))
+
+    measured = profile(
+        quick=args.quick, repeats=repeats, threads=args.threads, done=done, names=names
+    )
     return {"machine": machine, **measured, "complete": True}
 
 
 def _merge(args: argparse.Namespace, out: Path, result: dict[str, Any]) -> dict[str, Any]:
-    """``result`` over the existing record's other part when one part is re-run."""
-    if args.only == "all" or not out.exists():
+    """``result`` over the existing record's other part (and other profile sizes) when
+    only some are re-run."""
+    whole = args.only == "all" and args.sizes == "table,large"
+    if whole or not out.exists():
         return result
     # one part re-run: the other part's record stays, under the machine it ran on
     kept = json.loads(out.read_text())
     if args.only == "compare":
         kept = {"profile": kept["profile"]} if "profile" in kept else {}
+    elif "profile" in result and "profile" in kept:
+        # sizes not re-run keep their records (each names when it ran and the load then)
+        sizes = kept["profile"].get("sizes", {}) | result["profile"]["sizes"]
+        result = result | {"profile": result["profile"] | {"sizes": sizes}}
     return kept | result
 
 

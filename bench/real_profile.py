@@ -57,6 +57,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
+import os
 import shutil
 import tempfile
 import time
@@ -526,18 +527,27 @@ def _auto(trainer: Any) -> dict[str, bool]:
         trainer.config = fresh
 
 
-def profile(*, quick: bool, repeats: int, threads: int, done: Any = None) -> dict[str, Any]:
-    """The profile section of ``bench/results/real.json``: both sizes, each beside the
-    limits measured around it. Quick runs take two repeats too (their sizes are
+def profile(
+    *,
+    quick: bool,
+    repeats: int,
+    threads: int,
+    done: Any = None,
+    names: tuple[str, ...] = tuple(SIZES),
+) -> dict[str, Any]:
+    """The profile section of ``bench/results/real.json``: the sizes ``names``, each beside
+    the limits measured around it. Quick runs take two repeats too (their sizes are
     small), so the first call's warm-up is not all they show."""
     torch.set_num_threads(threads)
     sizes = QUICK_SIZES if quick else SIZES
     out: dict[str, Any] = {"cpu_bf16_instructions": _cpu_bf16(), "sizes": {}}
-    for name, size in sizes.items():
+    for name, size in ((n, s) for n, s in sizes.items() if n in names):
         print(f"profile {name}: {size}", flush=True)
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        load = os.getloadavg()
         out["sizes"][name] = profile_size(
             size, repeats=max(repeats, 2), threads=threads, limit_repeats=3
-        )
+        ) | {"started": started, "load_avg_at_start": load}
         gc.collect()  # the size's learner, before the next one loads
         if done is not None:
             done(out)  # each size recorded as it completes (the large one runs ~half an hour)
