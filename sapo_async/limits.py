@@ -377,16 +377,16 @@ DEFAULT_TOP_P = 1.0
 
 REAL_MODEL_SIZES = {"questions_per_round": 4, "completions_per_question": 4, "max_new_tokens": 32}
 """A real model's round sizes in ``sapo-async swarm --model`` and the explorer's demo: SmolLM2-135M
-took about 17 s per node-round at these sizes on 2 cores (docs/learning.md)."""
+takes about 6.5 s a node-round alone at these sizes on 2 cores (docs/learning.md, "Speed")."""
 
 
 FAST_PATH_MIN_PARAMS = 20_000_000
 """From this many parameters a model's CPU work is arithmetic, so the "auto" fast paths
-are on: the sampler's bf16 copy on a CPU with bf16 instructions (SmolLM2-135M went from
-8.9 to 28.9 tokens/s), and in the GRPO step ``trainer.share_prompts`` and, where bf16 is
-fast, ``trainer.bf16`` (bench/results/real.json, ``profile``). The 0.86 M-parameter tiny
-model, overhead-bound, and the tests' models stay on the float32 padded paths their
-recorded results ran."""
+are on: the sampler's bf16 copy on a CPU with bf16 instructions (SmolLM2-135M, 16
+completions of 32 tokens: 99.6 to 163.5 tokens/s), and in the GRPO step
+``trainer.share_prompts`` and, where bf16 is fast, ``trainer.bf16``
+(bench/results/real.json, ``profile``). The 0.86 M-parameter tiny model, overhead-bound,
+and the tests' models stay on the float32 padded paths their recorded results ran."""
 
 # --- content defences' fixed thresholds ----------------------------------------------
 # Formerly [defence] settings; no volunteer had a reason to change them, so node.toml no

@@ -120,8 +120,9 @@ class PolicySpec(Settings):
     generation_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto",
         description="Weights the CPU sampler runs: 'bfloat16' keeps a bf16 copy for "
-        "generation (synced after every step; training stays float32), 6.7x plain generate "
-        "and 3.3x float32 for SmolLM2 on these cores (bench/results/real.json); 'auto' is "
+        "generation (synced after every step; master weights stay float32), 2.3x plain "
+        "generate and 1.6x float32 for SmolLM2 at 4 x 4 x 32 tokens on these cores "
+        "(bench/results/real.json); 'auto' is "
         "bfloat16 for a model of 20 M parameters or more on a CPU with bf16 instructions "
         "(avx512_bf16 or amx), float32 for smaller models (the tiny one) and elsewhere.",
     )

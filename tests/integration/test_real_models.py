@@ -129,8 +129,8 @@ async def test_two_smollm2_nodes_share_commit_on_chain_and_resume(tmp_path: Path
 
 def test_a_real_model_samples_from_a_bf16_copy_synced_after_each_step() -> None:
     """generation_dtype = "auto" on this CPU (avx512_bf16): SmolLM2 samples from a bf16
-    copy (3.3x faster than float32 here, bench/results/real.json), trains in float32, and
-    the copy takes the trained weights after the step."""
+    copy (1.6x faster than float32 at the real-model table's sizes, bench/results/real.json),
+    keeps float32 master weights, and the copy takes the trained weights after the step."""
     import dataclasses
 
     from sapo_async.node.learner import _cpu_bf16, build_learner
