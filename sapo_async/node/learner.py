@@ -417,7 +417,8 @@ def generation_dtype(asked: str, *, params: int, device: str) -> Any:
 
     ``"auto"``: bfloat16 for a model of at least
     :data:`~sapo_async.limits.FAST_PATH_MIN_PARAMS` parameters on a CPU with bf16
-    instructions (SmolLM2 sampled 3.3x faster in bf16 than in float32 here), float32 for
+    instructions (SmolLM2 sampled 1.6x faster in bf16 than in float32 here at the
+    real-model table's sizes, bench/results/real.json), float32 for
     smaller ones (the tiny model: no gain, and its recorded results were float32) and on a
     CPU without them, where bf16 is emulated and slower. On CUDA the sampler shares the
     trainer's module (loaded in bf16 there): float32 means "as loaded".
