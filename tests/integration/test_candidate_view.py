@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import torch
 from msgspec.structs import replace
 
 from sapo_async.fabric.transport.memory import MemoryBroker
+from sapo_async.node import view as view_module
 from sapo_async.node.filters import RatioFilter
 from sapo_async.node.rounds import RoundLoop
 from sapo_async.policy.grpo.batch import TokenSource
@@ -55,16 +55,17 @@ async def test_each_external_completion_is_run_through_the_model_at_most_once_pe
         assert node.collector.ingest(signed) is not None
         external_completions += len(comps)
 
+    # every pass the round spends on external completions goes through the view's one
+    # batched call (node/plausibility.py: the prompt once, then the rows after it)
     rows: list[int] = []
-    model = node.learner.model
-    real_forward = model.forward
+    real_view = view_module.token_logprobs_batch
+
+    def counting(model: Any, prompt: Any, batch: Any, **kwargs: Any) -> Any:
+        if not in_step:
+            rows.append(len(batch))
+        return real_view(model, prompt, batch, **kwargs)
+
     in_step = False
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        if not in_step and not torch.is_grad_enabled():
-            rows.append(int(kwargs.get("input_ids", args[0] if args else None).shape[0]))
-        return real_forward(*args, **kwargs)
-
     real_train = node.learner.train
     trained: list[Any] = []
 
@@ -80,7 +81,7 @@ async def test_each_external_completion_is_run_through_the_model_at_most_once_pe
     monkeypatch.setattr(node.learner, "train", train)
     shared = await node.share_round()
     # Counted from here: the node's own generation is not an external completion's pass.
-    monkeypatch.setattr(model, "forward", counting)
+    monkeypatch.setattr(view_module, "token_logprobs_batch", counting)
     report = await node.train_round(shared)
 
     assert report.external_total == 2

@@ -66,6 +66,7 @@ def _select(limits: Thresholds | None) -> tuple[Any, _CountingTokenizer, dict[st
         tokenizer=tokenizer,
         tokenizer_id="ours",
         settings=SimpleNamespace(node_index=0, chat_template=False),
+        trainer=SimpleNamespace(bf16=False),
     )
     # topk scores every candidate before it picks J = 1 of them
     training = TrainingSpec(local=1, external=1, sampler="topk")
