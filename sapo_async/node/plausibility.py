@@ -58,31 +58,14 @@ def token_logprobs_batch(
     """
     import torch
 
-    from sapo_async.policy.grpo.batch import Batch
+    from sapo_async.policy.grpo.batch import Row, collate
     from sapo_async.policy.grpo.logprobs import bf16_autocast, token_logprobs
 
     if not rows:
         return []
     device = next(model.parameters()).device
-    n, p = len(rows), len(prompt_ids)
-    width = p + max(len(r) for r in rows)
-    ids = torch.full((n, width), pad, dtype=torch.long)
-    attn = torch.zeros((n, width), dtype=torch.long)
-    comp = torch.zeros((n, width - 1), dtype=torch.float32)
-    for b, row in enumerate(rows):
-        total = p + len(row)
-        ids[b, :total] = torch.tensor([*prompt_ids, *row], dtype=torch.long)
-        attn[b, :total] = 1
-        comp[b, p - 1 : total - 1] = 1.0  # position j predicts token j + 1
-    zeros = torch.zeros(n, dtype=torch.float32)
-    batch = Batch(
-        ids=ids.to(device),
-        attn=attn.to(device),
-        comp_mask=comp.to(device),
-        adv=zeros.to(device),
-        behaviour=torch.zeros_like(comp).to(device),
-        has_behaviour=torch.zeros(n, dtype=torch.bool, device=device),
-    )
+    p = len(prompt_ids)
+    batch = collate([Row(list(prompt_ids), list(r), None, 0.0) for r in rows], device, pad=pad)
     with torch.inference_mode(), bf16_autocast(device, enabled=bf16):
         logp, _ = token_logprobs(model, batch, share_prompts=True)
     return [logp[b, p - 1 : p - 1 + len(row)] for b, row in enumerate(rows)]

@@ -43,7 +43,23 @@ from sapo_async.errors import ConfigError
 from sapo_async.policy.generation.base import check_sampling
 from sapo_async.wire import SamplingParams
 
-__all__ = ["SampledBatch", "filter_logits", "sample_batch"]
+__all__ = ["SampledBatch", "filter_logits", "left_padded", "sample_batch"]
+
+
+def left_padded(
+    prompts: Sequence[Sequence[int]], pad: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``prompts`` left-padded with ``pad`` on ``device``: ids, attention mask, and position
+    ids counting from each prompt's first token (so a prompt's last token sits in the last
+    column, where its continuation starts)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    return ids, mask, (mask.cumsum(-1) - 1).clamp_min(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,15 +175,7 @@ def sample_batch(
     device = torch.device(device)
     # Prefill each distinct prompt once, then copy its KV cache to its n rows: the prompt
     # is the longest part of a tiny-model sequence, so this saves most prefill compute.
-    prompts = [list(p) for p in prompt_ids]
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p) :] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    ids, mask, pos = left_padded(prompt_ids, pad_id, device)
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
@@ -176,11 +184,11 @@ def sample_batch(
     kw = _forward_kwargs(model)
     logits, past = _forward(model, ids=ids, mask=mask, pos=pos, past=None, kw=kw)
     if n > 1:
-        expand = torch.arange(len(prompts), device=device).repeat_interleave(n)
+        expand = torch.arange(len(prompt_ids), device=device).repeat_interleave(n)
         past.reorder_cache(expand)
         logits, mask, pos = logits[expand], mask[expand], pos[expand]
     next_pos = pos[:, -1:] + 1
-    batch = len(prompts) * n
+    batch = len(prompt_ids) * n
     max_new = sampling.max_new_tokens
     out_ids = torch.full((batch, max_new), pad_id, dtype=torch.long, device=device)
     out_lp = torch.zeros((batch, max_new), dtype=torch.float32, device=device)

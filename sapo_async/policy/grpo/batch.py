@@ -45,6 +45,7 @@ __all__ = [
     "ScoredCompletion",
     "ScoredGroup",
     "TokenSource",
+    "collate",
 ]
 
 INFORMATIVE_EPS = 1e-9
@@ -274,32 +275,7 @@ class Batcher:
 
     def collate(self, rows: Sequence[Row], device: torch.device) -> Batch:
         """Pad ``rows`` on the right into one :class:`Batch` on ``device``."""
-        width = max(len(r.prompt) + len(r.completion) for r in rows)
-        n = len(rows)
-        ids = torch.full((n, width), self.pad, dtype=torch.long)
-        attn = torch.zeros((n, width), dtype=torch.long)
-        comp = torch.zeros((n, width - 1), dtype=torch.float32)
-        beh = torch.zeros((n, width - 1), dtype=torch.float32)
-        has = torch.zeros(n, dtype=torch.bool)
-        for i, (p, c, lps, _) in enumerate(rows):
-            total = len(p) + len(c)
-            ids[i, :total] = torch.tensor(p + c, dtype=torch.long)
-            attn[i, :total] = 1
-            # logits at position j predict token j + 1: completion tokens are at
-            # positions len(p) .. total-1, predicted from len(p)-1 .. total-2.
-            comp[i, len(p) - 1 : total - 1] = 1.0
-            if lps is not None:
-                beh[i, len(p) - 1 : total - 1] = torch.tensor(lps, dtype=torch.float32)
-                has[i] = True
-        adv = torch.tensor([r.advantage for r in rows], dtype=torch.float32)
-        return Batch(
-            ids=ids.to(device),
-            attn=attn.to(device),
-            comp_mask=comp.to(device),
-            adv=adv.to(device),
-            behaviour=beh.to(device),
-            has_behaviour=has.to(device),
-        )
+        return collate(rows, device, pad=self.pad)
 
     def minibatches(
         self,
@@ -340,6 +316,36 @@ class MiniBatch:
     micro: list[Batch]
     sequences: int
     tokens: int
+
+
+def collate(rows: Sequence[Row], device: torch.device, *, pad: int) -> Batch:
+    """Pad ``rows`` on the right with ``pad`` into one :class:`Batch` on ``device``."""
+    width = max(len(r.prompt) + len(r.completion) for r in rows)
+    n = len(rows)
+    ids = torch.full((n, width), pad, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    comp = torch.zeros((n, width - 1), dtype=torch.float32)
+    beh = torch.zeros((n, width - 1), dtype=torch.float32)
+    has = torch.zeros(n, dtype=torch.bool)
+    for i, (p, c, lps, _) in enumerate(rows):
+        total = len(p) + len(c)
+        ids[i, :total] = torch.tensor(p + c, dtype=torch.long)
+        attn[i, :total] = 1
+        # logits at position j predict token j + 1: completion tokens are at
+        # positions len(p) .. total-1, predicted from len(p)-1 .. total-2.
+        comp[i, len(p) - 1 : total - 1] = 1.0
+        if lps is not None:
+            beh[i, len(p) - 1 : total - 1] = torch.tensor(lps, dtype=torch.float32)
+            has[i] = True
+    adv = torch.tensor([r.advantage for r in rows], dtype=torch.float32)
+    return Batch(
+        ids=ids.to(device),
+        attn=attn.to(device),
+        comp_mask=comp.to(device),
+        adv=adv.to(device),
+        behaviour=beh.to(device),
+        has_behaviour=has.to(device),
+    )
 
 
 def _by_budget(rows: Sequence[Row], budget: int | None) -> list[Sequence[Row]]:

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from sapo_async.policy.generation.sampling import left_padded
 from sapo_async.policy.grpo.batch import Batch
 
 __all__ = ["shared_prompt_hidden"]
@@ -58,14 +59,7 @@ def shared_prompt_hidden(base: Any, batch: Batch) -> torch.Tensor | None:
     if len(prompts) == len(index):
         return None  # every prompt is its own: nothing to share
     device = batch.ids.device
-    width = max(len(p) for p in prompts)
-    p_ids = torch.zeros((len(prompts), width), dtype=torch.long)
-    p_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for k, prompt in enumerate(prompts):
-        p_ids[k, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-        p_mask[k, width - len(prompt) :] = 1
-    p_ids, p_mask = p_ids.to(device), p_mask.to(device)
-    p_pos = (p_mask.cumsum(-1) - 1).clamp_min(0)
+    p_ids, p_mask, p_pos = left_padded(prompts, 0, device)
     name = _cache_keyword(base)
     out = base(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True)
     cache = getattr(out, name)
