@@ -472,7 +472,9 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
     common = (
         sum(stages[s]["seconds"] for s in shared_stages) + stages["checkpoint"]["seconds"] / every
     )
-    default = next(v for v, k in variants.items() if k == _auto(trainer))
+    # trainer.config is the node's default again ("auto"): the variant it picks here
+    auto = {"bf16": trainer.bf16, "share_prompts": trainer.share_prompts}
+    default = next(v for v, k in variants.items() if k == auto)
     round_before = common + before["view_logprobs"]["seconds"] + steps["float32"]["seconds"]
     round_after = common + stages["view_logprobs"]["seconds"] + steps[default]["seconds"]
     rows_n, width, comp = _row_shapes(batch)
@@ -515,16 +517,6 @@ def view_padded(model: Any, prompt: list[int], rows: list[list[int]], *, pad: in
         logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0]
     start = len(prompt) - 1
     return [logp[b, start : start + len(r)] for b, r in enumerate(rows)]
-
-
-def _auto(trainer: Any) -> dict[str, bool]:
-    """The variant the node's default settings ("auto") run on this machine."""
-    fresh = trainer.config
-    trainer.config = fresh.replace(bf16="auto", share_prompts="auto")
-    try:
-        return {"bf16": trainer.bf16, "share_prompts": trainer.share_prompts}
-    finally:
-        trainer.config = fresh
 
 
 def profile(
