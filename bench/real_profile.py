@@ -12,7 +12,9 @@ the last 4 blocks trained) and ``large`` (8 x 8, 128 tokens, every block trained
 of one node-round at each, on the node's own objects (``build_learner``):
 
 * ``generation``: ``Learner.generate`` (the node's sampler on its bf16 copy where the CPU
-  has bf16 instructions), stops honoured;
+  has bf16 instructions), stops honoured; beside it the sampler as it was before issue 56
+  (:func:`sampler_before_issue_56`: ``torch.multinomial``'s draw, the prefill's last
+  position sliced before the head);
 * ``scoring``: ``Learner.score_local`` (the verifier; no arithmetic worth counting);
 * ``view_logprobs``: a receiver's candidate view of each group (``token_logprobs_batch``:
   the prompt once, the head only at completion positions, on the fp32 trainer module
@@ -32,11 +34,12 @@ of one node-round at each, on the node's own objects (``build_learner``):
 
 The node's commit (a journal append of a few hashes) is not timed here.
 
-``round_seconds`` adds up one node-round, before issue 56 (the padded view, the ``float32``
-step) and after (today's view, the step variant the node's "auto" settings pick on this
-machine: ``default_step``): generation, scoring, the view of each own group (one external
-candidate per own group, about what a 50/50 node screens), the step, the weight sync, and
-the checkpoint over its interval (``checkpoint_every_rounds``, the node's "auto").
+``round_seconds`` adds up one node-round, before issue 56 (the sampler as it was, the
+padded view, the ``float32`` step) and after (today's sampler and view, the step variant
+the node's "auto" settings pick on this machine: ``default_step``): generation, scoring,
+the view of each own group (one external candidate per own group, about what a 50/50 node
+screens), the step, the weight sync, and the checkpoint over its interval
+(``checkpoint_every_rounds``, the node's "auto").
 
 FLOPs, counted from the model's config (two per multiply-add), per token through a block:
 the q/k/v/o and gate/up/down projections; attention ``4 x width x q_dim`` per row position
@@ -54,6 +57,7 @@ limit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -331,6 +335,8 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
         return out
 
     groups: list[Any] = timed("generation", lambda: anyio.run(learner.generate))
+    with sampler_before_issue_56():
+        timed("generation_before", lambda: anyio.run(learner.generate))
     prompt_tokens = sum(len(g.result.prompt_token_ids) for g in groups)
     sampled = sum(len(c.token_ids or ()) for g in groups for c in g.result.completions)
     rows_n = sum(len(g.result.completions) for g in groups)
@@ -428,7 +434,10 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
         dtype="bfloat16" if view_bf16 else "float32",
     )
     before = {
-        "view_logprobs": _stage(low["view_padded"], flops=view_flops, limit=limit, dtype="float32")
+        "generation": _stage(
+            low["generation_before"], flops=gen_flops, limit=limit, dtype=sampler_dtype
+        ),
+        "view_logprobs": _stage(low["view_padded"], flops=view_flops, limit=limit, dtype="float32"),
     }
     steps: dict[str, Any] = {}
     adam_bytes = trained_params * 4 * 7
@@ -468,15 +477,17 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
         low["checkpoint"], nbytes=ckpt_bytes, limit=limit, dtype="float32"
     )
     every = spec.checkpoint.every_rounds(state_bytes(model))
-    shared_stages = ("generation", "scoring", "weight_sync")
+    shared_stages = ("scoring", "weight_sync")
     common = (
         sum(stages[s]["seconds"] for s in shared_stages) + stages["checkpoint"]["seconds"] / every
     )
     # trainer.config is the node's default again ("auto"): the variant it picks here
     auto = {"bf16": trainer.bf16, "share_prompts": trainer.share_prompts}
     default = next(v for v, k in variants.items() if k == auto)
-    round_before = common + before["view_logprobs"]["seconds"] + steps["float32"]["seconds"]
-    round_after = common + stages["view_logprobs"]["seconds"] + steps[default]["seconds"]
+    round_before = common + sum(before[s]["seconds"] for s in before)
+    round_before += steps["float32"]["seconds"]
+    round_after = common + stages["generation"]["seconds"] + stages["view_logprobs"]["seconds"]
+    round_after += steps[default]["seconds"]
     rows_n, width, comp = _row_shapes(batch)
     return {
         "size": dataclasses.asdict(size),
@@ -501,6 +512,39 @@ def profile_size(size: Size, *, repeats: int, threads: int, limit_repeats: int) 
             "weight sync, and the checkpoint over its interval (checkpoint_every_rounds)",
         },
     }
+
+
+@contextlib.contextmanager
+def sampler_before_issue_56() -> Any:
+    """The node's sampler as it was before issue 56, while the block runs: each token drawn
+    by ``torch.multinomial`` (an exponential per vocabulary entry), and the prefill's last
+    position handed to the head as a strided slice (``logits_to_keep=1``), for which torch
+    copies the head's weight once per prompt."""
+    from sapo_async.policy.generation import sampling
+
+    def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    def forward(
+        model: Any, *, ids: Any, mask: Any, pos: Any, past: Any, kw: tuple[str, dict[str, Any]]
+    ) -> tuple[torch.Tensor, Any]:
+        name, extra = kw
+        out = model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            use_cache=True,
+            **{name: past},
+            **extra,
+        )
+        return out.logits[:, -1, :], out.cache if name == "cache" else out.past_key_values
+
+    today = sampling.draw, sampling._forward
+    sampling.draw, sampling._forward = draw, forward  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sampling.draw, sampling._forward = today  # type: ignore[assignment]
 
 
 def view_padded(model: Any, prompt: list[int], rows: list[list[int]], *, pad: int) -> list[Any]:
