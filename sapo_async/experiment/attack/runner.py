@@ -41,10 +41,10 @@ from sapo_async.experiment.attack.spec import (
     make_attack,
     quick,
 )
+from sapo_async.experiment.held_out_eval import held_out_reward
 from sapo_async.tasks.reward import answer_tail
 
 if TYPE_CHECKING:
-    from sapo_async.node.rounds import RoundLoop
     from sapo_async.node.spec import NodeSpec
 
 __all__ = [
@@ -202,7 +202,7 @@ async def _run_one(
         m.honest_groups_judged, m.honest_groups_dropped = _honest_verdicts(nodes, honest)
         if spec.eval_questions:  # the attack runs' honest nodes, also in a no-attack run
             m.eval_rewards = [
-                await _held_out_reward(nodes[i], spec.eval_questions, spec.eval_completions)
+                await held_out_reward(nodes[i].learner, spec.eval_questions, spec.eval_completions)
                 for i in range(spec.nodes - spec.attackers)
             ]
     m.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -289,18 +289,6 @@ async def _run_rounds(
         m.length.append(sum(lengths) / max(len(lengths), 1))
         tails = (answer_tail(t) for t, _ in texts)
         m.tails.append([tail[:TAIL_CHARS] for tail in tails if tail])
-
-
-EVAL_SEED = 1_000_003
-"""The held-out evaluation's sampling seed: the same for every node and run (common random
-numbers), far from any round's."""
-
-
-async def _held_out_reward(node: RoundLoop, questions: int, completions: int) -> float:
-    """A node's mean reward over ``questions`` held-out questions x ``completions``."""
-    scored = await node.learner.evaluate(questions, completions, seed=EVAL_SEED)
-    rewards = [float(c.reward) for g in scored for c in g.completions]
-    return sum(rewards) / max(len(rewards), 1)
 
 
 def _payload_rate(detector: Attack, texts: list[tuple[str, str]]) -> float:
