@@ -22,11 +22,17 @@ time each round ended (the nodes' pace), the staleness of every external group t
 (rounds behind the newest group its receiver held from that producer), the ledger's
 commitments, and for the ratio filter every importance ratio it saw.
 
+Every run records each node's ``[defence]`` settings, and with ``eval_questions`` each
+node's reward on held-out questions after its last round
+(:func:`~sapo_async.experiment.held_out_eval.held_out_reward`, the attack experiment's).
+
 Arms are ``"I/J"`` plus an optional filter on external groups: ``+tis`` (truncated
 importance weights from the producer's log-probs, ``TrainerConfig.tis_cap``) or ``+ftis``
 (drop groups whose importance ratio is extreme, :class:`~sapo_async.node.filters.RatioFilter`);
 ``+fresh`` draws external groups from their producer's newest round only
 (``max_staleness_rounds = 0``, as the lockstep harness does), to measure what staleness costs.
+A trailing ``-off`` runs the arm with every node's defences off (``[defence] active =
+false``), a volunteer's defaults otherwise.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from sapo_async.experiment.paper_table_async_spec import (
     ASYNC_PRESETS,
     AsyncRun,
     AsyncSpec,
+    arm_defence,
     parse_arm,
     quick_async,
 )
@@ -87,7 +94,8 @@ def run_async_one(spec: AsyncSpec, arm: str, seed: int, *, progress: bool = True
 def swarm_spec(spec: AsyncSpec, arm: str, seed: int, *, limiter: Any = None) -> NodeSpec:
     """The node spec every node of one (arm, seed) swarm shares (each gets its key, slot
     and model copy when it joins): ``spec``'s sizes, the arm's I/J and filter, the ledger
-    on, a node's own defences (the experiment declares no defence setting).
+    on, a node's own defences (the experiment declares no defence setting), or with
+    ``-off`` the same with ``active`` off (:func:`arm_defence`).
 
     Args:
         spec: the experiment.
@@ -112,6 +120,7 @@ def swarm_spec(spec: AsyncSpec, arm: str, seed: int, *, limiter: Any = None) -> 
         start="all",
         ledger_enabled=True,
         limiter=limiter,
+        defence=arm_defence(arm),
     )
 
 
@@ -136,6 +145,7 @@ async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> As
     common = swarm_spec(spec, arm, seed, limiter=anyio.CapacityLimiter(spec.threads))
     ratio_filter = common.training.external_filter
     reports: list[list[RoundReport]] = [[] for _ in range(spec.nodes)]
+    learners: list[Any] = [None] * spec.nodes
     ended: list[list[float]] = [[] for _ in range(spec.nodes)]
     commitments: Counter[str] = Counter()
     rejected: Counter[str] = Counter()
@@ -172,6 +182,7 @@ async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> As
         show()
 
     def settled(node: Node) -> None:
+        learners[index[node.name]] = node.learner  # evaluated once every node is done
         if node.recorder is not None:
             stats = node.recorder.statistics()
             commitments["confirmed"] += stats.landed
@@ -190,7 +201,35 @@ async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> As
         await run.wait_settled(math.inf)  # the rounds take as long as they take
     seconds = time.perf_counter() - t0
     measured = _summarise(arm, seed, reports, ended, ratio_filter, commitments, rejected, seconds)
-    return dataclasses.replace(measured, environment=environment(loaded.model))
+    t1 = time.perf_counter()
+    held_out = await _held_out(spec, learners) if spec.eval_questions else []
+    return dataclasses.replace(
+        measured,
+        environment=environment(loaded.model),
+        defence=common.defence.model_dump(mode="json"),
+        eval_rewards=held_out,
+        eval_s=time.perf_counter() - t1 if held_out else 0.0,
+    )
+
+
+async def _held_out(spec: AsyncSpec, learners: Sequence[Any]) -> list[float]:
+    """Each node's held-out reward with its last weights, ``spec.threads`` nodes at a time
+    (the nodes have left the swarm; their learners are kept)."""
+    import anyio
+
+    from sapo_async.experiment.held_out_eval import held_out_reward
+
+    rewards = [0.0] * len(learners)
+    slots = anyio.Semaphore(spec.threads)
+
+    async def one(i: int, learner: Any) -> None:
+        async with slots:
+            rewards[i] = await held_out_reward(learner, spec.eval_questions, spec.eval_completions)
+
+    async with anyio.create_task_group() as tg:
+        for i, learner in enumerate(learners):
+            tg.start_soon(one, i, learner)
+    return rewards
 
 
 def _summarise(  # noqa: PLR0917 - one private call site
@@ -255,13 +294,18 @@ _SAME_RUN_KEYS = (
     "train_layers",
     "name",
 )
+_NEW_RUN_KEYS = {"eval_questions": 0, "eval_completions": 8}
+"""Settings a table records since they were added, with the value a table recorded before
+meant (none evaluated held-out questions)."""
 
 
 def recorded_runs(spec: AsyncSpec, path: Path) -> list[AsyncRun]:
     """Runs already in ``path`` (a ``<regime>.json`` this experiment wrote) that ``spec``
     would run again with the same settings (``--resume``); none if the file is absent or
-    was written with other settings. The ratio filter's raw log ratios are not stored
-    (only their quantiles), so a resumed ``+ftis`` run reports none."""
+    was written with other settings. A run is kept only if it recorded the defence its arm
+    runs now (a run recorded before the defences were recorded ran a node's defaults of its
+    day, so it runs again). The ratio filter's raw log ratios are not stored (only their
+    quantiles), so a resumed ``+ftis`` run reports none."""
     import json
 
     if not path.is_file():
@@ -270,10 +314,14 @@ def recorded_runs(spec: AsyncSpec, path: Path) -> list[AsyncRun]:
     old = data.get("spec", {})
     if data.get("path") != "async" or any(old.get(k) != getattr(spec, k) for k in _SAME_RUN_KEYS):
         return []
+    if any(old.get(k, default) != getattr(spec, k) for k, default in _NEW_RUN_KEYS.items()):
+        return []
     wanted = set(spec.jobs())
     out = []
     for r in data.get("runs", []):
         if (r["config"], r["seed"]) not in wanted:
+            continue
+        if r.get("defence") != arm_defence(r["config"]).model_dump(mode="json"):
             continue
         fields = {f.name for f in dataclasses.fields(AsyncRun)}
         values = {k: v for k, v in r.items() if k in fields}

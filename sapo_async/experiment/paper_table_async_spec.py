@@ -8,35 +8,47 @@ Its own module so that the runner (:mod:`.paper_table_async`) and the report
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sapo_async.errors import ConfigError
 
+if TYPE_CHECKING:
+    from sapo_async.node.spec_defence import DefenceSpec
+
 __all__ = [
     "ASYNC_PRESETS",
+    "DEFENCES_OFF",
     "FILTERS",
     "REAL_TASKS",
     "AsyncRun",
     "AsyncSpec",
+    "arm_defence",
+    "defended_arm",
     "parse_arm",
     "quick_async",
 ]
 
 FILTERS = ("", "tis", "ftis", "fresh")
 
+DEFENCES_OFF = "-off"
+"""The arm suffix that runs every node with ``[defence] active = false`` (``"2/2-off"``):
+the same arm with a node's defences off, recorded under its own label."""
+
 
 def parse_arm(arm: str) -> tuple[int, int, str]:
-    """``"4/4+ftis"`` -> ``(4, 4, "ftis")``.
+    """``"4/4+ftis"`` -> ``(4, 4, "ftis")``; a trailing ``-off`` (defences off,
+    :func:`arm_defence`) is allowed and not part of the result.
 
     Raises:
         ConfigError: not ``I/J`` with non-negative integers and a known filter.
     """
-    head, _, filt = arm.partition("+")
+    head, _, filt = arm.removesuffix(DEFENCES_OFF).partition("+")
     try:
         i, j = (int(x) for x in head.split("/"))
     except ValueError:
         raise ConfigError(
-            f"arm {arm!r} must be I/J with integers, optionally +tis, +ftis or +fresh",
+            f"arm {arm!r} must be I/J with integers, optionally +tis, +ftis or +fresh, "
+            f"then optionally {DEFENCES_OFF} (defences off)",
             field="arms",
         ) from None
     if i < 0 or j < 0 or i + j == 0 or filt not in FILTERS:
@@ -44,6 +56,21 @@ def parse_arm(arm: str) -> tuple[int, int, str]:
             f"arm {arm!r}: I, J >= 0, not both 0, suffix one of tis, ftis, fresh", field="arms"
         )
     return i, j, filt
+
+
+def defended_arm(arm: str) -> str:
+    """The arm with a node's defences that ``arm`` is the defences-off run of
+    (``"2/2-off"`` -> ``"2/2"``); ``arm`` itself when its defences are on."""
+    return arm.removesuffix(DEFENCES_OFF)
+
+
+def arm_defence(arm: str) -> DefenceSpec:
+    """Every node's ``[defence]`` in ``arm``: a volunteer's defaults (``DefenceSpec()``),
+    or with ``-off`` the same with ``active`` off (as the attack experiment's "defences
+    off")."""
+    from sapo_async.node.spec_defence import DefenceSpec
+
+    return DefenceSpec(active=not arm.endswith(DEFENCES_OFF))
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +82,9 @@ class AsyncSpec:
         tasks: task preset the model is warm-started on and the swarm draws from.
         rounds: rounds per node (the compute budget, equal for every arm).
         seeds: swarm seeds.
-        arms: ``"I/J"`` with an optional ``+tis`` / ``+ftis``, run on every seed; the
-            first is the baseline.
+        arms: ``"I/J"`` with an optional ``+tis`` / ``+ftis`` / ``+fresh``, then an
+            optional ``-off`` (every node's defences off: :func:`arm_defence`), run on every
+            seed; the first is the baseline.
         side_arms: arms run on the first seed only (the filter comparison and where
             sharing stops paying: the CPU budget does not stretch to every seed).
         nodes: nodes per swarm.
@@ -74,6 +102,10 @@ class AsyncSpec:
         train_layers: train only the last N transformer blocks and the final norm
             (``PolicySpec.train_layers``); None trains every parameter.
         name: the output files' stem (default: ``regime``).
+        eval_questions: after its last round, each node answers this many held-out
+            questions of its families (:mod:`~sapo_async.experiment.held_out_eval`; the
+            same for every arm of a seed); 0: none.
+        eval_completions: answers sampled per held-out question.
     """
 
     regime: str = "sparse"
@@ -95,12 +127,25 @@ class AsyncSpec:
     model: str = "tiny"
     train_layers: int | None = None
     name: str = ""
+    eval_questions: int = 0
+    eval_completions: int = 8
 
     def __post_init__(self) -> None:
         for arm in (*self.arms, *self.side_arms):
             parse_arm(arm)
         if not self.arms or not self.seeds:
             raise ConfigError("the async paper table needs at least one arm and one seed")
+        if self.eval_questions < 0:
+            raise ConfigError(
+                f"eval_questions {self.eval_questions} is not allowed: 0 (no held-out "
+                "evaluation) or more",
+                field="eval_questions",
+            )
+        if self.eval_completions < 1:
+            raise ConfigError(
+                f"eval_completions {self.eval_completions} is not allowed: at least 1",
+                field="eval_completions",
+            )
 
     @property
     def stem(self) -> str:
@@ -221,6 +266,11 @@ class AsyncRun:
         rejected: collector rejections summed over nodes, by reason.
         environment: what the run ran on (:func:`sapo_async.experiment.environment.environment`,
             with the model's weights); empty in runs recorded before it was kept.
+        defence: every node's ``[defence]`` settings in the run (``DefenceSpec.model_dump``);
+            empty in runs recorded before it was kept (a node's defaults of their day).
+        eval_rewards: with ``eval_questions``, each node's mean reward on the held-out
+            questions after its last round; empty without.
+        eval_s: seconds the held-out evaluation took (not in ``seconds``).
     """
 
     config: str
@@ -238,3 +288,6 @@ class AsyncRun:
     seconds: float
     rejected: dict[str, int] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
+    defence: dict[str, Any] = field(default_factory=dict)
+    eval_rewards: list[float] = field(default_factory=list)
+    eval_s: float = 0.0

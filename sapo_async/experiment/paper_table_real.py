@@ -13,9 +13,13 @@ Three steps, each recorded as it finishes so a sitting can stop anywhere:
 3. **The table**: ``paper-table --path async --model ...``
    (:func:`~sapo_async.experiment.paper_table_async.run_async_experiment`), then
    :func:`write_real_summary` joins the three into ``summary.json``: the model's id and
-   weights' sha256, every size, the per-seed ratio of half-shared over all-local in the
-   schema of ``docs/results/paper-table-async/sparse.json`` (``ratio_to_baseline``
-   ``{arm: {seed: ratio}}``), rounds to the threshold, the start and the single-node curve.
+   weights' sha256, every size, every node's ``[defence]`` settings in each arm as its
+   runs recorded them (``defences``), the per-seed ratio of half-shared over all-local in
+   the schema of ``docs/results/paper-table-async/sparse.json`` (``ratio_to_baseline``
+   ``{arm: {seed: ratio}}``), beside it the held-out ratio and both ratios' means over
+   seeds with their 95 % intervals (``ratios``, with ``--eval-questions``), the sharing
+   gain with the defences on and off (``defences_off``, with a ``-off`` arm), rounds to the
+   threshold, the start and the single-node curve.
 """
 
 from __future__ import annotations
@@ -27,12 +31,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sapo_async.experiment.paper_table_async_spec import AsyncSpec, parse_arm
+from sapo_async.experiment.paper_table_async_spec import DEFENCES_OFF, AsyncSpec, parse_arm
+from sapo_async.experiment.paper_table_ratios import GOAL_RATIO, HELD_OUT_GOAL
 
 __all__ = ["BASELINE_FAMILIES", "run_start", "single_node_curve", "write_real_summary"]
 
-GOAL_RATIO = 1.5
-"""Issue 23's goal for half-shared over all-local on every seed."""
 GOAL_SEEDS = 2
 """Seeds every shared arm needs before the goal can be called met (issue 23: at least 2)."""
 PAPER_RATIO = 1.95
@@ -184,6 +187,7 @@ def write_real_summary(spec: AsyncSpec, out_dir: Path) -> dict[str, Any]:
         else None,
         "sizes": asdict(spec),
         "goal_ratio": GOAL_RATIO,
+        "held_out_goal": HELD_OUT_GOAL,
         "paper_ratio": PAPER_RATIO,
     }
     start_path = out_dir / "start.json"
@@ -201,7 +205,15 @@ def write_real_summary(spec: AsyncSpec, out_dir: Path) -> dict[str, Any]:
         summary["family_ratio_to_baseline"] = table["family_ratio_to_baseline"]
         summary["seconds"] = table["seconds"]
         summary["environments"] = table.get("environments")
-        shared = [a for a in table["ratio_to_baseline"] if a != table["spec"]["arms"][0]]
+        for key in ("defences", "held_out", "ratios", "defences_off"):
+            if key in table:  # absent from tables recorded before each was kept
+                summary[key] = table[key]
+        # The goal is the defended arms' (what a volunteer runs); -off arms are beside it.
+        shared = [
+            a
+            for a in table["ratio_to_baseline"]
+            if a != table["spec"]["arms"][0] and not a.endswith(DEFENCES_OFF)
+        ]
         per_arm = [list(table["ratio_to_baseline"][a].values()) for a in shared]
         # One seed is not "every seed": a table stopped after its first seed stays unmet.
         summary["goal_met_every_seed"] = bool(per_arm) and all(

@@ -2,7 +2,8 @@
 
 Writes ``<regime>.json`` (the lockstep keys ``spec``, ``seconds``, ``paper_cumulative``,
 ``runs``, ``cumulative``, ``ratio_to_baseline``, ``rounds_to_threshold``, plus ``path``,
-``families``, ``family_ratio_to_baseline``, ``staleness``, ``pace`` and ``filters``),
+``families``, ``family_ratio_to_baseline``, ``staleness``, ``pace``, ``filters``, and
+:mod:`.paper_table_ratios`' ``defences``, ``held_out``, ``ratios`` and ``defences_off``),
 ``<regime>.md`` (tables), ``<regime>.png`` (per-node traces, first seed) and one
 ``family-<name>.png`` per task family (swarm mean reward per round, mean over seeds, one
 line per arm). Pure functions over :class:`~sapo_async.experiment.paper_table_async_spec.AsyncRun`
@@ -20,6 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sapo_async.experiment.environment import environments
+from sapo_async.experiment.paper_table_ratios import (
+    arm_defences,
+    defences_off,
+    held_out,
+    over_seeds,
+    ratio_lines,
+)
 from sapo_async.experiment.report import (
     PAPER_CUMULATIVE,
     cumulative_reward,
@@ -193,6 +201,10 @@ def write_async_outputs(
             "groups": n,
             "mean": sum(k * v for k, v in hist.items()) / n if n else 0.0,
         }
+    ratios = {
+        c: {str(s): ratio(c, s) for s in by_config[c] if s in by_config[baseline]} for c in order
+    }
+    held = held_out(spec, results, order)
     summary: dict[str, Any] = {
         "path": "async",
         "spec": asdict(spec),
@@ -204,10 +216,7 @@ def write_async_outputs(
         "cumulative": {
             c: {str(s): cumulative_reward(t) for s, t in by_config[c].items()} for c in order
         },
-        "ratio_to_baseline": {
-            c: {str(s): ratio(c, s) for s in by_config[c] if s in by_config[baseline]}
-            for c in order
-        },
+        "ratio_to_baseline": ratios,
         "rounds_to_threshold": {
             c: {str(s): rounds_to_threshold(t, spec.threshold) for s, t in by_config[c].items()}
             for c in order
@@ -229,6 +238,11 @@ def write_async_outputs(
             if "+" in c
         },
         "commitments": {c: {str(s): runs[(c, s)].commitments for s in by_config[c]} for c in order},
+        # Every node's [defence] in each arm, as its runs recorded it (None: not recorded).
+        "defences": arm_defences(order, results),
+        "held_out": held,
+        "ratios": over_seeds(ratios, held["ratio_to_baseline"], baseline),
+        "defences_off": defences_off(ratios, held["ratio_to_baseline"]),
         # Whether the runs ran on one environment (packages, CPU, kernels, weights): a table
         # resumed on another machine need not reproduce its earlier runs bit for bit.
         "environments": environments(
@@ -299,6 +313,7 @@ def _markdown(
         lines.append(
             f"| {c} | {st['groups']} | {st['mean']:.2f} | {hist} | {gap:.0f} | {lo:.2f}..{hi:.2f} |"
         )
+    lines += ratio_lines(summary["ratios"], summary["defences_off"])
     envs = summary["environments"]
     if envs["unrecorded"] or envs["differences"]:
         lines += [

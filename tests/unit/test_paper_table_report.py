@@ -9,6 +9,7 @@ import pytest
 
 from sapo_async.errors import ConfigError
 from sapo_async.experiment.paper_table_async import AsyncRun, AsyncSpec, parse_arm
+from sapo_async.experiment.paper_table_async_spec import arm_defence
 from sapo_async.experiment.paper_table_report import (
     family_curve,
     family_means,
@@ -36,6 +37,7 @@ def _run(config: str, seed: int, scale: float) -> AsyncRun:
         commitments={"confirmed": 6, "pending": 0},
         phase_s={"generate": 0.1, "publish": 0.0, "score": 0.0, "train": 0.1},
         seconds=6.0,
+        defence=arm_defence(config).model_dump(mode="json"),
     )
 
 
