@@ -15,6 +15,13 @@ import typer
 
 __all__ = ["experiment_app", "paper_table"]
 
+_OPTIONS = {
+    "arms": "--arms",
+    "eval_questions": "--eval-questions",
+    "eval_completions": "--eval-completions",
+}
+"""The async spec's fields by the option that sets them (an error names the option)."""
+
 
 experiment_app = typer.Typer(
     help="Experiments that reproduce the paper's comparisons.", no_args_is_help=True
@@ -50,8 +57,9 @@ def paper_table(
     ),
     arms: str | None = typer.Option(
         None,
-        help="async: comma-separated I/J arms run on every seed, optionally +tis or +ftis "
-        "(default 8/0,4/4; the first is the baseline).",
+        help="async: comma-separated I/J arms run on every seed, optionally +tis, +ftis or "
+        "+fresh, then optionally -off: every node's defences off ([defence] active = false), "
+        "recorded as its own arm, e.g. 2/2-off (default 8/0,4/4; the first is the baseline).",
     ),
     side_arms: str | None = typer.Option(
         None,
@@ -81,6 +89,16 @@ def paper_table(
         help="async with a real model: first measure its start per family and a lone "
         "node's curve of this many rounds (start.json), then the table.",
     ),
+    eval_questions: int = typer.Option(
+        0,
+        min=0,
+        help="async: after each swarm every node answers this many held-out questions of "
+        "its families (never trained on; the same for every arm of a seed); the table "
+        "reports their ratio to the baseline beside the training reward's (default 0: none).",
+    ),
+    eval_completions: int = typer.Option(
+        8, min=1, help="async: answers sampled per held-out question."
+    ),
 ) -> None:
     """Run the I/J configurations with common random numbers; write table, figures, JSON."""
     from sapo_async.logs import configure_logging
@@ -98,8 +116,14 @@ def paper_table(
             workers,
             (quick, resume),
             (model, start_rounds, tasks),
+            (eval_questions, eval_completions),
         )
         return
+    if eval_questions:
+        raise typer.BadParameter(
+            "--eval-questions needs --path async (the lockstep path evaluates none)",
+            param_hint="'--eval-questions'",
+        )
     if model != "tiny":
         raise typer.BadParameter(f"--model {model!r} needs --path async (lockstep runs tiny)")
     if path != "lockstep":
@@ -139,7 +163,7 @@ def paper_table(
 
 def _plain_arms(arms: str) -> list[tuple[int, int]]:
     from sapo_async.errors import ConfigError
-    from sapo_async.experiment.paper_table_async import parse_arm
+    from sapo_async.experiment.paper_table_async_spec import defended_arm, parse_arm
 
     out = []
     for arm in (a.strip() for a in arms.split(",") if a.strip()):
@@ -147,7 +171,7 @@ def _plain_arms(arms: str) -> list[tuple[int, int]]:
             i, j, suffix = parse_arm(arm)
         except ConfigError as exc:
             raise typer.BadParameter(str(exc)) from None
-        if suffix:
+        if suffix or defended_arm(arm) != arm:
             raise typer.BadParameter(f"the lockstep path takes plain I/J arms, got {arm!r}")
         out.append((i, j))
     return out
@@ -162,6 +186,7 @@ def _paper_table_async(
     workers: int,
     modes: tuple[bool, bool],
     real: tuple[str, int, str | None] = ("tiny", 0, None),
+    evals: tuple[int, int] = (0, 8),
 ) -> None:
     """``paper-table --path async`` (see :mod:`sapo_async.experiment.paper_table_async`)."""
     from dataclasses import replace
@@ -201,8 +226,12 @@ def _paper_table_async(
             spec = replace(spec, arms=tuple(a.strip() for a in main.split(",") if a.strip()))
         if side is not None:
             spec = replace(spec, side_arms=tuple(a.strip() for a in side.split(",") if a.strip()))
+        spec = replace(spec, eval_questions=evals[0], eval_completions=evals[1])
     except ConfigError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        option = _OPTIONS.get(exc.field or "")
+        raise typer.BadParameter(
+            str(exc).splitlines()[0], param_hint=f"'{option}'" if option else None
+        ) from None
     if out is None:
         kind = "real" if spec.real else "async"
         out = Path(
@@ -212,9 +241,14 @@ def _paper_table_async(
     def progress(res: pta.AsyncRun) -> None:
         cum = sum(sum(n) for n in res.rewards)
         stale = sum(k * v for k, v in res.staleness.items()) / max(1, sum(res.staleness.values()))
+        held = (
+            f", held-out {sum(res.eval_rewards) / len(res.eval_rewards):.3f} ({res.eval_s:.0f} s)"
+            if res.eval_rewards
+            else ""
+        )
         typer.echo(
             f"  {res.config} seed {res.seed}: cumulative {cum:.2f}, external {res.external_used}"
-            f" (mean staleness {stale:.2f}), {res.seconds:.0f} s",
+            f" (mean staleness {stale:.2f}), {res.seconds:.0f} s{held}",
             err=True,
         )
 
