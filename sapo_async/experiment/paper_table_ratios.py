@@ -118,16 +118,26 @@ def over_seeds(training: Ratios, held: Ratios, baseline: str) -> dict[str, dict[
     return out
 
 
-def ratio_lines(ratios: Mapping[str, Mapping[str, Any]], gains: Mapping[str, Any]) -> list[str]:
-    """The markdown paragraph of :func:`over_seeds` and :func:`defences_off` (none when
-    nothing evaluated held-out questions and no arm ran with its defences off)."""
+def ratio_lines(
+    ratios: Mapping[str, Mapping[str, Any]], gains: Mapping[str, Any], held: Mapping[str, Any]
+) -> list[str]:
+    """The markdown paragraphs of :func:`held_out`, :func:`over_seeds` and
+    :func:`defences_off` (none when nothing evaluated held-out questions and no arm ran
+    with its defences off)."""
     lines: list[str] = []
-    if any(row["held_out"] for row in ratios.values()):
+    if held["reward"]:
+        rewards = "; ".join(
+            f"{arm} " + ", ".join(f"{v:.3f}" for v in seeds.values())
+            for arm, seeds in held["reward"].items()
+        )
         lines += [
             "",
-            "Ratio to the baseline per seed, training reward and held-out reward (each node "
-            "on the same held-out questions after its last round), and the mean over seeds "
-            "with its 95 % interval:",
+            f"Held-out reward (each node on the same {held['eval_questions']} held-out "
+            f"questions x {held['eval_completions']} answers after its last round, mean over "
+            f"nodes), per seed: {rewards}.",
+            "",
+            "Ratio to the baseline per seed, training reward and held-out reward, and the "
+            "mean over seeds with its 95 % interval (n/a: the baseline scored 0):",
             "",
             "| config | per seed (training / held-out) | training | held-out |",
             "|---|---|---|---|",

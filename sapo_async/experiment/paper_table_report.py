@@ -313,7 +313,7 @@ def _markdown(
         lines.append(
             f"| {c} | {st['groups']} | {st['mean']:.2f} | {hist} | {gap:.0f} | {lo:.2f}..{hi:.2f} |"
         )
-    lines += ratio_lines(summary["ratios"], summary["defences_off"])
+    lines += ratio_lines(summary["ratios"], summary["defences_off"], summary["held_out"])
     envs = summary["environments"]
     if envs["unrecorded"] or envs["differences"]:
         lines += [

@@ -19,14 +19,15 @@ pytestmark = [pytest.mark.slow]
 def test_async_quick_runs_a_swarm_over_nats_with_the_ledger_and_writes_beside_docs(
     tmp_path, monkeypatch
 ):
+    from sapo_async.node.spec_defence import DefenceSpec
     from tests.fixtures.fabric import child_nats_servers
 
     before = set(child_nats_servers())
     monkeypatch.chdir(tmp_path)  # the default output directories are relative
-    result = CliRunner().invoke(
-        build_app(),
-        ["experiment", "paper-table", "--path", "async", "--quick", "--seed-offset", "5"],
-    )
+    quick = ["experiment", "paper-table", "--path", "async", "--quick", "--seed-offset", "5"]
+    # Held-out evaluation on, and the shared arm once more with every node's defences off.
+    extra = ["--eval-questions", "2", "--eval-completions", "2", "--side-arms", "2/2+ftis-off"]
+    result = CliRunner().invoke(build_app(), [*quick, *extra])
     assert result.exit_code == 0, result.output
     # A smoke run never writes over the recorded results in docs/results/.
     assert not (tmp_path / "docs").exists()
@@ -34,8 +35,18 @@ def test_async_quick_runs_a_swarm_over_nats_with_the_ledger_and_writes_beside_do
     summary = json.loads((out / "sparse.json").read_text())
     assert summary["path"] == "async"
     runs = summary["runs"]
-    assert [(r["config"], r["seed"]) for r in runs] == [("4/0", 5), ("2/2+ftis", 5)]
+    assert [(r["config"], r["seed"]) for r in runs] == [
+        ("4/0", 5),
+        ("2/2+ftis", 5),
+        ("2/2+ftis-off", 5),
+    ]
     for run in runs:
+        # Each node answered the held-out questions after its last round.
+        assert len(run["eval_rewards"]) == 3
+        assert all(0.0 <= r <= 1.0 for r in run["eval_rewards"])
+        # The defences each run's nodes ran: a volunteer's defaults, or with -off inactive.
+        active = not run["config"].endswith("-off")
+        assert run["defence"] == DefenceSpec(active=active).model_dump()
         # 3 nodes x 3 rounds each, every round journaled and committed on the chain.
         assert [len(node) for node in run["rewards"]] == [3, 3, 3]
         assert run["commitments"] == {"confirmed": 9, "pending": 0}
@@ -55,9 +66,13 @@ def test_async_quick_runs_a_swarm_over_nats_with_the_ledger_and_writes_beside_do
     assert runs[0]["staleness"] == {}
     # Staleness is recorded for every external group trained on.
     assert sum(runs[1]["staleness"].values()) == runs[1]["external_used"]
-    assert set(summary["ratio_to_baseline"]) == {"4/0", "2/2+ftis"}
+    assert set(summary["ratio_to_baseline"]) == {"4/0", "2/2+ftis", "2/2+ftis-off"}
     assert summary["ratio_to_baseline"]["4/0"] == {"5": 1.0}
     assert "2/2+ftis" in summary["filters"]
+    assert set(summary["held_out"]["reward"]) == {"4/0", "2/2+ftis", "2/2+ftis-off"}
+    assert set(summary["ratios"]["2/2+ftis"]["seeds"]["5"]) == {"training", "held_out"}
+    assert summary["defences"]["2/2+ftis"] == DefenceSpec().model_dump()
+    assert set(summary["defences_off"]["2/2+ftis"]["5"]) >= {"training_on", "training_off"}
     table = (out / "sparse.md").read_text()
     assert "ratio to 4/0" in table
     assert "mean staleness" in table
