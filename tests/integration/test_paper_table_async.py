@@ -119,7 +119,19 @@ def test_real_model_quick_table_runs_smollm2_over_nats_and_writes_the_summary(
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(
         build_app(),
-        ["experiment", "paper-table", "--path", "async", "--model", "smollm2-135m", "--quick"],
+        [
+            "experiment",
+            "paper-table",
+            "--path",
+            "async",
+            "--model",
+            "smollm2-135m",
+            "--quick",
+            "--eval-questions",
+            "2",
+            "--eval-completions",
+            "2",
+        ],
     )
     assert result.exit_code == 0, result.output
     assert not (tmp_path / "docs").exists()
@@ -145,6 +157,12 @@ def test_real_model_quick_table_runs_smollm2_over_nats_and_writes_the_summary(
     assert set(summary["ratio_to_baseline"]["1/1"]) == {"0"}
     assert summary["sizes"]["max_new_tokens"] == 8
     assert summary["goal_met_every_seed"] in (True, False)
+    # Held-out reward of every node beside the training ratio, a volunteer's defences stated.
+    from sapo_async.node.spec_defence import DefenceSpec
+
+    assert all(len(run["eval_rewards"]) == 2 for run in table["runs"])
+    assert set(summary["ratios"]["1/1"]["seeds"]["0"]) == {"training", "held_out"}
+    assert summary["defences"] == dict.fromkeys(("2/0", "1/1"), DefenceSpec().model_dump())
 
 
 @pytest.mark.parametrize(
