@@ -1,0 +1,98 @@
+"""A per-token test of whether a completion was sampled from this node's own policy (issue 57,
+item 3): the statistics, not yet a stage of the judge.
+
+Today's plausibility check compares a completion's mean token log-prob, and the mean of its
+3 least likely tokens, with floors taken from the node's own completions (their 1 %
+quantile less 1 nat), so it needs calibration data, and its floors move with length and
+family. For a completion that a peer of the *same model* sampled at temperature 1, the
+receiver can instead ask a question with a known answer under the null hypothesis, token by
+token, from its own next-token distribution ``p`` at each position (``x`` the token):
+
+* **tail mass** ``u = sum(p_v for p_v <= p_x)``: the probability of a token at most as
+  likely as the one sampled. A token drawn from ``p`` has ``P(u <= a) <= a`` for every
+  ``a`` (a valid p-value, whatever the distribution), so ``min(1, n * min_t u_t)`` over a
+  completion's ``n`` tokens is a valid p-value for "no token is out of place" (Bonferroni).
+  It reads one out-of-place token (a false number in correct work) as well as a long run.
+* **surprisal excess** ``z = sum_t(s_t - H_t) / sqrt(sum_t V_t)``, where ``s_t = -log p_x``,
+  ``H_t`` the entropy of ``p`` and ``V_t`` the variance of the surprisal under ``p``: the
+  terms have mean 0 under the null (a martingale), so ``z`` is about standard normal for an
+  honest completion of any length, and large where a run of tokens is each a little
+  unlikely (a sentence inserted before genuine work).
+
+Neither needs calibration data: the null distribution is the receiver's own ``p``. What
+breaks the null: a different model (the test is for same-model peers), sampling settings
+other than temperature 1 without truncation, and the peer's drift from the receiver's
+weights (each node trains on its own batches; ``bench/token_test.py`` measures how much).
+
+Deliberately pure: it takes logits and token ids and knows nothing of views or verdicts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["CompletionTest", "TokenStats", "completion_test", "token_stats"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenStats:
+    """Per-token statistics of one completion under a policy (1-d tensors, one per token).
+
+    Attributes:
+        surprisal: ``-log p(x_t)``.
+        entropy: the entropy of ``p`` at the position.
+        variance: the variance of the surprisal under ``p`` at the position.
+        tail: the probability of a token at most as likely as ``x_t``.
+    """
+
+    surprisal: torch.Tensor
+    entropy: torch.Tensor
+    variance: torch.Tensor
+    tail: torch.Tensor
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionTest:
+    """The two tests of one completion (see the module docstring).
+
+    Attributes:
+        tokens: how many tokens were tested.
+        p_min: Bonferroni p-value of its least likely token, ``min(1, n * min tail)``.
+        z: surprisal excess over its expectation, in standard deviations.
+    """
+
+    tokens: int
+    p_min: float
+    z: float
+
+
+def token_stats(logits: torch.Tensor, tokens: torch.Tensor) -> TokenStats:
+    """The statistics of ``tokens`` (``[n]``) under ``logits`` (``[n, vocab]``, the logits
+    that predict each token), computed in float64 (the tail is a sum over the vocabulary)."""
+    logp = torch.log_softmax(logits.to(torch.float64), dim=-1)
+    p = logp.exp()
+    chosen = logp.gather(-1, tokens[:, None].to(logp.device)).squeeze(-1)
+    plogp = torch.where(p > 0, p * logp, torch.zeros_like(p))
+    entropy = -plogp.sum(-1)
+    second = torch.where(p > 0, p * logp * logp, torch.zeros_like(p)).sum(-1)
+    tail = torch.where(logp <= chosen[:, None], p, torch.zeros_like(p)).sum(-1)
+    return TokenStats(
+        surprisal=-chosen,
+        entropy=entropy,
+        variance=(second - entropy * entropy).clamp_min(0.0),
+        tail=tail.clamp(max=1.0),
+    )
+
+
+def completion_test(stats: TokenStats) -> CompletionTest:
+    """Both tests of one completion's :func:`token_stats` (an empty one passes both)."""
+    n = int(stats.surprisal.numel())
+    if n == 0:
+        return CompletionTest(tokens=0, p_min=1.0, z=0.0)
+    p_min = min(1.0, n * float(stats.tail.min()))
+    spread = math.sqrt(max(float(stats.variance.sum()), 1e-12))
+    z = float((stats.surprisal - stats.entropy).sum()) / spread
+    return CompletionTest(tokens=n, p_min=p_min, z=z)
