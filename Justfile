@@ -42,7 +42,7 @@ fmt:
 contracts:
     bash contracts/build.sh
 
-# run a benchmark: just bench fabric|learning|ledger|memory|decode|scale|real|train_layers|defence_fp|plausibility [--quick] (quick runs write bench/results/quick/)
+# run a benchmark: just bench fabric|learning|ledger|memory|decode|scale|real|train_layers|defence_fp|plausibility|token_test [--quick] (quick runs write bench/results/quick/)
 bench name *args:
     {{py}} bench/{{name}}.py {{args}}
 
