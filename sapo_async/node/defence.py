@@ -426,12 +426,16 @@ class CompletionView:
         reward: the node's own verifier's reward.
         token_ids: the re-tokenised completion (what the repetition check reads).
         text: its text (what the brevity guard reads; None: not given, not read).
+        stopped: it ends as the trainer will train it, with a stop token (sent with one,
+            or cut after its answer); False for one that ran to its producer's cap
+            without stopping (``finish_reason = "length"``, nothing for the cut to cut).
     """
 
     logprobs: Sequence[float]
     reward: float
     token_ids: Sequence[int] = ()
     text: str | None = None
+    stopped: bool = True
 
 
 def screen(
@@ -449,11 +453,19 @@ def screen(
     would push the payload up with that completion's advantage). Completions at the
     group's lowest reward are pushed down, not up, and are not screened: an honest group's
     unlikely wrong answers would otherwise be false positives.
+
+    The length guard also refuses a rewarded completion that never stopped: truncated at
+    its producer's cap, it is not an answer the policy finished, and pushing it up teaches
+    writing to the cap (DAPO, arXiv 2503.14476, masks truncated samples for this reason;
+    live networks saw stop tokens suppressed so every rollout ran to the cap: the
+    ``capped`` attack).
     """
     family_limits = limits.limits(family)
     for c in completions:
         if limits.repetition_limit and repeated_span(c.token_ids) >= limits.repetition_limit:
             return RejectReason.REPETITIVE
+        if limits.length_guard and c.reward > 0 and not c.stopped:
+            return RejectReason.TOO_LONG
         tokens = len(c.logprobs)
         if (
             limits.length_guard

@@ -319,7 +319,7 @@ class Judge:
         views = []
         for i, lp in zip(pushed, lps, strict=True):
             c = scored.completions[i]
-            views.append(CompletionView(lp, c.reward, view.token_ids[i], c.text))
+            views.append(CompletionView(lp, c.reward, view.token_ids[i], c.text, view.stopped(i)))
         reason = screen(case.family, views, limits)
         return Drop(reason) if reason is not None else None
 

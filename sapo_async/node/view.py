@@ -139,6 +139,11 @@ class CandidateView:
             return None
         return text[: text.rfind(ANSWER_CLOSE) + len(ANSWER_CLOSE)]
 
+    def stopped(self, i: int) -> bool:
+        """Whether completion ``i`` is trained ending in a stop: it stopped, or the answer
+        cut stops it after its answer; False for one that ran to the producer's cap."""
+        return self.scored.completions[i].finish_reason == "stop" or self.cut_text(i) is not None
+
     def behaviour_logprobs(self, i: int) -> tuple[float, ...] | None:
         """The producer's behaviour log-probs of :attr:`token_ids` ``[i]``: kept only where
         its ids are the ones trained on (the token check); None for a cut completion."""

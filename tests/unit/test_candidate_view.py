@@ -154,13 +154,15 @@ def test_a_run_that_spells_other_text_or_hides_a_special_token_fails_the_token_c
         assert c.behaviour_logprobs is None
 
 
-def _tail_view(tokenizer: Any, text: str, *, cut: bool) -> CandidateView:
-    ids = (*tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id)
+def _tail_view(tokenizer: Any, text: str, *, cut: bool, finish: str = "stop") -> CandidateView:
+    ids = tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if finish == "stop":
+        ids = (*ids, tokenizer.eos_token_id)
     group = ScoredGroup(
         prompt="12 + 30 =",
         completions=(
             ScoredCompletion(
-                text, 1.0, "stop", token_ids=ids, behaviour_logprobs=tuple(-0.1 * k for k in ids)
+                text, 1.0, finish, token_ids=ids, behaviour_logprobs=tuple(-0.1 * k for k in ids)
             ),
         ),
         tokenizer_id="tok",
@@ -211,3 +213,17 @@ def test_without_the_cut_or_without_a_tail_the_completion_is_trained_whole() -> 
         assert on.cut_text(0) is None
         assert on.token_ids == on.sent_token_ids
         assert on.trained_group().completions[0].finish_reason == "stop"
+
+
+def test_a_completion_is_stopped_when_sent_stopped_or_cut_after_its_answer() -> None:
+    # What the length guard reads: one that ran to the producer's cap with its answer last
+    # (nothing for the cut to cut) is trained without a stop token: not stopped.
+    tok = _bpe()
+    assert _tail_view(tok, " 12 + 30 = 42 <answer>42</answer>", cut=True).stopped(0)
+    capped = _tail_view(tok, " 12 + 30 = 42 <answer>42</answer>", cut=True, finish="length")
+    assert not capped.stopped(0)
+    rambling = _tail_view(tok, " <answer>42</answer> and so on", cut=True, finish="length")
+    assert rambling.stopped(0)  # the cut stops it after its answer
+    assert not _tail_view(
+        tok, " <answer>42</answer> and so on", cut=False, finish="length"
+    ).stopped(0)

@@ -242,3 +242,21 @@ def test_screen_drops_a_rewarded_completion_padded_with_a_repeated_pattern() -> 
     assert screen("chain_sum", [honest, padded], limits) == "repetitive"
     off = Calibration(DefenceSpec(repetition_limit=0), max_new_tokens=32).thresholds()
     assert screen("chain_sum", [padded], off) is None
+
+
+def test_the_length_guard_refuses_a_rewarded_completion_that_never_stopped() -> None:
+    """The capped attack (Reliquary's cap-path forcing): work run to the cap, the right
+    answer last, no stop token. Pushing it up teaches writing to the cap; a rewarded
+    completion that never stopped is refused, whatever its length, and only by the
+    length guard; one pushed down is never screened, so an unrewarded one passes."""
+    from sapo_async.node.defence import Thresholds
+    from sapo_async.wire.reasons import RejectReason
+
+    lps = [-0.5] * 32
+    unstopped = CompletionView(lps, 1.0, stopped=False)
+    guarded = Thresholds({}, max_tokens=33, plausibility=False, length_guard=True)
+    assert screen("chain_sum", [unstopped], guarded) is RejectReason.TOO_LONG
+    assert screen("chain_sum", [CompletionView(lps, 1.0)], guarded) is None
+    assert screen("chain_sum", [CompletionView(lps, 0.0, stopped=False)], guarded) is None
+    off = Thresholds({}, max_tokens=33, plausibility=False, length_guard=False)
+    assert screen("chain_sum", [unstopped], off) is None
