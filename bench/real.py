@@ -12,8 +12,9 @@ style through the model's chat template) and the same number of new tokens per c
   KV cache, float32);
 * ``llama_cpp``: llama.cpp (``llama-cpp-python``) on the packaged Q4_1 GGUF itself,
   one completion at a time (its Python API does not batch), when installed
-  (``pip install llama-cpp-python``: an sdist that builds in about 15 minutes here, so it is
-  a bench-only install, never in CI).
+  (``CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=ON" pip install llama-cpp-python``: an
+  sdist that builds for tens of minutes here, so it is a bench-only install, never in CI;
+  the native build dies with an illegal instruction in these VMs).
 
 Training, the same batch of P groups x n completions (rewards alternating 0/1 so every
 group is informative): ``product`` is ``Learner.train`` (the GRPO step a node takes with
@@ -222,7 +223,10 @@ def _compare(
     }
     result["generation_ratio_to_generate"] = {name: gen["generate"] / gen[name] for name in gen}
     if llm is None:
-        result["llama_cpp"] = "not installed: pip install llama-cpp-python (bench only)"
+        result["llama_cpp"] = (
+            'not installed: CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=ON" '
+            "pip install llama-cpp-python (bench only)"
+        )
     model.train()
     if not train:
         return result

@@ -383,7 +383,7 @@ takes about 6.5 s a node-round alone at these sizes on 2 cores (docs/learning.md
 FAST_PATH_MIN_PARAMS = 20_000_000
 """From this many parameters a model's CPU work is arithmetic, so the "auto" fast paths
 are on: the sampler's bf16 copy on a CPU with bf16 instructions (SmolLM2-135M, 16
-completions of 32 tokens: 131.4 to 221.1 tokens/s), and in the GRPO step
+completions of 32 tokens: 129.6 to 214.3 tokens/s), and in the GRPO step
 ``trainer.share_prompts`` and, where bf16 is fast, ``trainer.bf16``
 (bench/results/real.json, ``profile``). The 0.86 M-parameter tiny model, overhead-bound,
 and the tests' models stay on the float32 padded paths their recorded results ran."""
