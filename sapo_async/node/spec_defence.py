@@ -95,7 +95,9 @@ class DefenceSpec(Settings):
         "before answers to two); its groups wait in the buffer.",
     )
     length_guard: bool = Field(
-        default=True, description="Drop needlessly long rewarded completions."
+        default=True,
+        description="Drop needlessly long rewarded completions, and rewarded ones that "
+        "never stopped (truncated at the cap).",
     )
     brevity_guard: bool = Field(
         default=True,
