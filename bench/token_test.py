@@ -47,7 +47,7 @@ from sapo_async.experiment.attack.inject import MARKER
 from sapo_async.experiment.attack.stock_leads import PHRASES
 from sapo_async.experiment.attack.tokens import ALPHABET
 from sapo_async.experiment.attack.trigger import TRIGGER
-from sapo_async.node.defence import Calibration, CompletionView, screen
+from sapo_async.node.defence import Calibration, CompletionView, Thresholds, screen
 from sapo_async.node.learner import Learner, build_learner
 from sapo_async.node.spec import NodeSpec
 from sapo_async.node.spec_defence import DefenceSpec
@@ -155,20 +155,19 @@ async def collect(rounds: int) -> tuple[dict[str, list[Any]], Calibration, dict[
     return out, calibration, trained
 
 
-def _today(calibration: Calibration, family: str, logprobs: list[float]) -> bool:
-    limits = calibration.thresholds()
+def _today(limits: Thresholds, family: str, logprobs: list[float]) -> bool:
     if not limits.judges(family):
         return False
     view = CompletionView(logprobs=logprobs, reward=1.0)
     return screen(family, [view], limits) is not None
 
 
-def summarise(rows: list[Any], calibration: Calibration) -> dict[str, Any]:
+def summarise(rows: list[Any], limits: Thresholds) -> dict[str, Any]:
     n = len(rows)
     tests = [t for _, t, _ in rows]
     flags: dict[str, Any] = {
         "completions": n,
-        "today": sum(_today(calibration, fam, lps) for fam, _, lps in rows) / n,
+        "today": sum(_today(limits, fam, lps) for fam, _, lps in rows) / n,
     }
     for level in LEVELS:
         tail = [t.p_min < level for t in tests]
@@ -191,6 +190,7 @@ def main() -> None:
     rounds = 1 if args.quick else args.rounds
     t0 = time.perf_counter()
     rows, calibration, trained = anyio.run(collect, rounds)
+    limits = calibration.thresholds()  # the floors after every round, as a node's end there
     result = {
         "model": MODEL,
         "tasks": "cpu_easy",
@@ -199,7 +199,7 @@ def main() -> None:
         "lr": LR,
         "rounds_trained": trained,
         "levels": list(LEVELS),
-        "by_source": {name: summarise(r, calibration) for name, r in rows.items() if r},
+        "by_source": {name: summarise(r, limits) for name, r in rows.items() if r},
         "seconds": round(time.perf_counter() - t0, 1),
         "machine": {
             "cpus": os.cpu_count(),
