@@ -393,6 +393,14 @@ and the tests' models stay on the float32 padded paths their recorded results ra
 # longer offers them (a file that names one is refused saying so). Measured in
 # docs/security.md and bench/results/defence_fp.json, plausibility.json.
 
+TOKEN_TEST_LEVEL = 1e-3
+"""A peer of the node's own model is implausible when the per-token test's p-value
+(:attr:`~sapo_async.node.token_test.CompletionTest.p_value`: the least likely token, and the
+surprisal excess of the whole and of its dyadic prefixes and suffixes, Bonferroni-corrected)
+is below 1e-3: under the null (sampled from the receiver's policy) 1 in 1,000 honest
+rewarded completions. Chosen on the tuning set only (bench/results/token_test.json); the
+held-out attacks were not read before it was set."""
+
 PLAUSIBILITY_QUANTILE = 0.01
 """The plausibility floor is this quantile of the node's own completions' mean token
 log-probs (and of their least likely tokens' means), per family: the 1 % tail of its own

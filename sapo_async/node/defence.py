@@ -5,16 +5,13 @@ The receiver re-derives the task and scores with its own verifier, so a group wh
 completions carry the right answer *plus* a payload earns full reward, and GRPO amplifies
 the payload. Each policy here answers one question, takes data and returns data:
 
-* :class:`Calibration` and :func:`screen`: measured on the node's *own* completions per
-  family, is an external completion plausible under the node's own model (its mean token
-  log-prob, and the mean of its few least likely tokens) and not needlessly long (rewarded
-  completions against the node's own rewarded lengths) nor needlessly brief (the text a
-  rewarded completion shows before its answer against what the node's own show, with the
-  brevity guard on) and not padded with a repeated pattern? [``implausible``,
-  ``too_long``, ``too_brief``, ``repetitive``].
-  A family with too few own completions is judged by the floors of all the node's own
-  completions pooled; before the pool has enough, not at all: its peers' groups wait in
-  the buffer (:meth:`Thresholds.judges`);
+* :class:`Calibration` and :func:`screen`: is an external completion plausible under the
+  node's own model (a peer of its model: the per-token test, :mod:`.token_test`; another
+  model's: its mean token log-prob and the mean of its few least likely tokens against
+  floors from the node's own completions per family, pooled while a family has too few,
+  its groups held before the pool has enough: :meth:`Thresholds.judges`), not needlessly
+  long or brief against the node's own rewarded lengths and leads, and not padded with a
+  repeated pattern? [``implausible``, ``too_long``, ``too_brief``, ``repetitive``];
 * :class:`Quarantine`: has a producer had too many of its groups dropped? Then refuse it
   for a while, before its signature is even checked [``quarantined``; the check is
   :class:`~sapo_async.node.admission.QuarantineCheck`, the verdicts come from the round].
@@ -45,6 +42,7 @@ from sapo_async.limits import (
     PLAUSIBILITY_QUANTILE,
     PRODUCERS_REMEMBERED,
     QUARANTINED_MAX,
+    TOKEN_TEST_LEVEL,
 )
 from sapo_async.node.spec import DefenceSpec
 from sapo_async.tasks.reward import answer_lead, own_lead
@@ -271,9 +269,9 @@ class Thresholds:
         return self.plausibility or self.length_guard
 
     def judges(self, family: str) -> bool:
-        """Whether peers' groups of ``family`` may be screened now: always with
-        plausibility off, else once the node has calibrated it on its own completions, or
-        has enough own completions of all families together (:attr:`pooled`).
+        """Whether another model's peers' groups of ``family`` may be screened now: always
+        with plausibility off, else once the node has calibrated it on its own completions,
+        or has enough own completions of all families together (:attr:`pooled`).
 
         An unjudged family's groups must not be trained on yet (the caller holds them in
         the buffer): admitting them unscreened let SmolLM2's first four rounds (B x L = 8,
@@ -429,6 +427,8 @@ class CompletionView:
         stopped: it ends as the trainer will train it, with a stop token (sent with one,
             or cut after its answer); False for one that ran to its producer's cap
             without stopping (``finish_reason = "length"``, nothing for the cut to cut).
+        p_value: the per-token test's p-value (:mod:`.token_test`) for a peer of the
+            node's model; None for another model's (the calibrated floors judge it).
     """
 
     logprobs: Sequence[float]
@@ -436,6 +436,7 @@ class CompletionView:
     token_ids: Sequence[int] = ()
     text: str | None = None
     stopped: bool = True
+    p_value: float | None = None
 
 
 def screen(
@@ -482,12 +483,15 @@ def screen(
             and answer_lead(c.text) < family_limits.min_rewarded_lead
         ):
             return RejectReason.TOO_BRIEF
-        if limits.plausibility and tokens and _implausible(c.logprobs, family_limits, limits):
+        if limits.plausibility and tokens and _implausible(c, family_limits, limits):
             return RejectReason.IMPLAUSIBLE
     return None
 
 
-def _implausible(logprobs: Sequence[float], family: FamilyThresholds, limits: Thresholds) -> bool:
+def _implausible(c: CompletionView, family: FamilyThresholds, limits: Thresholds) -> bool:
+    if c.p_value is not None:  # a peer of this model: the per-token test, no floors
+        return c.p_value < TOKEN_TEST_LEVEL
+    logprobs = c.logprobs
     floor = family.min_mean_logprob
     if floor is not None and sum(logprobs) / len(logprobs) < floor:
         return True

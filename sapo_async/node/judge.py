@@ -17,11 +17,13 @@ The stages, in the order :class:`Judge` runs them (docs/admission.md maps them i
 order, and a test keeps the page and :data:`STAGES` the same):
 
 Before the draw, on every buffered candidate (holds only: nothing is scored twice):
-  1. ``calibrated``: the family's thresholds exist (:meth:`Thresholds.judges
-     <sapo_async.node.defence.Thresholds.judges>`) [hold ``uncalibrated``];
-  2. ``probation``: the stock-lead record can judge the producer
-     (:meth:`LeadRecord.unproven <sapo_async.node.leads.LeadRecord.unproven>`; the group
-     is scored once for the record) [hold ``probation``].
+  1. ``calibrated``: a producer of another model waits until the family's floors exist
+     (:meth:`Thresholds.judges <sapo_async.node.defence.Thresholds.judges>`); one of this
+     node's model is judged by the per-token test, which needs none [hold ``uncalibrated``];
+  2. ``probation``: the producer has not shown the same words before its answers to two
+     questions, or the record can read its share (:meth:`LeadRecord.unproven
+     <sapo_async.node.leads.LeadRecord.unproven>`; every group is scored once for the
+     record first) [hold ``probation``].
 
 In the draw, on each candidate the seeded sampler reaches, until it has J:
   3. ``score``: re-derive the task and score with this node's verifier [``task_*``,
@@ -172,6 +174,7 @@ def candidate_view(
         add_special_tokens=not learner.settings.chat_template,
         cut_after_answer=cut_after_answer,
         bf16=learner.trainer.bf16,  # the trainer's precision (node/plausibility.py says why)
+        temperature=learner.settings.sampling.temperature,  # the per-token test's null
     )
 
 
@@ -214,10 +217,18 @@ class Judge:
     # -- the stages, in order (STAGES names them) ----------------------------------------
 
     def calibrated(self, case: Case) -> Outcome:
+        # A peer of this node's model is judged by the per-token test, which needs no
+        # calibration; only another model's completions wait for the calibrated floors.
         limits = self.limits
-        if limits is not None and limits.plausibility and not limits.judges(case.family):
-            return Held(Hold.UNCALIBRATED)
-        return None
+        if limits is None or not limits.plausibility or self.same_model(case):
+            return None
+        return None if limits.judges(case.family) else Held(Hold.UNCALIBRATED)
+
+    def same_model(self, case: Case) -> bool:
+        """Whether the producer says it runs this node's model (then the per-token test's
+        null holds for its honest completions; a producer that says otherwise is judged by
+        the calibrated floors instead)."""
+        return case.buffered.group.model_id == self.learner.model_id
 
     def probation(self, case: Case) -> Outcome:
         # After prove(): a group that failed scoring goes on to the draw, which drops it
@@ -228,15 +239,15 @@ class Judge:
         return Held(Hold.PROBATION)
 
     def prove(self, cases: Iterable[Case]) -> None:
-        """Probation's pre-pass, before stage 2 decides: score each group of a producer the
-        lead record cannot judge yet for the record only, once (the record remembers what it
-        scored), so that the producer is judged on everything the node holds of it."""
+        """Probation's pre-pass, before stage 2 decides: score each buffered group for the
+        lead record, once (the record remembers what it scored), so that every producer is
+        judged on everything the node holds of it (the verifier only, no forward pass)."""
         leads = self.leads
         if leads is None or not leads.probation:
             return
         for case in cases:
             b = case.buffered
-            if leads.unproven(case.producer) and not leads.tried(b.rollout_hash):
+            if not leads.tried(b.rollout_hash):
                 try:
                     self._observe_leads(b, self.learner.score_external(b.group))
                 except RejectedInput:
@@ -316,10 +327,14 @@ class Judge:
             if limits.needs_logprobs
             else [[] for _ in pushed]
         )
+        tested = limits.plausibility and self.same_model(case)
+        p_values = [t.p_value for t in view.tests(pushed)] if tested else [None] * len(pushed)
         views = []
-        for i, lp in zip(pushed, lps, strict=True):
+        for i, lp, p in zip(pushed, lps, p_values, strict=True):
             c = scored.completions[i]
-            views.append(CompletionView(lp, c.reward, view.token_ids[i], c.text, view.stopped(i)))
+            views.append(
+                CompletionView(lp, c.reward, view.token_ids[i], c.text, view.stopped(i), p)
+            )
         reason = screen(case.family, views, limits)
         return Drop(reason) if reason is not None else None
 

@@ -21,17 +21,24 @@ the tail record (:mod:`.tails`) does for text after the answer. An empty lead ne
 *Probation* (``stock_lead_probation``): on SmolLM2 the record alone came too late: each
 honest node trained a few of each attacker's groups before the share could be read, and a
 dozen such groups seeded the filler, which the nodes' own rollouts then carried. With
-probation a producer's groups are not trained until the record can judge it
-(:meth:`LeadRecord.judged`: answers on :data:`MIN_QUESTIONS` questions, and either
-:data:`MIN_ANSWERS` of them or no lead repeated across questions); until then every
-group of it the node holds is scored for the record only and left in the buffer, so an
-honest peer's first groups are trained late (while fresh), not lost.
+probation every buffered group is scored for the record once, before the round's draw
+(the verifier only, no forward pass), and a producer whose rewarded answers to two
+different questions show the same words before them waits, its groups left in the buffer,
+until the share can be read (:meth:`LeadRecord.judged`: :data:`MIN_ANSWERS` answers on
+:data:`MIN_QUESTIONS` questions). A producer that has shown no repeated words is not held:
+its work differs by question, the others' checks judge it. Probation used to hold every
+producer until it was judged, which at SmolLM2's reward rate took an honest peer several
+rounds (answers on three questions): with no attack, the 1/1 swarm's honest nodes trained
+47 external groups with the defences on against 78 off (attack-real-literature, issue 57).
+A filler attacker shows its filler on the two questions of its first round, so it waits
+from its first group as before.
 
 *Cannot* stop: an attacker that varies its filler (then each phrase is under the share,
 and the plausibility check must judge the words), or puts a stock lead on fewer than
 ``stock_lead_share`` of its right answers; with probation, one that shows honest work
 until it is judged and the filler after (its filler is trained until it is the share of
-the window again).
+the window again), and one that sends its filler on one question only, once (its first
+group is trained before a second question shows the words again).
 
 Threads: as the tail record, one :class:`LeadRecord` on the event loop; the selection
 thread gets a :meth:`~LeadRecord.copy` and returns what it observed; the loop records it
@@ -126,25 +133,23 @@ class LeadRecord:
         return rollout_hash in self._tried
 
     def judged(self, producer: str) -> bool:
-        """Whether the record can judge ``producer``: rewarded answers on at least
-        :data:`MIN_QUESTIONS` questions, and either at least :data:`MIN_ANSWERS` of them
-        (its share can be read) or no non-empty lead before answers on two different
-        questions (it has shown no stock lead at all: an honest peer, whose work differs
-        by question, is judged from its first three informative groups, not its first
-        eight rewarded answers, which at a reward near 0.1 take about ten rounds)."""
+        """Whether the record can judge ``producer``: it has shown no non-empty lead before
+        rewarded answers on two different questions (nothing to judge: work differs by
+        question), or it has and the share can be read (at least :data:`MIN_ANSWERS`
+        rewarded answers on at least :data:`MIN_QUESTIONS` questions)."""
         groups = self._groups.values(producer)
-        if len({q for q, _ in groups}) < self._questions:
-            return False
-        if sum(len(leads) for _, leads in groups) >= self._least:
-            return True
         asked: dict[str, set[str]] = {}
         for question, leads in groups:
             for lead in filter(None, leads):
                 asked.setdefault(lead, set()).add(question)
-        return all(len(questions) < 2 for questions in asked.values())
+        if all(len(questions) < 2 for questions in asked.values()):
+            return True
+        answers = sum(len(leads) for _, leads in groups)
+        return len({q for q, _ in groups}) >= self._questions and answers >= self._least
 
     def unproven(self, producer: str) -> bool:
-        """Whether ``producer``'s groups wait for a verdict (probation on, not judged)."""
+        """Whether ``producer``'s groups wait for a verdict (probation on, and the same
+        words before its answers to two questions, too few answers yet to read the share)."""
         return self.probation and not self.judged(producer)
 
     def stock(self, producer: str) -> str | None:

@@ -32,7 +32,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["token_logprobs_batch"]
+from sapo_async.node.token_test import CompletionTest, completion_test, token_stats
+
+__all__ = ["token_logprobs_batch", "token_tests_batch"]
 
 
 def token_logprobs_batch(
@@ -69,3 +71,44 @@ def token_logprobs_batch(
     with torch.inference_mode(), bf16_autocast(device, enabled=bf16):
         logp, _ = token_logprobs(model, batch, share_prompts=True)
     return [logp[b, p - 1 : p - 1 + len(row)] for b, row in enumerate(rows)]
+
+
+def token_tests_batch(
+    model: Any,
+    prompt_ids: Sequence[int],
+    rows: Sequence[Sequence[int]],
+    *,
+    pad: int,
+    bf16: bool = False,
+    tested: Sequence[int] | None = None,
+    temperature: float = 1.0,
+) -> list[tuple[Any, CompletionTest]]:
+    """Each row's log-probs (as :func:`token_logprobs_batch`) and its per-token test
+    (:mod:`.token_test`) under this node's policy, from one batched pass: the logits that
+    predict a row's tokens are made once, a row at a time, for both. ``tested``: how many
+    of each row's first tokens the test reads (default all; a stop token the receiver
+    appended, which the peer never sampled, is not evidence about its sampling).
+    ``temperature``: the swarm's sampling temperature, the test's null (the log-probs stay
+    the policy's own); a nucleus below 1 only makes the test conservative (a truncated
+    sample's tokens are likelier than the whole distribution's)."""
+    import torch
+
+    from sapo_async.policy.grpo.batch import Row, collate
+    from sapo_async.policy.grpo.logprobs import bf16_autocast, completion_hidden
+
+    if not rows:
+        return []
+    device = next(model.parameters()).device
+    batch = collate([Row(list(prompt_ids), list(r), None, 0.0) for r in rows], device, pad=pad)
+    out, start = [], 0
+    with torch.inference_mode(), bf16_autocast(device, enabled=bf16):
+        hidden, project, targets = completion_hidden(model, batch, share_prompts=True)
+        for j, row in enumerate(rows):
+            h, t = hidden[start : start + len(row)], targets[start : start + len(row)]
+            start += len(row)
+            logits = project(h).float()
+            logp = logits.gather(-1, t[:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
+            k = len(row) if tested is None else tested[j]
+            null = logits[:k] / temperature
+            out.append((logp, completion_test(token_stats(null, t[:k]))))
+    return out

@@ -71,9 +71,11 @@ class DefenceSpec(Settings):
     )
     plausibility: bool = Field(
         default=True,
-        description="Drop groups this node's own model finds implausible: a rewarded "
-        "completion's mean token log-prob, or the mean of its 3 least likely tokens, below "
-        "its own completions' 1 % quantile less 1 nat.",
+        description="Drop groups this node's own model finds implausible: from a peer of "
+        "its model, a rewarded completion its own sampling would give with p < 0.001 (a "
+        "token or a run of tokens out of place); from another model's, one whose mean token "
+        "log-prob, or mean of its 3 least likely tokens, is below its own completions' 1 % "
+        "quantile less 1 nat.",
     )
     cut_after_answer: bool = Field(
         default=True,
@@ -90,9 +92,9 @@ class DefenceSpec(Settings):
     )
     stock_lead_probation: bool = Field(
         default=True,
-        description="With stock_lead_share on, train no group of a peer until the record "
-        "can judge it (rewarded answers on 3 questions: 8 of them, or no words repeated "
-        "before answers to two); its groups wait in the buffer.",
+        description="With stock_lead_share on, once the same words precede a peer's "
+        "rewarded answers to two questions, train none of its groups until the record can "
+        "read its share (8 answers on 3 questions); they wait in the buffer.",
     )
     length_guard: bool = Field(
         default=True,
@@ -114,7 +116,7 @@ class DefenceSpec(Settings):
         default=32,
         ge=1,
         description="Own completions a family needs before its thresholds apply "
-        "(peers' groups of the family wait until then).",
+        "(another model's peers' groups of the family wait until then).",
     )
     quarantine_rate: float = Field(
         default=0.5,

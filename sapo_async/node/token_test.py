@@ -1,28 +1,39 @@
-"""A per-token test of whether a completion was sampled from this node's own policy (issue 57,
-item 3): the statistics, not yet a stage of the judge.
+"""A per-token test of whether a completion was sampled from this node's own policy: the
+plausibility check for a peer of the node's own model (issue 57, item 3).
 
-Today's plausibility check compares a completion's mean token log-prob, and the mean of its
-3 least likely tokens, with floors taken from the node's own completions (their 1 %
-quantile less 1 nat), so it needs calibration data, and its floors move with length and
-family. For a completion that a peer of the *same model* sampled at temperature 1, the
-receiver can instead ask a question with a known answer under the null hypothesis, token by
-token, from its own next-token distribution ``p`` at each position (``x`` the token):
+The calibrated check (:mod:`.defence`, now only for another model's peers) compares a
+completion's mean token log-prob, and the mean of its 3 least likely tokens, with floors
+taken from the node's own completions (their 1 % quantile less 1 nat), so it needs
+calibration data (peers' groups wait meanwhile) and its floors move with length and family.
+For a completion that a peer of the *same model* sampled, the receiver can instead ask a
+question with a known answer under the null hypothesis, token by token, from its own
+next-token distribution ``p`` at each position (``x`` the token, ``s = -log p_x``):
 
 * **tail mass** ``u = sum(p_v for p_v <= p_x)``: the probability of a token at most as
   likely as the one sampled. A token drawn from ``p`` has ``P(u <= a) <= a`` for every
   ``a`` (a valid p-value, whatever the distribution), so ``min(1, n * min_t u_t)`` over a
   completion's ``n`` tokens is a valid p-value for "no token is out of place" (Bonferroni).
-  It reads one out-of-place token (a false number in correct work) as well as a long run.
-* **surprisal excess** ``z = sum_t(s_t - H_t) / sqrt(sum_t V_t)``, where ``s_t = -log p_x``,
-  ``H_t`` the entropy of ``p`` and ``V_t`` the variance of the surprisal under ``p``: the
-  terms have mean 0 under the null (a martingale), so ``z`` is about standard normal for an
-  honest completion of any length, and large where a run of tokens is each a little
-  unlikely (a sentence inserted before genuine work).
+  It reads one out-of-place token (a false number in correct work).
+* **surprisal excess** ``z = sum_t(s_t - H_t) / sqrt(sum_t V_t)``, where ``H_t`` is the
+  entropy of ``p`` and ``V_t`` the variance of the surprisal under ``p``: the terms have
+  mean 0 under the null (a martingale), so ``z`` is about standard normal for an honest
+  completion, and large where a run of tokens is each a little unlikely (a stock phrase
+  instead of work, symbols after the answer). It is an approximation: a few tokens'
+  surprisal is skewed, so on short completions the upper tail is heavier (sampled from
+  peaked distributions, ``z > 3.09`` in 0.2 to 0.25 % of 8- and 16-token completions,
+  0.1 % of 32-token ones; ``tests/unit/test_token_test.py``).
 
-Neither needs calibration data: the null distribution is the receiver's own ``p``. What
-breaks the null: a different model (the test is for same-model peers), sampling settings
-other than temperature 1 without truncation, and the peer's drift from the receiver's
-weights (each node trains on its own batches; ``bench/token_test.py`` measures how much).
+:attr:`CompletionTest.p_value` joins the two (Bonferroni). Neither needs calibration data:
+the null distribution is the receiver's own ``p`` (at the swarm's temperature). What breaks
+the null: a different model (the test is for same-model peers), and the peer's drift from
+the receiver's weights (each node trains on its own batches; ``bench/token_test.py`` and the
+attack matrices' false positives measure how much). A nucleus below 1 makes it conservative.
+
+Tried and not kept (issue 57): a test martingale of surprisal (Ville's inequality, valid
+over every prefix at once), valid but weak: on bench/token_test.py's tuning set it caught
+0.02 to 0.27 of the payloads where ``z`` caught 0.29 to 1.0; and a normal scan of the dyadic
+prefixes and suffixes, which caught the trigger sentence more often (0.54 against 0.29) but,
+on short spans' skewed surprisal, put 0.5 % of sampled completions under 1e-3 (5x the level).
 
 Deliberately pure: it takes logits and token ids and knows nothing of views or verdicts.
 """
@@ -67,6 +78,13 @@ class CompletionTest:
     tokens: int
     p_min: float
     z: float
+
+    @property
+    def p_value(self) -> float:
+        """One p-value for "every token was sampled from this policy": the smaller of the
+        token test's and the surprisal excess's (its standard normal tail), doubled."""
+        excess = 0.5 * math.erfc(self.z / math.sqrt(2.0))
+        return min(1.0, 2.0 * min(self.p_min, excess))
 
 
 def token_stats(logits: torch.Tensor, tokens: torch.Tensor) -> TokenStats:

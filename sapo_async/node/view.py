@@ -51,13 +51,17 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from sapo_async.node.plausibility import token_logprobs_batch
+from sapo_async.node.plausibility import token_tests_batch
+from sapo_async.node.token_test import CompletionTest
 from sapo_async.policy.generation.transformers_backend import stop_token_ids
 from sapo_async.policy.grpo.batch import ScoredGroup, TokenSource
 from sapo_async.tasks.prompt import ANSWER_CLOSE
 from sapo_async.tasks.reward import text_after_answer
 
 __all__ = ["CandidateView"]
+
+_UNTESTED = CompletionTest(tokens=0, p_min=1.0, z=0.0)
+"""An empty completion's test (nothing to test: it passes)."""
 
 
 class CandidateView:
@@ -71,6 +75,8 @@ class CandidateView:
         add_special_tokens: as the node's generator tokenises prompts.
         cut_after_answer: train and screen each completion only through its last closing
             answer tag (see the module docstring).
+        bf16: run the forward pass in the trainer's precision.
+        temperature: the sampling temperature the per-token test assumes (:meth:`tests`).
     """
 
     def __init__(
@@ -83,9 +89,11 @@ class CandidateView:
         add_special_tokens: bool,
         cut_after_answer: bool = False,
         bf16: bool = False,
+        temperature: float = 1.0,
     ) -> None:
         self.scored = scored
         self._bf16 = bf16
+        self._temperature = temperature
         self.same_tokenizer = scored.tokenizer_id == tokenizer_id
         self._model = model
         self._tokenizer = tokenizer
@@ -97,6 +105,7 @@ class CandidateView:
         self._eos = None if eos is None else int(eos)
         self._pad = int(pad if pad is not None else (eos if eos is not None else 0))
         self._logprobs: list[Any] = [None] * len(scored.completions)
+        self._tests: list[CompletionTest | None] = [None] * len(scored.completions)
         self._stop = frozenset(stop_token_ids(model, tokenizer))
         self._special = frozenset(map(int, getattr(tokenizer, "all_special_ids", ())))
 
@@ -194,24 +203,40 @@ class CandidateView:
         """Per-token log-probs (1-D tensors on the model's device) of the completions
         ``indices`` under the receiver's current policy; those not computed yet are run in
         one batched pass, so no completion is run through the model twice."""
+        self._run(indices)
+        return [self._logprobs[i] for i in indices]
+
+    def tests(self, indices: Sequence[int]) -> list[CompletionTest]:
+        """The per-token test (:mod:`.token_test`) of the completions ``indices`` under the
+        receiver's current policy, from the same pass as :meth:`logprobs`."""
+        self._run(indices)
+        return [self._tests[i] or _UNTESTED for i in indices]
+
+    def _appended(self, i: int) -> int:
+        """How many of :attr:`token_ids` ``[i]``'s last tokens the receiver added (the stop
+        token after a cut: the peer never sampled it)."""
+        return int(self.cut_text(i) is not None and self._eos is not None)
+
+    def _run(self, indices: Sequence[int]) -> None:
         missing = [i for i in dict.fromkeys(indices) if self._logprobs[i] is None]
         run = [i for i in missing if self.token_ids[i]]
-        computed = token_logprobs_batch(
+        computed = token_tests_batch(
             self._model,
             self.prompt_ids,
             [self.token_ids[i] for i in run],
             pad=self._pad,
             bf16=self._bf16,
+            tested=[len(self.token_ids[i]) - self._appended(i) for i in run],
+            temperature=self._temperature,
         )
-        for i, lp in zip(run, computed, strict=True):
-            self._logprobs[i] = lp
+        for i, (lp, test) in zip(run, computed, strict=True):
+            self._logprobs[i], self._tests[i] = lp, test
         if len(run) < len(missing):
             import torch
 
             device = next(self._model.parameters()).device
             for i in set(missing) - set(run):
                 self._logprobs[i] = torch.zeros(0, device=device)
-        return [self._logprobs[i] for i in indices]
 
     def trained_group(self) -> ScoredGroup:
         """The group the trainer gets: the receiver's own ids (``TokenSource.RECEIVER``),

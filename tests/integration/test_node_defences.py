@@ -250,14 +250,15 @@ async def test_an_honest_peer_of_the_same_model_always_passes_the_token_check() 
 
 
 @pytest.mark.timeout(300)
-async def test_peers_groups_wait_until_the_node_has_calibrated_their_family() -> None:
+async def test_another_models_groups_wait_until_the_node_has_calibrated_their_family() -> None:
     """Issue 23: a node trained on peers' groups of a family it had not calibrated yet,
-    unscreened (SmolLM2's first four rounds took an attacker's payload that way). They now
-    stay in the buffer, neither dropped nor trained on, until the family is calibrated."""
+    unscreened (SmolLM2's first four rounds took an attacker's payload that way). A peer of
+    another model is judged by the calibrated floors, so its groups stay in the buffer,
+    neither dropped nor trained on, until the family is calibrated."""
     broker = MemoryBroker()
     # B x L = 8 own completions a round: the family is calibrated after the second round.
     node, peer = await _node(0, broker, calibration_min=16), await _node(1, broker)
-    good = await _peer_groups(peer)
+    good = [replace(g, model_id="another-model") for g in await _peer_groups(peer)]
     for g in good:
         assert node.collector.ingest(_signed(peer, g)) is not None
     first = await node.train_round(await node.share_round())
@@ -270,6 +271,23 @@ async def test_peers_groups_wait_until_the_node_has_calibrated_their_family() ->
     second = await node.train_round(await node.share_round())
     assert second.external_held == 0
     assert second.external_scored > 0
+
+
+@pytest.mark.timeout(300)
+async def test_a_peer_of_the_nodes_model_is_judged_from_the_first_round() -> None:
+    """Issue 57: the calibration hold cost honest sharing (with no attack, SmolLM2's 1/1
+    swarm trained 47 external groups with the defences on against 78 off). A peer of the
+    node's own model is judged by the per-token test, which needs no calibration: its
+    groups are screened in the round they arrive."""
+    broker = MemoryBroker()
+    node, peer = await _node(0, broker, calibration_min=16), await _node(1, broker)
+    good = await _peer_groups(peer)
+    assert {g.model_id for g in good} == {node.learner.model_id}
+    for g in good:
+        assert node.collector.ingest(_signed(peer, g)) is not None
+    first = await node.train_round(await node.share_round())
+    assert first.external_held == 0
+    assert first.external_scored > 0
 
 
 @pytest.mark.timeout(300)

@@ -260,3 +260,16 @@ def test_the_length_guard_refuses_a_rewarded_completion_that_never_stopped() -> 
     assert screen("chain_sum", [CompletionView(lps, 0.0, stopped=False)], guarded) is None
     off = Thresholds({}, max_tokens=33, plausibility=False, length_guard=False)
     assert screen("chain_sum", [unstopped], off) is None
+
+
+def test_a_same_model_peer_is_judged_by_its_token_test_not_the_floors() -> None:
+    # Issue 57: the per-token test's p-value decides for a peer of the node's own model,
+    # uncalibrated or not; the calibrated floors judge only another model's completions.
+    uncalibrated = Calibration(DefenceSpec(), max_new_tokens=16).thresholds()
+    calibrated = _calibrated().thresholds()
+    unlikely = [-0.5] * 3 + [-8.0] * 3  # below the calibrated floors
+    for limits in (uncalibrated, calibrated):
+        assert screen("chain_sum", [CompletionView(unlikely, 1.0, p_value=0.5)], limits) is None
+        refused = screen("chain_sum", [CompletionView([-0.5] * 6, 1.0, p_value=1e-4)], limits)
+        assert refused == "implausible"
+    assert screen("chain_sum", [CompletionView(unlikely, 1.0)], calibrated) == "implausible"

@@ -15,6 +15,7 @@ from sapo_async.node.plausibility import token_logprobs_batch
 from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup, TokenSource
 from sapo_async.policy.grpo.logprobs import cpu_bf16
 from sapo_async.policy.models import tokenizer_id
+from tests.fixtures.selection import SAMPLING
 from tests.unit.test_grpo_bf16 import BF16_LOGP_ATOL
 from tests.unit.test_grpo_reference import _model, _tokenizer
 
@@ -107,7 +108,7 @@ def test_the_view_runs_in_the_trainers_precision(tiny: Any) -> None:
         model=model,
         tokenizer=tok,
         tokenizer_id=tokenizer_id(tok),
-        settings=SimpleNamespace(chat_template=False),
+        settings=SimpleNamespace(chat_template=False, sampling=SAMPLING),
         trainer=SimpleNamespace(bf16=True),
     )
     group = ScoredGroup(

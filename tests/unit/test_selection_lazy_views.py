@@ -13,6 +13,7 @@ from sapo_async.node.defence import Thresholds
 from sapo_async.node.selection import select_groups
 from sapo_async.node.spec import TrainingSpec
 from sapo_async.policy.grpo.batch import ScoredCompletion, ScoredGroup, TokenSource
+from tests.fixtures.selection import SAMPLING
 
 
 class _CountingTokenizer:
@@ -65,7 +66,7 @@ def _select(limits: Thresholds | None) -> tuple[Any, _CountingTokenizer, dict[st
         model=_NoModel(),
         tokenizer=tokenizer,
         tokenizer_id="ours",
-        settings=SimpleNamespace(node_index=0, chat_template=False),
+        settings=SimpleNamespace(node_index=0, chat_template=False, sampling=SAMPLING),
         trainer=SimpleNamespace(bf16=False),
     )
     # topk scores every candidate before it picks J = 1 of them

@@ -191,60 +191,76 @@ def test_with_probation_a_filler_attacker_is_judged_before_any_of_its_groups_is_
 
 
 def test_on_probation_a_producers_groups_wait_in_the_buffer_until_it_can_be_judged() -> None:
-    fresh, learner = _pool([_group("honest", n, _honest(n)) for n in range(4)])
+    fresh, learner = _pool([_group("filler", n, FILLER) for n in range(4)])
     record = LeadRecord(0.5, probation=True)
-    # Two groups: 4 rewarded answers on 2 questions, too few to judge: scored for the
-    # record, held (not dropped, not trained).
+    # Two groups: the same words before answers to 2 questions, 4 answers, too few to read
+    # the share: scored for the record, held (not dropped, not trained).
     first = fx.select_one(learner, fresh[:2], 0, leads=record.copy())
     assert (first.external, first.drops, first.held) == ([], [], {Hold.PROBATION: 2})
     record.observe(first.leads)
-    assert record.unproven("honest")
-    # Two more: answers on 4 questions, none behind the same words: judged, and any of
-    # the four (the first two included) may be trained.
+    assert record.unproven("filler")
+    # Two more: 8 answers on 4 questions: the share is read (a stock lead), so the groups
+    # are judged, their filler left out (nothing left with a spread to train).
     second = fx.select_one(learner, fresh, 1, leads=record.copy())
     record.observe(second.leads)
-    assert not record.unproven("honest")
-    assert (len(second.external), second.held) == (1, {})
+    assert not record.unproven("filler")
+    assert record.stock("filler") == lead_key(f"{FILLER[0]} <answer>1</answer>")
+    assert (second.external, second.held) == ([], {})
     assert not LeadRecord(0.5).unproven("anyone")  # probation off: nothing waits
 
 
-def test_a_producer_is_judged_from_three_questions_if_no_words_repeat_else_from_eight() -> None:
+def test_on_probation_a_peer_with_no_repeated_words_is_trained_from_its_first_group() -> None:
+    # Issue 57: probation held every producer until answers on three questions, which at
+    # SmolLM2's reward rate cost an honest peer several rounds of sharing. A producer whose
+    # words differ by question is not held: nothing about it is for the record to judge.
+    fresh, learner = _pool([_group("honest", n, _honest(n)) for n in range(2)])
+    record = LeadRecord(0.5, probation=True)
+    first = fx.select_one(learner, fresh, 0, leads=record.copy())
+    assert (len(first.external), first.held) == (1, {})
+    record.observe(first.leads)
+    assert not record.unproven("honest")
+
+
+def test_a_producer_waits_only_once_its_words_repeat_on_two_questions_then_for_eight() -> None:
     def seen(n: int, leads: tuple[str, ...]) -> LeadObservation:
         return LeadObservation(bytes([n]) * 32, "p", f"q{n}", leads)
 
     varied = LeadRecord(0.5, probation=True)
-    varied.observe([seen(n, (f"{n} + 1 = {n + 1}", "")) for n in range(2)])
-    assert varied.unproven("p")  # two questions: not yet
-    varied.observe([seen(2, ("2 + 1 = 3",))])
-    assert not varied.unproven("p")  # 5 answers, but nothing repeated on three questions
+    assert not varied.unproven("p")  # nothing seen: nothing to judge
+    varied.observe([seen(n, (f"{n} + 1 = {n + 1}", "")) for n in range(3)])
+    assert not varied.unproven("p")  # nothing repeated across questions
     repeated = LeadRecord(0.5, probation=True)
+    repeated.observe([seen(0, ("so", "so"))])
+    assert not repeated.unproven("p")  # one question worded the same twice: not evidence
     # One phrase on two questions, beside varied work: it might be stock, so the record
     # waits for the eight answers that let it read the share.
-    repeated.observe([seen(n, ("so", f"{n} + 1 = {n + 1}")) for n in range(3)])
+    repeated.observe([seen(n, ("so", f"{n} + 1 = {n + 1}")) for n in range(1, 3)])
     assert repeated.unproven("p")
-    repeated.observe([seen(3, ("so", "3 + 1 = 4"))])
+    repeated.observe([seen(3, ("so",))])
+    assert repeated.unproven("p")  # 7 answers
+    repeated.observe([seen(4, ("4 + 1 = 5",))])
     assert not repeated.unproven("p")
-    assert repeated.stock("p") == "so"  # 4 of the 8: at the share, and judged stock
+    assert repeated.stock("p") == "so"  # 5 of the 8: over the share, and judged stock
 
 
 def test_on_probation_a_held_group_is_scored_once_and_one_that_fails_scoring_is_dropped() -> None:
-    fresh, learner = _pool([_group("new", n, FILLER) for n in range(2)])
+    fresh, learner = _pool([_group("new", n, FILLER) for n in (0, 1, 2)])
     calls: Counter[bytes] = Counter()
     score = learner.score_external
 
     def counted(group: Any) -> Any:
         calls[group.digest] += 1
-        if group.digest == fresh[1].rollout_hash:
+        if group.digest == fresh[2].rollout_hash:
             raise RejectedInput("task_mismatch", "claims an answer its task does not have")
         return score(group)
 
     learner.score_external = counted
     record = LeadRecord(0.5, probation=True)
     for round_ in range(3):
-        choice = fx.select_one(learner, fresh[:1] if round_ else fresh, round_, leads=record.copy())
+        choice = fx.select_one(learner, fresh[:2] if round_ else fresh, round_, leads=record.copy())
         record.observe(choice.leads)
         assert choice.external == []
-        assert choice.held == {Hold.PROBATION: 1}  # the one that scored waits
+        assert choice.held == {Hold.PROBATION: 2}  # the two that scored (two questions) wait
         if round_ == 0:  # the one that failed reached the draw: dropped with its reason
             assert [v.reason for v in choice.drops] == ["task_mismatch"]
-    assert calls == {fresh[0].rollout_hash: 1, fresh[1].rollout_hash: 2}
+    assert calls == {fresh[0].rollout_hash: 1, fresh[1].rollout_hash: 1, fresh[2].rollout_hash: 2}

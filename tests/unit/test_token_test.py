@@ -87,3 +87,26 @@ def test_a_run_of_unlikely_tokens_raises_z() -> None:
 def test_an_empty_completion_passes() -> None:
     test = completion_test(token_stats(torch.zeros(0, 5), torch.zeros(0, dtype=torch.long)))
     assert (test.tokens, test.p_min, test.z) == (0, 1.0, 0.0)
+
+
+def test_the_one_p_value_is_about_valid_under_the_null_and_reads_both_tests() -> None:
+    # 2,000 completions sampled from the distribution the test reads: the p-value (token
+    # test and surprisal excess, Bonferroni) is below a in about a of them at 32 tokens (the
+    # excess's normal approximation is heavier-tailed on shorter ones: the module says).
+    ps = []
+    for c in range(2000):
+        logits = _logits(32, seed=50_000 + c, vocab=1024)
+        ps.append(completion_test(token_stats(logits, _sampled(logits, seed=90_000 + c))).p_value)
+    for a in (0.001, 0.01, 0.05):
+        assert sum(p < a for p in ps) / len(ps) <= 1.5 * a + 0.001
+    logits = _logits(32, seed=7)
+    tokens = _sampled(logits, seed=8)
+    tokens[5] = int(logits[5].argmin())  # one token far out of place
+    assert completion_test(token_stats(logits, tokens)).p_value < 1e-6
+    ranks = logits.argsort(dim=-1)
+    run = _sampled(logits, seed=8)
+    for t in range(12):  # a run of tokens from the lower half, none alone far out
+        run[t] = int(ranks[t, VOCAB // 4])
+    test = completion_test(token_stats(logits, run))
+    assert test.p_min > 1e-3
+    assert test.p_value < 1e-3

@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_CHUNK_TOKENS",
     "bf16_autocast",
     "bf16_supported",
+    "completion_hidden",
     "cpu_bf16",
     "enable_activation_checkpointing",
     "token_logprobs",
@@ -76,18 +77,7 @@ def token_logprobs(
         asked; never carries gradient).
     """
     where = batch.comp_mask.bool()
-    targets = batch.ids[:, 1:][where]
-    head = _linear_head(model)
-    sharing = share_prompts and head is not None
-    shared = shared_prompt_hidden(model.base_model, batch) if sharing else None
-    if shared is not None:
-        hidden, project = shared, head
-    elif head is None:
-        logits = model(input_ids=batch.ids, attention_mask=batch.attn).logits[:, :-1]
-        hidden, project = logits[where], _identity
-    else:
-        out = model.base_model(input_ids=batch.ids, attention_mask=batch.attn)
-        hidden, project = out.last_hidden_state[:, :-1][where], head
+    hidden, project, targets = completion_hidden(model, batch, share_prompts=share_prompts)
     pieces: list[torch.Tensor] = []
     ent = 0.0
     for start in range(0, hidden.shape[0], chunk_tokens):
@@ -102,6 +92,27 @@ def token_logprobs(
     flat = torch.cat(pieces) if pieces else hidden.new_zeros(0, dtype=torch.float32)
     logp = torch.zeros(where.shape, dtype=torch.float32, device=flat.device)
     return logp.masked_scatter(where, flat), ent
+
+
+def completion_hidden(
+    model: Any, batch: Batch, *, share_prompts: bool = False
+) -> tuple[torch.Tensor, Any, torch.Tensor]:
+    """What predicts the batch's completion tokens: ``(hidden, project, targets)``, where
+    ``project(hidden[i])`` are the logits that predict ``targets[i]``, the completion tokens
+    in row-major order (``batch.comp_mask``); ``hidden`` is the last hidden state where the
+    model has a separable head, else the logits themselves (``project`` the identity)."""
+    where = batch.comp_mask.bool()
+    targets = batch.ids[:, 1:][where]
+    head = _linear_head(model)
+    sharing = share_prompts and head is not None
+    shared = shared_prompt_hidden(model.base_model, batch) if sharing else None
+    if shared is not None:
+        return shared, head, targets
+    if head is None:
+        logits = model(input_ids=batch.ids, attention_mask=batch.attn).logits[:, :-1]
+        return logits[where], _identity, targets
+    out = model.base_model(input_ids=batch.ids, attention_mask=batch.attn)
+    return out.last_hidden_state[:, :-1][where], head, targets
 
 
 def _chunk(
