@@ -234,6 +234,7 @@ async def _run_rounds(
         collector = node.collector
         collector.ingest = clock.collector(collector.ingest, honest=i < first_attacker)
     left_out = m.left_out = m.left_out or {}
+    held = m.held = m.held or []
     by_round = m.dropped_by_round = m.dropped_by_round or []
     dropped_so_far = sum(by_round)
     for _r in range(spec.rounds):
@@ -254,6 +255,8 @@ async def _run_rounds(
         await swarm.wait_received(honest, total)
         texts: list[tuple[str, str]] = []
         lengths: list[int] = []
+        waiting: dict[str, int] = {}
+        held.append(waiting)
         for i in honest:
             for g in shared[i].generated:
                 for c in g.result.completions:
@@ -266,6 +269,7 @@ async def _run_rounds(
                 continue
             report = await swarm.train(i, s)
             m.rewards[i].append(report.reward_mean)
+            add_counts(waiting, report.external_held_by)
             add_counts(m.trained_external, by_origin(report.external_used, honest_keys))
             left = reasons_by_origin(report.external_left_out, honest_keys)
             for origin, counts in left.items():

@@ -339,6 +339,10 @@ class RunMeasure:
             judging them, by origin and reason (``{"honest": {"stock_lead": n}}``:
             :attr:`~sapo_async.node.report.RoundReport.external_left_out`); None in runs
             recorded before it was kept.
+        held: per round, the external groups each honest node left in its buffer unjudged,
+            summed over the honest nodes, by reason (``uncalibrated``, ``probation``:
+            :attr:`~sapo_async.node.report.RoundReport.external_held_by`; a group held for
+            three rounds counts three times); None in runs recorded before it was kept.
         dropped: honest nodes' refusals by reason (admission and after).
         received: external groups honest nodes' collectors saw.
         admitted: of those, the ones honest nodes' collectors admitted (the denominator of
@@ -381,6 +385,7 @@ class RunMeasure:
     round_total_wall_s: list[float] = field(default_factory=list)
     trained_external: dict[str, int] = field(default_factory=dict)
     left_out: dict[str, dict[str, int]] | None = None
+    held: list[dict[str, int]] | None = None
     dropped: dict[str, int] = field(default_factory=dict)
     received: int = 0
     admitted: int = 0
