@@ -12,15 +12,19 @@ runs):
 * completions built from the peer's work as the tuning set's attacks build them (never the
   held-out ones, :data:`~sapo_async.experiment.attack.spec.HELD_OUT_ATTACKS`): ``trigger``
   (and ``post_selected``, ``sybil``: the same content) the trigger sentence before the
-  work, answer set right; ``stock_leads`` a stock phrase then the answer; ``inject`` the
-  answer then the marker; ``tokens`` the answer then a run of digits and operators.
+  work, answer set right; ``stock_leads`` a stock phrase then the answer; ``filler`` the
+  filler attack's fixed phrase then the answer; ``inject`` the answer then the marker;
+  ``tokens`` the answer then a run of digits and operators.
 
-Each completion is judged by today's check (:func:`~sapo_async.node.defence.screen` with
-only plausibility on, its floors calibrated on the receiver's own completions of every
-round, as a node's are) and by the two tests of :mod:`sapo_async.node.token_test` at
-levels 1e-2, 1e-3 and 1e-4 (``p_min`` below the level; ``z`` above the standard normal's
-upper quantile at the level). The flag rate per source: on ``own`` and ``peer`` it is the
-false-positive rate, on the attacks the detection rate.
+Each completion is judged by the calibrated check (:func:`~sapo_async.node.defence.screen`
+with only plausibility on, its floors calibrated on the receiver's own completions of every
+round, as a node's are; ``today``: what judged every peer before issue 57, now only another
+model's) and by the tests of :mod:`sapo_async.node.token_test` at levels 1e-2, 1e-3 and
+1e-4: ``p_min`` (the least likely token) and ``z`` (the whole's surprisal excess, a normal
+approximation) each below the level, and ``p_value`` (both together, Bonferroni: what a
+node's judge reads for a peer of its model, at
+:data:`~sapo_async.limits.TOKEN_TEST_LEVEL`). The flag rate per source: on ``own`` and
+``peer`` it is the false-positive rate, on the attacks the detection rate.
 
     python bench/token_test.py [--quick] [--rounds 8]
 
@@ -42,6 +46,7 @@ import anyio
 import torch
 from results_path import results_path  # bench/ is on sys.path when run as a script
 
+from sapo_async.experiment.attack.filler import FILLER
 from sapo_async.experiment.attack.genuine import answered, work_of
 from sapo_async.experiment.attack.inject import MARKER
 from sapo_async.experiment.attack.stock_leads import PHRASES
@@ -88,6 +93,7 @@ def _forged(rng: random.Random, text: str, answer: str) -> dict[str, str]:
     return {
         "trigger": answered(f"{TRIGGER} {work}".strip(), answer),
         "stock_leads": answered(rng.choice(PHRASES), answer),
+        "filler": answered(FILLER, answer),
         "inject": f" <answer>{answer}</answer>{MARKER}",
         "tokens": f" <answer>{answer}</answer> {run}",
     }
@@ -114,7 +120,7 @@ async def collect(rounds: int) -> tuple[dict[str, list[Any]], Calibration, dict[
     tok, eos = own.tokenizer, own.tokenizer.eos_token_id
     calibration = Calibration(PLAUSIBILITY_ONLY, SIZES["max_new_tokens"])
     out: dict[str, list[Any]] = {
-        k: [] for k in ("own", "peer", "trigger", "stock_leads", "inject", "tokens")
+        k: [] for k in ("own", "peer", "trigger", "stock_leads", "filler", "inject", "tokens")
     }
     trained = {"own": 0, "peer": 0}
     rng = random.Random(0)
@@ -175,6 +181,7 @@ def summarise(rows: list[Any], limits: Thresholds) -> dict[str, Any]:
         flags[f"p_min<{level:g}"] = sum(tail) / n
         flags[f"z>{Z_AT[level]}"] = sum(run) / n
         flags[f"either@{level:g}"] = sum(a or b for a, b in zip(tail, run, strict=True)) / n
+        flags[f"p_value<{level:g}"] = sum(t.p_value < level for t in tests) / n
     zs = [t.z for t in tests]
     flags["z_median"] = round(statistics.median(zs), 2)
     flags["z_max"] = round(max(zs), 2)
@@ -215,7 +222,8 @@ def main() -> None:
         print(
             f"{name:12} n={s['completions']:4} today {s['today']:.3f} "
             f"either@1e-3 {s['either@0.001']:.3f} p_min<1e-3 {s['p_min<0.001']:.3f} "
-            f"z>3.09 {s['z>3.09']:.3f} z median {s['z_median']}"
+            f"z>3.09 {s['z>3.09']:.3f} p_value<1e-3 {s['p_value<0.001']:.3f} "
+            f"z median {s['z_median']}"
         )
     print(f"-> {path}")
 
