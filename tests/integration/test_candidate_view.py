@@ -58,7 +58,7 @@ async def test_each_external_completion_is_run_through_the_model_at_most_once_pe
     # every pass the round spends on external completions goes through the view's one
     # batched call (node/plausibility.py: the prompt once, then the rows after it)
     rows: list[int] = []
-    real_view = view_module.token_logprobs_batch
+    real_view = view_module.token_tests_batch
 
     def counting(model: Any, prompt: Any, batch: Any, **kwargs: Any) -> Any:
         if not in_step:
@@ -81,7 +81,7 @@ async def test_each_external_completion_is_run_through_the_model_at_most_once_pe
     monkeypatch.setattr(node.learner, "train", train)
     shared = await node.share_round()
     # Counted from here: the node's own generation is not an external completion's pass.
-    monkeypatch.setattr(view_module, "token_logprobs_batch", counting)
+    monkeypatch.setattr(view_module, "token_tests_batch", counting)
     report = await node.train_round(shared)
 
     assert report.external_total == 2
