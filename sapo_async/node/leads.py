@@ -29,7 +29,7 @@ until the share can be read (:meth:`LeadRecord.judged`: :data:`MIN_ANSWERS` answ
 its work differs by question, the others' checks judge it. Probation used to hold every
 producer until it was judged, which at SmolLM2's reward rate took an honest peer several
 rounds (answers on three questions): with no attack, the 1/1 swarm's honest nodes trained
-47 external groups with the defences on against 78 off (attack-real-literature, issue 57).
+47 external groups with the defences on against 78 off (issue 57; CHANGELOG.md).
 A filler attacker shows its filler on the two questions of its first round, so it waits
 from its first group as before.
 
