@@ -215,7 +215,8 @@ def test_two_runs_of_one_seed_draw_the_same_groups_and_earn_the_same_rewards():
     )
     first, second = (run_one(spec, "none", True, 0, (2, 2)) for _ in range(2))
     assert first.trained_external["honest"] > 0  # something was drawn
-    assert first.held is not None and len(first.held) == 6  # a round's holds, every round
+    assert first.held is not None
+    assert len(first.held) == 6  # a round's holds, every round
     assert first.rewards == second.rewards
     assert first.held == second.held
     assert first.trained_external == second.trained_external
