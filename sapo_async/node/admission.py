@@ -38,8 +38,9 @@ from sapo_async.fabric.admission import Arrival, Check, Stage
 from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.transport.base import StartAt, Transport
 from sapo_async.limits import PRODUCER_ROUNDS_REMEMBERED, QUARANTINE_MIN_EVENTS
-from sapo_async.node.defence import Calibration, Quarantine
+from sapo_async.node.defence import Calibration
 from sapo_async.node.leads import LeadRecord
+from sapo_async.node.quarantine import Quarantine
 from sapo_async.node.spec import NodeSpec
 from sapo_async.tasks.source import dataset_seed
 from sapo_async.tasks.spec import FamilySpec

@@ -11,10 +11,10 @@ the payload. Each policy here answers one question, takes data and returns data:
   floors from the node's own completions per family, pooled while a family has too few,
   its groups held before the pool has enough: :meth:`Thresholds.judges`), not needlessly
   long or brief against the node's own rewarded lengths and leads, and not padded with a
-  repeated pattern? [``implausible``, ``too_long``, ``too_brief``, ``repetitive``];
-* :class:`Quarantine`: has a producer had too many of its groups dropped? Then refuse it
-  for a while, before its signature is even checked [``quarantined``; the check is
-  :class:`~sapo_async.node.admission.QuarantineCheck`, the verdicts come from the round].
+  repeated pattern? [``implausible``, ``too_long``, ``too_brief``, ``repetitive``].
+
+How many verdicts a producer must have before its groups are trained, and when it is
+refused for a while, is :mod:`.quarantine`'s.
 
 The admission checks on what a message claims (preset, sizes, producer-round cap) are the
 collector's pipeline (:mod:`.admission`). Deliberately does not know about models, NATS or
@@ -25,12 +25,9 @@ thread a frozen :class:`Thresholds` snapshot, and applies verdicts on the event 
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-from cachetools import LRUCache, TTLCache
 
 from sapo_async.limits import (
     BREVITY_FACTOR,
@@ -40,8 +37,6 @@ from sapo_async.limits import (
     PLAUSIBILITY_LOW_TOKENS,
     PLAUSIBILITY_MARGIN,
     PLAUSIBILITY_QUANTILE,
-    PRODUCERS_REMEMBERED,
-    QUARANTINED_MAX,
     TOKEN_TEST_LEVEL,
 )
 from sapo_async.node.spec import DefenceSpec
@@ -52,7 +47,6 @@ __all__ = [
     "Calibration",
     "CompletionView",
     "FamilyThresholds",
-    "Quarantine",
     "Thresholds",
     "length_buckets",
     "low_mean",
@@ -75,9 +69,6 @@ the brevity floor is taken over (or ``calibration_min``, if smaller), once
 that seldom answers within its cap (the tiny model: about 1 in 25) is judged by the guard
 as soon as it has 8 answers; their 5th percentile is then their least lead, so one bare
 answer among them puts the floor at 0."""
-
-QUARANTINE_WINDOW = 64
-"""Verdicts remembered per producer: eight rounds of an honest peer's B = 8 groups."""
 
 
 def low_mean(logprobs: Sequence[float], k: int) -> float:
@@ -131,71 +122,6 @@ def repeated_span(token_ids: Sequence[int], max_period: int = REPETITION_MAX_PER
 def _quantile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered))))]
-
-
-class Quarantine:
-    """Refuses a producer for ``duration_s`` once ``rate`` of its last verdicts (at least
-    ``min_events`` of them) were drops.
-
-    Bounded in producers, not only per producer (keys are free: a stranger signing each
-    group with a new key must not grow it for ever), by two ``cachetools`` maps kept apart so
-    that churn in one cannot free anyone from the other:
-
-    * the verdicts (a window of :data:`QUARANTINE_WINDOW` per producer) of at most
-      :data:`~sapo_async.limits.PRODUCERS_REMEMBERED` producers, the least recently judged
-      forgotten first (an LRU cache). A peer that keeps sending is judged every round it
-      has groups, and a round judges at most a buffer's worth of producers, so a peer
-      judged at least every other round keeps its verdicts whatever the flood; a producer
-      forgotten had none of its groups judged while that many others had, and starts again
-      as a new key would (which any stranger can have at will), its drops so far forgiven;
-    * the quarantined producers, at most :data:`~sapo_async.limits.QUARANTINED_MAX`, each
-      until its quarantine ends (a TTL cache on ``clock``). A flood of fresh keys never
-      enters it (a key gets in only by ``min_events`` judged verdicts, mostly drops), so it
-      cannot free a quarantined producer; only more quarantines than the bound within one
-      ``duration_s`` can, and then the one whose quarantine ends soonest goes first (a look
-      at a producer does not count as use: the map forgets in order of entry).
-
-    Args:
-        rate / min_events / duration_s: see :class:`~sapo_async.node.spec.DefenceSpec`.
-        clock: unix seconds (injectable for tests).
-    """
-
-    def __init__(
-        self,
-        rate: float,
-        min_events: int,
-        duration_s: float,
-        *,
-        clock: Callable[[], float] | None = None,
-    ) -> None:
-        self._rate, self._min, self._duration = rate, min_events, duration_s
-        self._clock = clock or time.time  # looked up now, not at import
-        self._verdicts: LRUCache[str, deque[bool]] = LRUCache(PRODUCERS_REMEMBERED)
-        self._until: TTLCache[str, float] = TTLCache(QUARANTINED_MAX, duration_s, self._clock)
-        self.entered = 0
-
-    def record(self, producer: str, dropped: bool) -> bool:
-        """Count one verdict on a producer's group; True when it enters quarantine now."""
-        window = self._verdicts.get(producer)
-        if window is None:
-            window = self._verdicts[producer] = deque(maxlen=QUARANTINE_WINDOW)
-        window.append(dropped)
-        if self.blocked(producer) or len(window) < self._min:
-            return False
-        if sum(window) / len(window) >= self._rate:
-            self._until[producer] = self._clock() + self._duration
-            window.clear()
-            self.entered += 1
-            return True
-        return False
-
-    def blocked(self, producer: str) -> bool:
-        """True while ``producer`` is quarantined."""
-        return producer in self._until  # a look, not a use: no reordering, expiry checked
-
-    def active(self) -> list[str]:
-        """The producers quarantined now, sorted."""
-        return sorted(self._until)  # the cache lists only those not expired
 
 
 @dataclass(frozen=True, slots=True)

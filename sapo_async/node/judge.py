@@ -40,9 +40,13 @@ In the draw, on each candidate the seeded sampler reaches, until it has J:
      ``too_brief``, ``implausible``];
   9. ``external_filter``: an experiment's filter such as F-TIS's ratio
      [``ratio_extreme``].
-Then the draw itself (:func:`~sapo_async.node.sampler.select_external`): a group whose
-rewards are all equal is skipped as uninformative, a producer past ``per_producer_cap`` is
-skipped, and the first J left are trained.
+Between them, *evidence before influence* (:mod:`.quarantine`): a producer with fewer
+verdicts than the quarantine needs has its unjudged groups run through stages 3 to 9 now,
+until it has them; if it still has too few, its groups wait [hold ``evidence``]; if the
+quarantine will refuse it, none is drawn. Then the draw itself
+(:func:`~sapo_async.node.sampler.select_external`): a group whose rewards are all equal is
+skipped as uninformative, a producer past ``per_producer_cap`` is skipped, and the first J
+left are trained (a group judged for the evidence is not judged again).
 
 The answer cut (``cut_after_answer``) is not a stage: it is how this node *reads* a peer's
 completion (:class:`~sapo_async.node.view.CandidateView`), so every stage and the trainer
@@ -94,6 +98,9 @@ class Hold(StrEnum):
     """Its family has no thresholds yet (too few own completions)."""
     PROBATION = "probation"
     """The stock-lead record cannot judge its producer yet."""
+    EVIDENCE = "evidence"
+    """Its producer has fewer verdicts than the quarantine needs to judge it (its groups
+    are judged for the count, none trained: :mod:`.quarantine`)."""
 
 
 class LeftOut(StrEnum):
@@ -199,7 +206,7 @@ class Judge:
         external_filter: ``filter(view) -> reason | None`` (None: none).
 
     Attributes (the round's tallies, read by the caller):
-        passed: producers of candidates that passed every stage (one entry each).
+        passed: ``(producer, rollout_hash)`` of each candidate that passed every stage.
         left_out: completions left out, by producer and reason.
         led: what the lead record saw (for the node's own record).
     """
@@ -208,7 +215,7 @@ class Judge:
     limits: Thresholds | None
     leads: LeadRecord | None = None
     external_filter: Callable[[CandidateView], RejectReason | None] | None = None
-    passed: list[str] = field(default_factory=list)
+    passed: list[tuple[str, bytes]] = field(default_factory=list)
     left_out: dict[str, dict[str, int]] = field(default_factory=dict)
     led: list[LeadObservation] = field(default_factory=list)
     _refused: dict[tuple[object, ...], RejectReason] = field(default_factory=dict)

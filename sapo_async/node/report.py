@@ -60,9 +60,9 @@ class RoundReport:
         external_scored: external candidates scored to find them.
         external_uninformative: of those, dropped for all-equal rewards.
         external_failed: candidates dropped at scoring, by reason (e.g. task_mismatch).
-        external_held: candidates left in the buffer unjudged this round (docs/admission.md).
+        external_held: candidates left in the buffer untrained this round (docs/admission.md).
         external_held_by: the same by reason (:class:`~sapo_async.node.judge.Hold`:
-            ``uncalibrated``, ``probation``).
+            ``uncalibrated``, ``probation``, ``evidence``).
         external_left_out: completions left out of the external groups scored this round
             before they were judged, by producer and reason
             (:class:`~sapo_async.node.judge.LeftOut`: ``stock_lead``).

@@ -146,12 +146,6 @@ class RoundLoop:
         self.quarantine, self.calibration = defences.quarantine, defences.calibration
         self.leads = defences.leads
 
-    def _judged(self, producer: str, dropped: bool) -> None:
-        """The quarantine's one source of verdicts: the round's judgement of verified,
-        buffered groups (admission refusals are unverified claims and do not count)."""
-        if self.quarantine.record(producer, dropped):
-            self._log.warning("producer_quarantined", producer=producer)
-
     @property
     def address(self) -> str:
         """The node's Ethereum address (its identity everywhere)."""
@@ -343,7 +337,9 @@ class RoundLoop:
     def _fresh_candidates(self) -> tuple[tuple[BufferedGroup, ...], dict[str, int]]:
         """A snapshot of the buffered external groups (fresh: the collector owns staleness),
         canonically ordered, taken on the loop, and each producer's newest round held."""
-        fresh = self.collector.candidates(exclude_producers=(self.address,))
+        # A quarantined producer's buffered groups are not candidates either.
+        quarantined = self.quarantine.active() if self.spec.defence.active else []
+        fresh = self.collector.candidates(exclude_producers=(self.address, *quarantined))
         newest: dict[str, int] = {}
         for b in fresh:
             newest[b.producer] = max(newest.get(b.producer, -1), b.group.producer_round)
@@ -370,6 +366,7 @@ class RoundLoop:
                 newest=newest,
                 limits=limits,
                 leads=self.leads.copy() if self.leads is not None else None,
+                evidence=self.quarantine.evidence(newest) if active else None,
             )
         )
         for producer in self.leads.observe(choice.leads) if self.leads is not None else ():
@@ -379,11 +376,11 @@ class RoundLoop:
             by_reason.setdefault(v.reason, []).append(v.rollout_hash)
         for reason, hashes in by_reason.items():
             self.collector.drop(hashes, reason)
-        if active:
-            for v in choice.drops:
-                self._judged(v.producer, True)
-            for producer in choice.passed:
-                self._judged(producer, False)
+        if active:  # the quarantine's one source of verdicts (one per group)
+            verdicts = [(v.producer, True, v.rollout_hash) for v in choice.drops]
+            verdicts += [(producer, False, h) for producer, h in choice.passed]
+            for producer in self.quarantine.record_all(verdicts):
+                self._log.warning("producer_quarantined", producer=producer)
         if choice.external:
             hashes = [c.buffered.rollout_hash for c in choice.external]
             self.collector.take(hashes)

@@ -24,6 +24,7 @@ Deliberately does not know about NATS, the chain, or how verdicts are counted.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -43,6 +44,7 @@ from sapo_async.node.judge import (
 )
 from sapo_async.node.leads import LeadObservation, LeadRecord
 from sapo_async.node.learner import Learner
+from sapo_async.node.quarantine import Evidence
 from sapo_async.node.sampler import ExternalSelection, select_external, select_local
 from sapo_async.node.spec import TrainingSpec
 from sapo_async.node.view import CandidateView
@@ -119,10 +121,10 @@ class Choice:
         selection: the sampler's counters.
         newest: newest round held per producer (for the staleness report).
         drops: candidates that failed scoring or screening (drop them once).
-        passed: producers of candidates that were screened and kept (one entry each).
-        held: candidates left in the buffer unjudged, by :class:`~sapo_async.node.judge.Hold`
-            reason (their family not calibrated yet, or their producer on the lead
-            record's probation).
+        passed: ``(producer, rollout_hash)`` of each candidate screened and kept.
+        held: candidates left in the buffer untrained, by :class:`~sapo_async.node.judge.Hold`
+            reason (their family not calibrated yet, their producer on the lead record's
+            probation, or short of the quarantine's evidence).
         leads: the scored groups' rewarded leads (for the node's
             :class:`~sapo_async.node.leads.LeadRecord`; none without one).
         left_out: completions the judge left out of their group before judging the rest,
@@ -136,7 +138,7 @@ class Choice:
     selection: ExternalSelection[Candidate]
     newest: dict[str, int]
     drops: list[Verdict] = field(default_factory=list)
-    passed: list[str] = field(default_factory=list)
+    passed: list[tuple[str, bytes]] = field(default_factory=list)
     held: dict[Hold, int] = field(default_factory=dict)
     leads: list[LeadObservation] = field(default_factory=list)
     left_out: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -174,6 +176,75 @@ class _Refused(RejectedInput):
     """A candidate the judge dropped (counted by the sampler as a failure)."""
 
 
+@dataclass(slots=True)
+class _Verdicts:
+    """One round's judge as :func:`select_groups` runs it: holds, verdicts (each group
+    judged at most once a round) and drops."""
+
+    judge: Judge
+    drops: list[Verdict] = field(default_factory=list)
+    held: dict[Hold, int] = field(default_factory=dict)
+    judged: dict[bytes, _Ranked] = field(default_factory=dict)
+
+    def hold(self, cases: list[Case], stage: Callable[[Case], Outcome]) -> list[Case]:
+        """``cases`` less those ``stage`` holds (counted by reason)."""
+        kept = []
+        for case in cases:
+            if isinstance(outcome := self.judge.run(case, (stage,)), Held):
+                self.held[outcome.reason] = self.held.get(outcome.reason, 0) + 1
+            else:
+                kept.append(case)
+        return kept
+
+    def run(self, case: Case) -> _Ranked | None:
+        """Stages 3 to 9 on ``case``, its verdict kept (None: dropped)."""
+        judge, digest = self.judge, case.buffered.rollout_hash
+        outcome = judge.run(case, judge.in_draw())
+        if isinstance(outcome, Drop):
+            self.drops.append(Verdict(digest, case.producer, outcome.reason))
+            return None
+        judge.passed.append((case.producer, digest))
+        ranked = self.judged[digest] = _Ranked(case.buffered, judge.view(case))
+        return ranked
+
+    def drawn(self, case: Case) -> _Ranked:
+        """What the draw reaches: the case judged (once), or refused."""
+        ranked = self.judged.get(case.buffered.rollout_hash) or self.run(case)
+        if ranked is None:
+            raise _Refused(self.drops[-1].reason)
+        return ranked
+
+    def vet(self, cases: list[Case], evidence: Evidence) -> list[Case]:
+        """Evidence before influence (:mod:`~sapo_async.node.quarantine`): for each
+        producer short of the quarantine's verdicts, judge its groups that have none, in
+        pool order, until it has enough. Returns the cases the draw may reach: every case
+        of a producer with enough verdicts whom the quarantine will not refuse (those
+        dropped here are gone); the others' are left out, held as ``evidence`` while
+        their producer is still short."""
+        by_producer: dict[str, list[Case]] = {}
+        for case in cases:
+            by_producer.setdefault(case.producer, []).append(case)
+        kept: list[Case] = []
+        for producer, own in by_producer.items():
+            short = evidence.short(producer)
+            before = evidence.judged(producer) if short else frozenset()
+            new: list[bool] = []
+            left: list[Case] = []
+            for case in own:
+                if len(new) < short and case.buffered.rollout_hash not in before:
+                    new.append(self.run(case) is None)
+                    if new[-1]:
+                        continue
+                left.append(case)
+            if evidence.refuses(producer, new):
+                continue  # the loop records these verdicts and quarantines it
+            if len(new) < short:
+                self.held[Hold.EVIDENCE] = self.held.get(Hold.EVIDENCE, 0) + len(left)
+                continue
+            kept.extend(left)
+        return kept
+
+
 def select_groups(
     learner: Learner,
     training: TrainingSpec,
@@ -184,6 +255,7 @@ def select_groups(
     newest: dict[str, int],
     limits: Thresholds | None,
     leads: LeadRecord | None = None,
+    evidence: Evidence | None = None,
 ) -> Choice:
     """Choose I local and J external groups (safe in a worker thread: see the docstring).
 
@@ -197,38 +269,24 @@ def select_groups(
         limits: the content defences' thresholds (None: defences off).
         leads: this thread's copy of the node's stock-lead record (None: off); updated as
             groups are scored, so a producer can cross within the round.
+        evidence: the quarantine's verdicts on the pool's producers (None: every producer
+            may be drawn at once; defences off). A producer short of them has its groups
+            judged for the count first (:func:`_vet`), and is drawn only once it has them.
     """
     judge = Judge(learner, limits, leads, training.external_filter)
-    held: dict[Hold, int] = {}
-    drops: list[Verdict] = []
-
-    def hold(cases: list[Case], stage: Callable[[Case], Outcome]) -> list[Case]:
-        kept = []
-        for case in cases:
-            if isinstance(outcome := judge.run(case, (stage,)), Held):
-                held[outcome.reason] = held.get(outcome.reason, 0) + 1
-            else:
-                kept.append(case)
-        return kept
-
+    verdicts = _Verdicts(judge)
     first, second = judge.before_draw()
-    cases = hold([Case(b) for b in fresh], first)
+    cases = verdicts.hold([Case(b) for b in fresh], first)
     judge.prove(cases)
-    cases = hold(cases, second)
-
-    def drawn(case: Case) -> _Ranked:
-        outcome = judge.run(case, judge.in_draw())
-        if isinstance(outcome, Drop):
-            drops.append(Verdict(case.buffered.rollout_hash, case.producer, outcome.reason))
-            raise _Refused(outcome.reason)
-        judge.passed.append(case.producer)
-        return _Ranked(case.buffered, judge.view(case))
+    cases = verdicts.hold(cases, second)
+    if evidence is not None:
+        cases = verdicts.vet(cases, evidence)
 
     rng = random.Random(round_seed(training.seed, learner.settings.node_index, round_, "external"))
     ranked = select_external(
         cases,
         training.external,
-        drawn,
+        verdicts.drawn,
         rng=rng,
         policy=training.sampler,
         per_producer_cap=training.per_producer_cap,
@@ -239,16 +297,16 @@ def select_groups(
         scored=ranked.scored,
         dropped_uninformative=ranked.dropped_uninformative,
         dropped_capped=ranked.dropped_capped,
-        failed=ranked.failed,
+        failed=Counter(str(v.reason) for v in verdicts.drops),  # the draw's and the vetting's
     )
     return Choice(
         select_local(local, training.local),
         selection.chosen,
         selection,
         newest,
-        drops,
+        verdicts.drops,
         judge.passed,
-        held=held,
+        held=verdicts.held,
         leads=judge.led,
         left_out=judge.left_out,
     )

@@ -16,7 +16,7 @@ from sapo_async.node.rounds import RoundLoop
 from sapo_async.policy.grpo.batch import TokenSource
 from sapo_async.wire import Completion
 from sapo_async.wire.signing import encode_signed, sign_group
-from tests.fixtures.learning import peer_wire_groups, two_node_round_loop
+from tests.fixtures.learning import peer_wire_groups, two_node_round_loop, vouched
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -40,6 +40,7 @@ async def test_each_external_completion_is_run_through_the_model_at_most_once_pe
     broker = MemoryBroker()
     ratio = RatioFilter(cap=1e6)  # on, and lets everything through to the trainer
     node, peer = await _node(0, broker, ratio), await _node(1, broker, None)
+    vouched(node, peer)
     tok = peer.learner.tokenizer
     external_completions = 0
     for wire in await peer_wire_groups(peer):

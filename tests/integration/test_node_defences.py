@@ -22,13 +22,14 @@ from msgspec.structs import replace
 
 from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.transport.memory import MemoryBroker
+from sapo_async.limits import QUARANTINE_MIN_EVENTS
 from sapo_async.node.rounds import RoundLoop
 from sapo_async.node.selection import candidate_view
 from sapo_async.tasks import source as task_source
 from sapo_async.tasks.spec import canonical_config_json, config_digest
 from sapo_async.wire import Completion, RolloutGroup, TaskRef
 from sapo_async.wire.signing import encode_signed, sign_group
-from tests.fixtures.learning import peer_wire_groups, two_node_round_loop
+from tests.fixtures.learning import peer_wire_groups, two_node_round_loop, vouched
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -160,6 +161,7 @@ async def test_a_group_trained_on_is_never_admitted_again() -> None:
     broker = MemoryBroker()
     # Right and wrong answers, judged by the verifier alone: every group is trained.
     node, peer = await _node(0, broker, **UNCALIBRATED), await _node(1, broker)
+    vouched(node, peer)
     groups = [
         replace(
             g,
@@ -258,6 +260,7 @@ async def test_another_models_groups_wait_until_the_node_has_calibrated_their_fa
     broker = MemoryBroker()
     # B x L = 8 own completions a round: the family is calibrated after the second round.
     node, peer = await _node(0, broker, calibration_min=16), await _node(1, broker)
+    vouched(node, peer)
     good = [replace(g, model_id="another-model") for g in await _peer_groups(peer)]
     for g in good:
         assert node.collector.ingest(_signed(peer, g)) is not None
@@ -281,6 +284,7 @@ async def test_a_peer_of_the_nodes_model_is_judged_from_the_first_round() -> Non
     groups are screened in the round they arrive."""
     broker = MemoryBroker()
     node, peer = await _node(0, broker, calibration_min=16), await _node(1, broker)
+    vouched(node, peer)
     good = await _peer_groups(peer)
     assert {g.model_id for g in good} == {node.learner.model_id}
     for g in good:
@@ -301,7 +305,7 @@ async def test_a_right_answer_padded_with_a_repeated_pattern_drops_its_group() -
     # The calibrated screens off: the repetition check (no calibration) alone tells the
     # padded answer from the same answer unpadded.
     node = await _node(0, broker, max_new_tokens=48, **UNCALIBRATED)
-    peer = await _node(1, broker)
+    peer = vouched(node, await _node(1, broker))
     group = (await _peer_groups(peer))[0]
     right, wrong = f" <answer>{group.answer}</answer>", " <answer>77</answer>"
     padded = " ." * 6 + right  # the tiny tokenizer: a token a character, 12 tokens of pad
@@ -337,7 +341,7 @@ async def test_a_payload_after_the_answer_is_not_trained_on_with_the_cut(
     # The calibrated screens off: the cut alone decides what is trained, whatever the tiny
     # model thinks of the run (and however brief the node's own answers were).
     node = await _node(0, broker, cut_after_answer=cut, **UNCALIBRATED)
-    peer = await _node(1, broker)
+    peer = vouched(node, await _node(1, broker))
     group = (await _peer_groups(peer))[0]
     right, wrong = f" <answer>{group.answer}</answer>", " <answer>77</answer>"
     texts = (right + " 7*(3=", wrong, right + " 7*(3=", wrong)
@@ -375,7 +379,7 @@ async def test_a_peer_that_shows_the_same_filler_before_every_right_answer_stops
     node = await _node(
         0, broker, stock_lead_share=share, stock_lead_probation=probation, **UNCALIBRATED
     )
-    peer = await _node(1, broker)
+    peer = vouched(node, await _node(1, broker))
     address = peer.publisher._account.address  # type: ignore[attr-defined]
     trained: list[Any] = []
     real_train = node.learner.train
@@ -411,3 +415,42 @@ async def test_a_peer_that_shows_the_same_filler_before_every_right_answer_stops
         assert node.leads is None
         assert per_round == [2, 2, 2, 2]
         assert not left_out
+
+
+@pytest.mark.timeout(300)
+async def test_a_new_peers_groups_are_judged_before_any_of_them_is_trained() -> None:
+    """Issue 57: with nothing held, a trigger attacker's groups that fit the token cap were
+    trained in its first rounds, before the refusals of its other groups had quarantined it.
+    A node trains a producer's groups only once its quarantine has the verdicts to judge
+    the producer (``QUARANTINE_MIN_EVENTS``); until then it judges each of the producer's
+    groups once, for the count, and trains none."""
+    broker = MemoryBroker()
+    node = await _node(0, broker, **UNCALIBRATED)
+    peer = await _node(1, broker)
+    address = peer.publisher._account.address  # type: ignore[attr-defined]
+    sent, trained_from = 0, None
+    for round_ in range(6):
+        for group in await peer_wire_groups(peer, round_):
+            right, wrong = f" <answer>{group.answer}</answer>", " <answer>77</answer>"
+            texts = (right, wrong, right, wrong)  # informative, and passes every stage
+            forged = replace(
+                group, completions=tuple(Completion(text=t, finish_reason="stop") for t in texts)
+            )
+            assert node.collector.ingest(_signed(peer, forged)) is not None
+            sent += 1
+
+        def known() -> int:
+            return QUARANTINE_MIN_EVENTS - node.quarantine.evidence([address]).short(address)
+
+        before = known()
+        report = await node.train_round(await node.share_round())
+        if sent < QUARANTINE_MIN_EVENTS:
+            # Short of evidence: every group judged once, held, none trained.
+            assert report.external_total == 0
+            assert report.external_held_by == {"evidence": sent}
+            assert known() == sent
+        elif trained_from is None and report.external_total:
+            trained_from = round_
+            assert before < QUARANTINE_MIN_EVENTS  # its evidence was completed this round
+    assert trained_from is not None
+    assert not node.quarantine.blocked(address)

@@ -12,7 +12,7 @@ from sapo_async.fabric import collector as collector_module
 from sapo_async.fabric.collector import Collector
 from sapo_async.fabric.transport.memory import MemoryBroker
 from sapo_async.node.admission import QuarantineCheck
-from sapo_async.node.defence import Quarantine
+from sapo_async.node.quarantine import Quarantine
 from sapo_async.wire import signing
 from sapo_async.wire.rollout import RolloutGroup
 from sapo_async.wire.signing import encode_signed, sign_group

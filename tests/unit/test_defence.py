@@ -8,10 +8,10 @@ from sapo_async.errors import ConfigError
 from sapo_async.node.defence import (
     Calibration,
     CompletionView,
-    Quarantine,
     repeated_span,
     screen,
 )
+from sapo_async.node.quarantine import Quarantine
 from sapo_async.node.spec import DefenceSpec
 from tests.fixtures.fabric import make_account
 

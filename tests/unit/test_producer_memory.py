@@ -34,8 +34,8 @@ from sapo_async.limits import (
     QUARANTINED_MAX,
 )
 from sapo_async.node.admission import ProducerRoundCap
-from sapo_async.node.defence import Quarantine
 from sapo_async.node.leads import LeadObservation, LeadRecord
+from sapo_async.node.quarantine import Quarantine
 from sapo_async.node.windows import ProducerWindows
 from sapo_async.wire import RolloutGroup
 from sapo_async.wire.signing import DecodedEnvelope

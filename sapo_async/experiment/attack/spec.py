@@ -340,7 +340,7 @@ class RunMeasure:
             :attr:`~sapo_async.node.report.RoundReport.external_left_out`); None in runs
             recorded before it was kept.
         held: per round, the external groups each honest node left in its buffer unjudged,
-            summed over the honest nodes, by reason (``uncalibrated``, ``probation``:
+            summed over the honest nodes, by reason (``uncalibrated``, ``probation``, ``evidence``:
             :attr:`~sapo_async.node.report.RoundReport.external_held_by`; a group held for
             three rounds counts three times); None in runs recorded before it was kept.
         dropped: honest nodes' refusals by reason (admission and after).
