@@ -72,7 +72,7 @@ from sapo_async.ledger.evm import EvmLedger  # noqa: E402
 from sapo_async.ledger.journal import Journal  # noqa: E402
 from sapo_async.ledger.recorder import Recorder  # noqa: E402
 from sapo_async.ops.devnet import ANVIL_DEV_KEY  # noqa: E402
-from sapo_async.process import free_port  # noqa: E402
+from sapo_async.process import lasting_ports  # noqa: E402
 from tests.fixtures.volunteer import NatsCluster  # noqa: E402
 
 SWARM = "chaos"
@@ -250,7 +250,7 @@ class Chaos:
         self.rng = random.Random(seed)
         self.seed = seed
         self.scale = 1.0 if duration >= 300 else 0.4  # short runs: shorter outages
-        ports = [free_port() for _ in range(12)]
+        ports = lasting_ports(12)  # servers restart on their ports
         self.cluster = NatsCluster(
             work_dir=work / "nats",
             client_ports=ports[0:3],

@@ -30,6 +30,7 @@ Invariants:
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -89,6 +90,35 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def lasting_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports on ``host`` that bind now, chosen *below* the kernel's
+    ephemeral range, for servers that are stopped and started again on the same port.
+
+    :func:`free_port` hands out ports from the ephemeral range, the one the kernel also
+    takes source ports of outgoing connections from: while a server is down, any client
+    on the machine may get its port as a source port, and the server's restart then fails
+    with "address already in use" (the chaos run's NATS router port, 2026-12-07).
+    Elsewhere than Linux (no ``ip_local_port_range`` to read), :func:`free_port`'s.
+    """
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return [free_port(host) for _ in range(count)]
+    candidates = list(range(max(1024, low - 20_000), low))
+    random.SystemRandom().shuffle(candidates)
+    out: list[int] = []
+    for port in candidates:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        out.append(port)
+        if len(out) == count:
+            return out
+    raise OSError(f"no {count} free ports on {host} below the ephemeral range ({low})")
 
 
 def port_open(host: str, port: int, *, timeout: float = 0.5) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sapo_async.errors import SapoError, TransportUnavailable
-from sapo_async.process import ChildProcess, free_port, live_children, port_open
+from sapo_async.process import ChildProcess, free_port, lasting_ports, live_children, port_open
 
 
 def _python(tmp_path: Path, code: str, *, name: str = "toy-server") -> ChildProcess:
@@ -132,3 +132,19 @@ def test_free_port_is_bindable_and_port_open_sees_a_listener() -> None:
         listener.bind(("127.0.0.1", port))
         listener.listen()
         assert port_open("127.0.0.1", port)
+
+
+@pytest.mark.skipif(
+    not Path("/proc/sys/net/ipv4/ip_local_port_range").exists(), reason="Linux's port range"
+)
+def test_lasting_ports_are_distinct_bindable_and_never_a_source_port() -> None:
+    """A server stopped and started again on its port must not find it taken as an outgoing
+    connection's source port (the chaos run's NATS router, 2026-12-07): lasting ports sit
+    below the range the kernel draws source ports from."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = lasting_ports(12)
+    assert len(set(ports)) == 12
+    assert all(1024 <= p < low for p in ports)
+    for port in ports:
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", port))
