@@ -110,3 +110,17 @@ def test_the_one_p_value_is_about_valid_under_the_null_and_reads_both_tests() ->
     test = completion_test(token_stats(logits, run))
     assert test.p_min > 1e-3
     assert test.p_value < 1e-3
+
+
+def test_statistics_taken_a_chunk_of_positions_at_a_time_are_the_whole_ones() -> None:
+    """At a real vocabulary and a long completion, the float64 statistics of every position
+    at once took several GB; a chunk at a time they are the same figures, position by
+    position (and so the same test)."""
+    torch.manual_seed(3)
+    logits = torch.randn(40, 49_152) * 3
+    tokens = torch.randint(0, 49_152, (40,))
+    whole = token_stats(logits, tokens, chunk=40)
+    chunked = token_stats(logits, tokens, chunk=7)
+    for name in ("surprisal", "entropy", "variance", "tail"):
+        assert torch.equal(getattr(whole, name), getattr(chunked, name)), name
+    assert completion_test(whole) == completion_test(chunked)
