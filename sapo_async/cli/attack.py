@@ -28,7 +28,7 @@ __all__ = ["attack"]
 _ATTACKS = (
     "all: inject, tokens, length, flood, absurd, wrong, filler; by name only: trigger, "
     "stock_leads, longest, capped, post_selected, sybil and the held-out trigger_nonsense, "
-    "false_step, sleeper (run once the defaults are settled, reported apart)"
+    "false_step, sleeper, diluted (run once the defaults are settled, reported apart)"
 )
 """The attacks ``--attacks`` takes (spec.py's ATTACKS, LITERATURE_ATTACKS and
 HELD_OUT_ATTACKS, written out so that ``--help`` imports no harness)."""

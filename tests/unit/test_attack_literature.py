@@ -358,7 +358,7 @@ def test_make_attack_builds_every_known_attack_under_its_own_name():
 
 
 def test_the_held_out_attacks_run_only_when_a_matrix_names_them():
-    assert HELD_OUT_ATTACKS == ("trigger_nonsense", "false_step", "sleeper")
+    assert HELD_OUT_ATTACKS == ("trigger_nonsense", "false_step", "sleeper", "diluted")
     assert set(HELD_OUT_ATTACKS).isdisjoint(ATTACKS + LITERATURE_ATTACKS)
     assert AttackSpec().attacks == ATTACKS  # the default matrix is the one recorded
     assert AttackSpec(attacks=HELD_OUT_ATTACKS).attacks == HELD_OUT_ATTACKS
@@ -368,3 +368,17 @@ def test_the_held_out_attacks_run_only_when_a_matrix_names_them():
 def test_longest_and_capped_are_measured_as_length_ratios():
     assert {"longest", "capped"} <= LENGTH_ATTACKS <= RATIO_ATTACKS
     assert not set(PAYLOAD_ATTACKS) & RATIO_ATTACKS
+
+
+def test_diluted_sends_the_trigger_on_every_other_group_and_its_honest_group_between():
+    diluted = make_attack("diluted")
+    account, other = make_account(0), make_account(1)
+    sent = []
+    for n in range(4):
+        group = attacker_group(index=n)
+        (forged,) = diluted.forge(group, account, random.Random(0))
+        sent.append(forged.group is group)
+    assert sent == [False, True, False, True]  # the trigger first, then every other one
+    # Each key keeps its own count: another attacker starts with the trigger too.
+    (first,) = diluted.forge(attacker_group(), other, random.Random(0))
+    assert all(TRIGGER in t for t in rewarded(first.group))

@@ -4,7 +4,8 @@
 (``inject``, ``tokens``, ``length``, ``flood``, ``absurd``, ``wrong``, ``filler``; from the
 literature and live networks, issue 57: ``trigger``, ``stock_leads``, ``longest``,
 ``capped``, ``post_selected``, ``sybil``, and the held-out ``trigger_nonsense``,
-``false_step``, ``sleeper``, built from the attacker's own work by ``genuine``),
+``false_step``, ``sleeper``, ``diluted``, built from the attacker's own work by
+``genuine``),
 ``spec`` (what a matrix runs: its sizes and a node's own ``DefenceSpec``), ``runner`` (the
 lockstep harness and the matrix), ``origin`` (whose a producer is), ``record`` (the
 resumable ``runs.jsonl``, older records read in today's terms), and the summary and figure

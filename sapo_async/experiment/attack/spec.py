@@ -25,6 +25,7 @@ from sapo_async.errors import ConfigError
 from sapo_async.experiment.attack.absurd import Absurd
 from sapo_async.experiment.attack.base import Attack
 from sapo_async.experiment.attack.capped import Capped
+from sapo_async.experiment.attack.diluted import Diluted
 from sapo_async.experiment.attack.false_step import FalseStep
 from sapo_async.experiment.attack.filler import Filler
 from sapo_async.experiment.attack.flood import Flood
@@ -67,12 +68,15 @@ LITERATURE_ATTACKS = ("trigger", "stock_leads", "longest", "capped", "post_selec
 (docs/security.md, "Attacks from the literature and the held-out set"); a matrix runs them
 when it names them (``--attacks trigger,...``)."""
 
-HELD_OUT_ATTACKS = ("trigger_nonsense", "false_step", "sleeper")
+HELD_OUT_ATTACKS = ("trigger_nonsense", "false_step", "sleeper", "diluted")
 """The held-out attacks, named on 2026-12-06 before any default was tuned against the new
-attacks: no default is tuned on them. They are run once, after the defaults are settled,
-named explicitly, and reported apart from the attacks the defaults were tuned on; a
-default chosen after seeing them would make them one more tuned-on attack, and the held-out
-result would no longer say how the defences meet an attack they were not shaped to."""
+attacks (``diluted`` on 2026-12-07, before its first run and before evidence before
+influence was measured; ``trigger_nonsense``'s first result was read before that change,
+so for it that change is not blind): no default is tuned on them. They are run once,
+after the defaults are settled, named explicitly, and reported apart from the attacks the
+defaults were tuned on; a default chosen after seeing them would make them one more
+tuned-on attack, and the held-out result would no longer say how the defences meet an
+attack they were not shaped to."""
 
 KNOWN_ATTACKS = ATTACKS + LITERATURE_ATTACKS + HELD_OUT_ATTACKS
 """Every attack a matrix may name (:func:`make_attack` builds each)."""
@@ -117,6 +121,7 @@ def make_attack(name: str, max_new_tokens: int = 16, tokenizer: Any = None) -> A
         "trigger_nonsense": TriggerNonsense,
         "false_step": FalseStep,
         "sleeper": Sleeper,
+        "diluted": Diluted,
     }
     return attacks[name]()
 
