@@ -7,16 +7,21 @@ last ones were drops, it is quarantined: refused at admission for ``duration_s``
 its signature is checked (:class:`~sapo_async.node.admission.QuarantineCheck`), and its
 buffered groups are no longer candidates.
 
-*Evidence before influence*: the same count decides when a producer's groups may be
-trained at all. Until a producer has ``min_events`` verdicts, the round judges its buffered
-groups in full (every stage, the draw's own) only to count them, and trains none of its
-groups: only once the quarantine can judge a producer can the producer move the node's
-model (:class:`Evidence`, used by :func:`~sapo_async.node.selection.select_groups`). An
-attacker most of whose groups a check refuses is then quarantined on its first groups,
-before any of the ones that slipped through is trained; a key that sends fewer than
-``min_events`` groups never trains anything. What it costs an honest peer: its first
-``min_events`` groups are judged before any is trained (one round of a peer that shares at
-least that many groups a round; the judging is the draw's own work, done once).
+*Evidence before influence*: the same rule decides when a producer's groups may be
+trained at all. Until the quarantine's first decision on a producer is made in its favour
+(:meth:`Evidence.cleared`: it would not refuse the producer at its ``min_events``-th
+verdict even if every verdict still missing were a drop), the round judges the producer's
+buffered groups in full (every stage, the draw's own) only to count them, and trains none
+of them: only a producer the quarantine has judged can move the node's model
+(:class:`Evidence`, used by :func:`~sapo_async.node.selection.select_groups`). An attacker
+most of whose groups a check refuses is then quarantined on its first groups, before any
+of the ones that slipped through is trained, and a key that sends too few groups to be
+judged never trains anything. No producer the rule would refuse at its first decision is
+drawn before it: clearing early only skips verdicts that could not change that decision.
+What it costs an honest peer: its first groups are judged before any is trained, five
+with no drop at ``min_events`` 8 and ``rate`` 0.5 (a few rounds of a peer that shares two
+groups a round, part of one that shares eight; the judging is the draw's own work, done
+once per group).
 Before this (issue 57), the delay came from holds meant for other things (calibration and
 the stock-lead record's probation): when they stopped holding a same-model peer, a trigger
 attacker's groups that fit the token cap were trained in the first rounds, before its
@@ -63,8 +68,18 @@ class Evidence:
     rate: float
     min_events: int
 
+    def cleared(self, producer: str, new: Sequence[bool] = ()) -> bool:
+        """Whether ``producer``'s groups may be trained once ``new`` verdicts are added:
+        the quarantine will not refuse it at its ``min_events``-th verdict even if every
+        verdict it still lacks were a drop (so the rule's first decision is already made,
+        in its favour), or, with that many, does not refuse it now."""
+        old = [dropped for _, dropped in self.verdicts.get(producer, ())]
+        window = [*old, *new]
+        window += [True] * max(0, self.min_events - len(window))
+        return not _refused(window[-QUARANTINE_WINDOW:], self.rate, self.min_events)
+
     def short(self, producer: str) -> int:
-        """How many more verdicts ``producer`` needs before its groups may be trained."""
+        """How many more verdicts ``producer`` needs to reach the quarantine's minimum."""
         return max(0, self.min_events - len(self.verdicts.get(producer, ())))
 
     def judged(self, producer: str) -> frozenset[bytes | None]:

@@ -216,32 +216,33 @@ class _Verdicts:
 
     def vet(self, cases: list[Case], evidence: Evidence) -> list[Case]:
         """Evidence before influence (:mod:`~sapo_async.node.quarantine`): for each
-        producer short of the quarantine's verdicts, judge its groups that have none, in
-        pool order, until it has enough. Returns the cases the draw may reach: every case
-        of a producer with enough verdicts whom the quarantine will not refuse (those
-        dropped here are gone); the others' are left out, held as ``evidence`` while
-        their producer is still short."""
+        producer the quarantine has not cleared, judge its groups that have no verdict, in
+        pool order, until it is cleared or has the quarantine's minimum. Returns the cases
+        the draw may reach: every case of a cleared producer (those dropped here are
+        gone); the others' are left out, held as ``evidence`` while their producer is
+        neither cleared nor refused."""
         by_producer: dict[str, list[Case]] = {}
         for case in cases:
             by_producer.setdefault(case.producer, []).append(case)
         kept: list[Case] = []
         for producer, own in by_producer.items():
-            short = evidence.short(producer)
-            before = evidence.judged(producer) if short else frozenset()
+            if evidence.cleared(producer):
+                kept.extend(own)
+                continue
+            before, short = evidence.judged(producer), evidence.short(producer)
             new: list[bool] = []
             left: list[Case] = []
             for case in own:
-                if len(new) < short and case.buffered.rollout_hash not in before:
+                judging = len(new) < short and not evidence.cleared(producer, new)
+                if judging and case.buffered.rollout_hash not in before:
                     new.append(self.run(case) is None)
                     if new[-1]:
                         continue
                 left.append(case)
-            if evidence.refuses(producer, new):
-                continue  # the loop records these verdicts and quarantines it
-            if len(new) < short:
+            if evidence.cleared(producer, new):
+                kept.extend(left)
+            elif not evidence.refuses(producer, new):  # refused: the loop quarantines it
                 self.held[Hold.EVIDENCE] = self.held.get(Hold.EVIDENCE, 0) + len(left)
-                continue
-            kept.extend(left)
         return kept
 
 

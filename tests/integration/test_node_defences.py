@@ -421,9 +421,9 @@ async def test_a_peer_that_shows_the_same_filler_before_every_right_answer_stops
 async def test_a_new_peers_groups_are_judged_before_any_of_them_is_trained() -> None:
     """Issue 57: with nothing held, a trigger attacker's groups that fit the token cap were
     trained in its first rounds, before the refusals of its other groups had quarantined it.
-    A node trains a producer's groups only once its quarantine has the verdicts to judge
-    the producer (``QUARANTINE_MIN_EVENTS``); until then it judges each of the producer's
-    groups once, for the count, and trains none."""
+    A node trains a producer's groups only once its quarantine has judged the producer (its
+    first decision made in the producer's favour); until then it judges each of the
+    producer's groups once, for the count, and trains none."""
     broker = MemoryBroker()
     node = await _node(0, broker, **UNCALIBRATED)
     peer = await _node(1, broker)
@@ -438,19 +438,17 @@ async def test_a_new_peers_groups_are_judged_before_any_of_them_is_trained() -> 
             )
             assert node.collector.ingest(_signed(peer, forged)) is not None
             sent += 1
-
-        def known() -> int:
-            return QUARANTINE_MIN_EVENTS - node.quarantine.evidence([address]).short(address)
-
-        before = known()
+        cleared_before = node.quarantine.evidence([address]).cleared(address)
         report = await node.train_round(await node.share_round())
-        if sent < QUARANTINE_MIN_EVENTS:
-            # Short of evidence: every group judged once, held, none trained.
+        cleared = node.quarantine.evidence([address]).cleared(address)
+        if not cleared:
+            # Not judged yet: every group judged once, held, none trained.
             assert report.external_total == 0
             assert report.external_held_by == {"evidence": sent}
-            assert known() == sent
+            short = node.quarantine.evidence([address]).short(address)
+            assert QUARANTINE_MIN_EVENTS - short == sent
         elif trained_from is None and report.external_total:
             trained_from = round_
-            assert before < QUARANTINE_MIN_EVENTS  # its evidence was completed this round
+            assert not cleared_before  # cleared in this round, and drawn in it
     assert trained_from is not None
     assert not node.quarantine.blocked(address)

@@ -5,6 +5,7 @@ quarantined it (docs/results/attack-real-token-test)."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from types import SimpleNamespace
 from typing import Any
@@ -85,22 +86,41 @@ def test_a_producer_whose_groups_are_mostly_refused_has_none_trained() -> None:
         assert q.record_all(verdicts) == ["attacker"]
 
 
-def test_a_new_peer_waits_only_until_it_has_its_verdicts() -> None:
+def _clean_verdicts_to_clear() -> int:
+    """How many verdicts with no drop clear a new producer (5 at rate 0.5 of 8)."""
+    fresh = _quarantine().evidence([])
+    return next(k for k in range(QUARANTINE_MIN_EVENTS + 1) if fresh.cleared("p", [False] * k))
+
+
+def test_clearing_early_never_draws_a_producer_the_rule_refuses_at_its_first_decision() -> None:
+    # Every sequence of verdicts up to the quarantine's minimum: a producer cleared after a
+    # prefix of it is not refused at the minimum, whatever the rest of the sequence.
+    evidence = _quarantine().evidence([])
+    for bits in itertools.product([False, True], repeat=QUARANTINE_MIN_EVENTS):
+        refused = evidence.refuses("p", bits)
+        for k in range(QUARANTINE_MIN_EVENTS + 1):
+            if evidence.cleared("p", bits[:k]):
+                assert not refused, bits
+    assert _clean_verdicts_to_clear() == 5
+    assert not evidence.cleared("p", [False] * 4 + [True])  # 1 drop in 5: 4 of 8 possible
+
+
+def test_a_new_peer_waits_only_until_the_quarantine_has_cleared_it() -> None:
     q = _quarantine()
-    first = [("peer", False)] * (QUARANTINE_MIN_EVENTS - 3)
+    clean = _clean_verdicts_to_clear()
+    first = [("peer", False)] * (clean - 1)
     fresh, learner, calls = _pool(first)
     choice = fx.select_one(learner, fresh, 0, evidence=q.evidence(["peer"]))
     assert choice.external == []
     assert choice.held == {Hold.EVIDENCE: len(first)}
     q.record_all((p, False, h) for p, h in choice.passed)
-    # The next round: three more groups arrive; only they are judged for the count, and
-    # the peer is drawn in the same round.
+    # The next round: three more groups arrive; only the one it lacks is judged for the
+    # count, and the peer is drawn in the same round.
     fresh, learner, calls = _pool(first + [("peer", False)] * 3)
     choice = fx.select_one(learner, fresh, 1, evidence=q.evidence(["peer"]))
     assert [c.producer for c in choice.external] == ["peer"]
     assert choice.held == {}
-    arrived = {n.to_bytes(32, "big") for n in range(len(first), len(first) + 3)}
-    assert arrived <= {h for _, h in choice.passed}
+    assert (len(first)).to_bytes(32, "big") in {h for _, h in choice.passed}
     assert max(calls.values()) == 1  # no group scored twice in a round
 
 
