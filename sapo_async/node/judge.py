@@ -40,10 +40,10 @@ In the draw, on each candidate the seeded sampler reaches, until it has J:
      ``too_brief``, ``implausible``];
   9. ``external_filter``: an experiment's filter such as F-TIS's ratio
      [``ratio_extreme``].
-Between them, *evidence before influence* (:mod:`.quarantine`): a producer with fewer
-verdicts than the quarantine needs has its unjudged groups run through stages 3 to 9 now,
-until it has them; if it still has too few, its groups wait [hold ``evidence``]; if the
-quarantine will refuse it, none is drawn. Then the draw itself
+Between them, *evidence before influence* (:mod:`.quarantine`): a producer the quarantine
+has not cleared has its unjudged groups run through stages 3 to 9 now, until it is cleared
+or has the quarantine's minimum; while neither cleared nor refused, its groups wait [hold
+``evidence``]; if the quarantine will refuse it, none is drawn. Then the draw itself
 (:func:`~sapo_async.node.sampler.select_external`): a group whose rewards are all equal is
 skipped as uninformative, a producer past ``per_producer_cap`` is skipped, and the first J
 left are trained (a group judged for the evidence is not judged again).
@@ -99,8 +99,8 @@ class Hold(StrEnum):
     PROBATION = "probation"
     """The stock-lead record cannot judge its producer yet."""
     EVIDENCE = "evidence"
-    """Its producer has fewer verdicts than the quarantine needs to judge it (its groups
-    are judged for the count, none trained: :mod:`.quarantine`)."""
+    """The quarantine has not judged its producer yet (its groups are judged for the
+    count, none trained: :mod:`.quarantine`)."""
 
 
 class LeftOut(StrEnum):
