@@ -69,6 +69,12 @@ attack *args:
 paper-table-real *args:
     {{py}} -m sapo_async experiment paper-table --path async --model smollm2-135m --start-rounds 40 --workers 1 --resume {{args}}
 
+# issue 58: one swarm of SmolLM2-135M and Gemma 3 270M nodes (node i runs the i % 2-th),
+# each model alone (4/0) and shared (2/2, 2/2+ftis: the preset's arms), two seeds, reported
+# per model (docs/swarm.md); into docs/results/paper-table-mixed (--quick: runs/...-quick)
+paper-table-mixed *args:
+    {{py}} -m sapo_async experiment paper-table --path async --model smollm2-135m+gemma3-270m --start-rounds 40 --workers 1 --resume {{args}}
+
 # the attack matrix on SmolLM2-135M over NATS into docs/results/attack-real-defaults (the
 # record of a node's defaults), every node with a node's own defences (the experiment has
 # no defence default of its own: a later --defence KEY=VALUE, a node.toml [defence] key,

@@ -16,6 +16,8 @@ import typer
 __all__ = ["experiment_app", "paper_table"]
 
 _OPTIONS = {
+    "model": "--model",
+    "nodes": "--nodes",
     "arms": "--arms",
     "eval_questions": "--eval-questions",
     "eval_completions": "--eval-completions",
@@ -38,9 +40,10 @@ def paper_table(
     ),
     out: Path | None = typer.Option(
         None,
-        help="Output directory (default docs/results/paper-table or "
-        "docs/results/paper-table-async; with --quick runs/paper-table-quick or "
-        "runs/paper-table-async-quick, so a smoke run never writes over recorded results).",
+        help="Output directory (default docs/results/paper-table, or on the async path "
+        "docs/results/paper-table-async, -real with a real model or -mixed with two; with "
+        "--quick runs/paper-table-quick or runs/paper-table-async-quick, -real-quick, "
+        "-mixed-quick, so a smoke run never writes over recorded results).",
     ),
     seeds: int | None = typer.Option(
         None, min=1, help="Seeds per configuration (default 3; 2 for a real model)."
@@ -81,7 +84,10 @@ def paper_table(
         "tiny",
         help="async: tiny, or a packaged real model (smollm2-135m) with its own preset "
         "(8 nodes, 4/0 vs 2/2, B=4 x L=4, 32 tokens, last 4 blocks train; "
-        "docs/results/paper-table-real).",
+        "docs/results/paper-table-real), or two packaged models joined by + "
+        "(smollm2-135m+gemma3-270m: the same sizes, nodes alternate models, arms "
+        "4/0,2/2,2/2+ftis; the table reports each model alone and shared; "
+        "docs/results/paper-table-mixed).",
     ),
     start_rounds: int = typer.Option(
         0,
@@ -193,6 +199,7 @@ def _paper_table_async(
 
     from sapo_async.errors import ConfigError
     from sapo_async.experiment import paper_table_async as pta
+    from sapo_async.experiment.paper_table_async_spec import MODEL_JOIN
     from sapo_async.policy.models.packaged import packaged_model_names
 
     quick, resume = modes
@@ -200,15 +207,20 @@ def _paper_table_async(
     rounds, nodes = sizes
 
     name = "sparse" if regime == "both" else regime
-    if name not in pta.ASYNC_PRESETS or name == "smollm2":
+    if name not in pta.ASYNC_PRESETS or name in ("smollm2", "mixed"):
         raise typer.BadParameter(f"regime of the async path must be sparse, got {regime!r}")
-    if model != "tiny" and model not in packaged_model_names():
+    if model != "tiny" and MODEL_JOIN not in model and model not in packaged_model_names():
         allowed = ", ".join(("tiny", *packaged_model_names()))
-        raise typer.BadParameter(f"--model {model!r} is not one of {allowed}")
-    spec = pta.ASYNC_PRESETS["smollm2"] if model != "tiny" else pta.ASYNC_PRESETS[name]
-    if model != "tiny":
-        spec = replace(spec, model=model, name=model.split("-")[0])
+        raise typer.BadParameter(
+            f"--model {model!r} is not one of {allowed}, or two packaged models joined by "
+            f"{MODEL_JOIN!r}"
+        )
+    chosen = "mixed" if MODEL_JOIN in model else "smollm2" if model != "tiny" else name
+    spec = pta.ASYNC_PRESETS[chosen]
     try:
+        if model != "tiny":  # a mixed swarm's stem names both: smollm2-gemma3
+            stem = "-".join(m.split("-")[0] for m in model.split(MODEL_JOIN))
+            spec = replace(spec, model=model, name=stem)
         spec = replace(spec, seeds=seed_list)
         if tasks is not None:
             from sapo_async.tasks.spec import preset
@@ -233,7 +245,7 @@ def _paper_table_async(
             str(exc).splitlines()[0], param_hint=f"'{option}'" if option else None
         ) from None
     if out is None:
-        kind = "real" if spec.real else "async"
+        kind = "mixed" if spec.mixed else "real" if spec.real else "async"
         out = Path(
             f"runs/paper-table-{kind}-quick" if quick else f"docs/results/paper-table-{kind}"
         )

@@ -17,7 +17,8 @@ So every experiment run now records, in the worker that ran it:
   versions can still round differently (another CPU takes another kernel path); this tells
   them apart without running a model;
 * ``weights``: a digest of the loaded model's parameters, where the run loads one (catches a
-  model cache built by another dequantiser).
+  model cache built by another dequantiser); a swarm of two models records one per model,
+  by name.
 
 :func:`environments` compares the runs of one table: which recorded none, and what differs
 between those that did. Recording only; nothing refuses to run or resume on a difference.
@@ -103,9 +104,10 @@ def _weights_digest(model: Any) -> str:
     return digest.hexdigest()[:16]
 
 
-def environment(model: Any = None) -> dict[str, Any]:
+def environment(model: Any = None, *, models: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """This process's environment as a run records it (see the module docstring); with
-    ``model`` (a torch module), ``weights`` too."""
+    ``model`` (a torch module), ``weights`` too; with ``models`` (a mixed swarm's, by
+    name), ``weights`` by name."""
     import torch
 
     env: dict[str, Any] = {
@@ -120,6 +122,8 @@ def environment(model: Any = None) -> dict[str, Any]:
     }
     if model is not None:
         env["weights"] = _weights_digest(model)
+    if models is not None:
+        env["weights"] = {name: _weights_digest(m) for name, m in models.items()}
     return env
 
 

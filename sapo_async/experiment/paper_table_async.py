@@ -135,12 +135,12 @@ async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> As
     from sapo_async.policy.models import load_model, load_tiny_model, tiny_spec
     from sapo_async.wire import keccak256
 
-    # Loaded once here and copied per node: transformers' loading is not thread-safe, and
-    # nodes that join at once load in worker threads.
+    # Loaded once here (each model of a mixed swarm) and copied per node: transformers'
+    # loading is not thread-safe, and nodes that join at once load in worker threads.
     loaded = (
-        load_model(spec.model)
+        {m: load_model(m) for m in spec.models}
         if spec.real
-        else load_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))
+        else {spec.model: load_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))}
     )
     common = swarm_spec(spec, arm, seed, limiter=anyio.CapacityLimiter(spec.threads))
     ratio_filter = common.training.external_filter
@@ -171,7 +171,7 @@ async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> As
             name=f"node{i}",
             node_index=i,
             account=account,
-            model=dataclasses.replace(loaded, model=copy.deepcopy(loaded.model)),
+            model=_copy(loaded[spec.node_model(i)]),
         )
 
     index = {f"node{i}": i for i in range(spec.nodes)}
@@ -203,13 +203,43 @@ async def _run_swarm(spec: AsyncSpec, arm: str, seed: int, progress: bool) -> As
     measured = _summarise(arm, seed, reports, ended, ratio_filter, commitments, rejected, seconds)
     t1 = time.perf_counter()
     held_out = await _held_out(spec, learners) if spec.eval_questions else []
+    mixed = _mixed(spec, reports) if spec.mixed else {}  # a one-model run records none
     return dataclasses.replace(
         measured,
-        environment=environment(loaded.model),
+        environment=environment(loaded[spec.model].model)
+        if not spec.mixed
+        else environment(models={m: lm.model for m, lm in loaded.items()}),
         defence=common.defence.model_dump(mode="json"),
         eval_rewards=held_out,
         eval_s=time.perf_counter() - t1 if held_out else 0.0,
+        **mixed,
     )
+
+
+def _mixed(spec: AsyncSpec, reports: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """What a run of two models records beside a one-model run's: each node's model, the
+    external completions it trained on re-tokenised from their text, and the external
+    groups it trained on whose producer ran the other model."""
+    models = [spec.node_model(i) for i in range(spec.nodes)]
+    model_of = {node[0].node: models[i] for i, node in enumerate(reports) if node}
+    return {
+        "models": models,
+        "retokenised": [sum(int(r.step.get("retokenised", 0)) for r in node) for node in reports],
+        "cross_model": [
+            sum(
+                n
+                for r in node
+                for producer, n in r.external_used.items()
+                if model_of.get(producer, models[i]) != models[i]
+            )
+            for i, node in enumerate(reports)
+        ],
+    }
+
+
+def _copy(loaded: Any) -> Any:
+    """A node's own copy of a loaded model's weights (its tokenizer is the loaded one)."""
+    return dataclasses.replace(loaded, model=copy.deepcopy(loaded.model))
 
 
 async def _held_out(spec: AsyncSpec, learners: Sequence[Any]) -> list[float]:
@@ -363,7 +393,8 @@ def run_async_experiment(
 
     # Once, before workers race to build or dequantise it.
     if spec.real:
-        ensure_packaged_model(spec.model)
+        for model in spec.models:
+            ensure_packaged_model(model)
     else:
         ensure_tiny_model(tiny_spec(spec.regime, tasks=spec.tasks))
     results: list[AsyncRun] = recorded_runs(spec, out_dir / f"{spec.stem}.json") if resume else []

@@ -19,12 +19,14 @@ __all__ = [
     "ASYNC_PRESETS",
     "DEFENCES_OFF",
     "FILTERS",
+    "MODEL_JOIN",
     "REAL_TASKS",
     "AsyncRun",
     "AsyncSpec",
     "arm_defence",
     "defended_arm",
     "parse_arm",
+    "parse_models",
     "quick_async",
 ]
 
@@ -56,6 +58,44 @@ def parse_arm(arm: str) -> tuple[int, int, str]:
             f"arm {arm!r}: I, J >= 0, not both 0, suffix one of tis, ftis, fresh", field="arms"
         )
     return i, j, filt
+
+
+MODEL_JOIN = "+"
+"""What joins the two packaged models of a mixed swarm (``"smollm2-135m+gemma3-270m"``)."""
+
+
+def parse_models(model: str) -> tuple[str, ...]:
+    """The models an :class:`AsyncSpec`'s ``model`` names: one (``"tiny"`` or a packaged
+    model, returned unchecked as before: the command line names the allowed ones), or two
+    different packaged models joined by :data:`MODEL_JOIN`, node ``i`` running the
+    ``i % 2``-th.
+
+    Raises:
+        ConfigError: a joined name with more than two models, one not packaged (``tiny``
+            included), or the same model twice.
+    """
+    if MODEL_JOIN not in model:
+        return (model,)
+    from sapo_async.policy.models.packaged import packaged_model_names
+
+    names = tuple(model.split(MODEL_JOIN))
+    known = packaged_model_names()
+    unknown = [n for n in names if n not in known]
+    if len(names) != 2 or unknown or names[0] == names[1]:
+        why = (
+            f"{unknown[0]!r} is not a packaged model"
+            if unknown
+            else "it names the same model twice"
+            if len(names) == 2
+            else f"it joins {len(names)} models"
+        )
+        raise ConfigError(
+            f"model {model!r} is not allowed ({why}): tiny, one packaged model, or two "
+            f"different packaged models joined by {MODEL_JOIN!r} (packaged: "
+            f"{', '.join(known)}; the tiny model does not mix with a real one)",
+            field="model",
+        )
+    return names
 
 
 def defended_arm(arm: str) -> str:
@@ -96,9 +136,11 @@ class AsyncSpec:
         tis_cap: truncation of the ``+tis`` arms' importance weights.
         ratio_cap: the ``+ftis`` filter's bound on a completion's importance ratio.
         threads: worker threads computing at once per swarm (one torch thread each).
-        model: ``"tiny"`` (the project's character model of ``regime``) or a packaged
-            real model (``"smollm2-135m"``), loaded once per swarm and copied per node;
-            a real model sees the instruct prompt through its chat template.
+        model: ``"tiny"`` (the project's character model of ``regime``), a packaged
+            real model (``"smollm2-135m"``), or two packaged models joined by ``+``
+            (``"smollm2-135m+gemma3-270m"``: node ``i`` runs the ``i % 2``-th,
+            :func:`parse_models`); each loaded once per swarm and copied per node; a real
+            model sees the instruct prompt (through its chat template where it has one).
         train_layers: train only the last N transformer blocks and the final norm
             (``PolicySpec.train_layers``); None trains every parameter.
         name: the output files' stem (default: ``regime``).
@@ -132,7 +174,19 @@ class AsyncSpec:
 
     def __post_init__(self) -> None:
         for arm in (*self.arms, *self.side_arms):
-            parse_arm(arm)
+            local, _, _ = parse_arm(arm)
+            if local > self.questions_per_round:  # a node's own check, before any swarm runs
+                raise ConfigError(
+                    f"arm {arm!r}: I ({local}) cannot exceed questions_per_round "
+                    f"({self.questions_per_round})",
+                    field="arms",
+                )
+        if len(parse_models(self.model)) > self.nodes:
+            raise ConfigError(
+                f"nodes {self.nodes} is not allowed with model {self.model!r}: at least "
+                "one node per model",
+                field="nodes",
+            )
         if not self.arms or not self.seeds:
             raise ConfigError("the async paper table needs at least one arm and one seed")
         if self.eval_questions < 0:
@@ -156,6 +210,20 @@ class AsyncSpec:
     def real(self) -> bool:
         """Whether the swarm trains a real (packaged) model rather than the tiny one."""
         return self.model != "tiny"
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The models the swarm runs (two in a mixed swarm, :func:`parse_models`)."""
+        return parse_models(self.model)
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the swarm's nodes run two models."""
+        return len(self.models) > 1
+
+    def node_model(self, node: int) -> str:
+        """The model node ``node`` runs: the models in turn."""
+        return self.models[node % len(self.models)]
 
     @property
     def all_arms(self) -> tuple[str, ...]:
@@ -213,23 +281,39 @@ ASYNC_PRESETS: dict[str, AsyncSpec] = {
         threads=2,
     ),
 }
+ASYNC_PRESETS["mixed"] = replace(
+    ASYNC_PRESETS["smollm2"],
+    name="smollm2-gemma3",
+    model="smollm2-135m+gemma3-270m",
+    arms=("4/0", "2/2", "2/2+ftis"),
+)
+"""Issue 58's table of two models: the SmolLM2 preset's sizes, nodes alternating SmolLM2 and
+Gemma 3 270M, each model alone (4/0) and shared, with and without F-TIS's filter."""
 
 
 def quick_async(spec: AsyncSpec) -> AsyncSpec:
     """A seconds-long version for tests: 3 nodes, 3 rounds, B = L = 4, two arms (a real
-    model: 2 nodes, 2 rounds, B = L = 2, 8 tokens, the last block trains)."""
+    model: 2 nodes, 2 rounds, B = L = 2, 8 tokens, the last block trains; two models: one
+    node of each, 4 rounds, computing one at a time, and the arms with F-TIS's filter too).
+
+    Two models: a Gemma 3 node takes about 5 s longer to build than a SmolLM2 one (9 s
+    against 4 here), so in 2 rounds, even one node computing at a time, the SmolLM2 node
+    often finished before the Gemma node's first groups were out and trained on none of
+    them; in 3 it first trained on one in its last round. One worker thread and 4 rounds
+    leave it about two rounds to see them."""
     if spec.real:
         return replace(
             spec,
-            rounds=2,
+            rounds=4 if spec.mixed else 2,
             seeds=spec.seeds[:1],
-            arms=("2/0", "1/1"),
+            arms=("2/0", "1/1", "1/1+ftis") if spec.mixed else ("2/0", "1/1"),
             side_arms=(),
             nodes=2,
             questions_per_round=2,
             completions_per_question=2,
             max_new_tokens=8,
             train_layers=1,
+            threads=1 if spec.mixed else spec.threads,
         )
     return replace(
         spec,
@@ -271,6 +355,15 @@ class AsyncRun:
         eval_rewards: with ``eval_questions``, each node's mean reward on the held-out
             questions after its last round; empty without.
         eval_s: seconds the held-out evaluation took (not in ``seconds``).
+        models: in a mixed swarm (:attr:`AsyncSpec.mixed`), the model each node ran;
+            empty in a one-model swarm (its spec names the model) and in runs recorded
+            before it was kept.
+        retokenised: in a mixed swarm, each node's external completions trained on
+            re-tokenised from their text, over its rounds: every one of the other model's
+            (another tokenizer), and a peer's of its own model whose log-probs could not
+            be kept (cut after its answer); empty otherwise.
+        cross_model: in a mixed swarm, each node's external groups trained on whose
+            producer ran the other model, over its rounds; empty otherwise.
     """
 
     config: str
@@ -291,3 +384,6 @@ class AsyncRun:
     defence: dict[str, Any] = field(default_factory=dict)
     eval_rewards: list[float] = field(default_factory=list)
     eval_s: float = 0.0
+    models: list[str] = field(default_factory=list)
+    retokenised: list[int] = field(default_factory=list)
+    cross_model: list[int] = field(default_factory=list)

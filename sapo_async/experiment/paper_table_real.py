@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -133,13 +133,36 @@ def run_start(
 ) -> dict[str, Any]:
     """Measure the start per family and (``single_rounds`` > 0) one node's curve; write
     ``start.json`` (and refresh ``summary.json``) in ``out_dir``. A start already recorded
-    there for the same model at the same sizes is kept, not measured again."""
+    there for the same model at the same sizes is kept, not measured again. A swarm of two
+    models measures each model so, into ``start-<model>.json``, and returns both starts by
+    model."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sizes = {"questions": questions, "completions": completions, "single_rounds": single_rounds}
+    if spec.mixed:
+        starts: dict[str, Any] = {
+            m: _start(replace(spec, model=m), out_dir / f"start-{m}.json", **sizes, on_line=on_line)
+            for m in spec.models
+        }
+    else:
+        starts = _start(spec, out_dir / "start.json", **sizes, on_line=on_line)
+    write_real_summary(spec, out_dir)
+    return starts
+
+
+def _start(
+    spec: AsyncSpec,
+    path: Path,
+    *,
+    questions: int,
+    completions: int,
+    single_rounds: int,
+    on_line: Any,
+) -> dict[str, Any]:
+    """:func:`run_start` for one model, recorded at ``path``."""
     import anyio
 
     from sapo_async.experiment.real_baseline import family_baselines
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "start.json"
     start: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     if start.get("model") != spec.model:
         start = {"model": spec.model}
@@ -171,7 +194,6 @@ def run_start(
         start["single_node"] = single_node_curve(spec, single_rounds, on_round=on_line)
         start["single_node"]["spec"] = asdict(spec)
         path.write_text(json.dumps(start, indent=1))
-    write_real_summary(spec, out_dir)
     return start
 
 
@@ -180,18 +202,26 @@ def write_real_summary(spec: AsyncSpec, out_dir: Path) -> dict[str, Any]:
     module docstring); missing parts are absent, not invented."""
     from sapo_async.policy.models.packaged import PACKAGED_MODELS
 
+    sha256 = {m: PACKAGED_MODELS[m].sha256 if m in PACKAGED_MODELS else None for m in spec.models}
     summary: dict[str, Any] = {
         "model": spec.model,
-        "model_sha256": PACKAGED_MODELS[spec.model].sha256
-        if spec.model in PACKAGED_MODELS
-        else None,
+        "model_sha256": sha256 if spec.mixed else sha256[spec.model],
         "sizes": asdict(spec),
         "goal_ratio": GOAL_RATIO,
         "held_out_goal": HELD_OUT_GOAL,
         "paper_ratio": PAPER_RATIO,
     }
     start_path = out_dir / "start.json"
-    if start_path.is_file():
+    if spec.mixed:  # each model's start by model, where measured (run_start)
+        starts = {
+            m: json.loads(path.read_text())
+            for m in spec.models
+            if (path := out_dir / f"start-{m}.json").is_file()
+        }
+        if starts:
+            summary["start"] = {m: start.get("baseline") for m, start in starts.items()}
+            summary["single_node"] = {m: start.get("single_node") for m, start in starts.items()}
+    elif start_path.is_file():
         start = json.loads(start_path.read_text())
         summary["start"] = start.get("baseline")
         summary["single_node"] = start.get("single_node")
@@ -205,7 +235,7 @@ def write_real_summary(spec: AsyncSpec, out_dir: Path) -> dict[str, Any]:
         summary["family_ratio_to_baseline"] = table["family_ratio_to_baseline"]
         summary["seconds"] = table["seconds"]
         summary["environments"] = table.get("environments")
-        for key in ("defences", "held_out", "ratios", "defences_off"):
+        for key in ("defences", "held_out", "ratios", "defences_off", "per_model"):
             if key in table:  # absent from tables recorded before each was kept
                 summary[key] = table[key]
         # The goal is the defended arms' (what a volunteer runs); -off arms are beside it.

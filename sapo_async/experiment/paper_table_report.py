@@ -2,8 +2,9 @@
 
 Writes ``<regime>.json`` (the lockstep keys ``spec``, ``seconds``, ``paper_cumulative``,
 ``runs``, ``cumulative``, ``ratio_to_baseline``, ``rounds_to_threshold``, plus ``path``,
-``families``, ``family_ratio_to_baseline``, ``staleness``, ``pace``, ``filters``, and
-:mod:`.paper_table_ratios`' ``defences``, ``held_out``, ``ratios`` and ``defences_off``),
+``families``, ``family_ratio_to_baseline``, ``staleness``, ``pace``, ``filters``,
+:mod:`.paper_table_ratios`' ``defences``, ``held_out``, ``ratios`` and ``defences_off``,
+and for a swarm of two models :mod:`.paper_table_models`' ``per_model``),
 ``<regime>.md`` (tables), ``<regime>.png`` (per-node traces, first seed) and one
 ``family-<name>.png`` per task family (swarm mean reward per round, mean over seeds, one
 line per arm). Pure functions over :class:`~sapo_async.experiment.paper_table_async_spec.AsyncRun`
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sapo_async.experiment.environment import environments
+from sapo_async.experiment.paper_table_models import model_lines, per_model
 from sapo_async.experiment.paper_table_ratios import (
     arm_defences,
     defences_off,
@@ -142,6 +144,10 @@ def _round_run(run: AsyncRun) -> dict[str, Any]:
         f: [[[round(s, 4), int(n)] for s, n in node] for node in nodes]
         for f, nodes in run.family_rewards.items()
     }
+    # A mixed swarm's only: a one-model run's record as before.
+    for key in ("models", "retokenised", "cross_model"):
+        if not data[key]:
+            del data[key]
     return data
 
 
@@ -249,6 +255,8 @@ def write_async_outputs(
             [(f"{c} seed {s}", runs[(c, s)].environment) for c in order for s in by_config[c]]
         ),
     }
+    if spec.mixed:  # each model's nodes alone and shared (a one-model table's as before)
+        summary["per_model"] = per_model(spec, results, order)
     (out_dir / f"{spec.stem}.json").write_text(json.dumps(summary, indent=1))
     (out_dir / f"{spec.stem}.md").write_text(_markdown(spec, summary, by_config, seconds))
     return summary
@@ -314,6 +322,13 @@ def _markdown(
             f"| {c} | {st['groups']} | {st['mean']:.2f} | {hist} | {gap:.0f} | {lo:.2f}..{hi:.2f} |"
         )
     lines += ratio_lines(summary["ratios"], summary["defences_off"], summary["held_out"])
+    if "per_model" in summary:
+        lines += [
+            "",
+            f"Per model (node i runs {' / '.join(spec.models)} in turn; in {spec.arms[0]} "
+            "each model's nodes train alone, in a shared arm beside the other model's):",
+            *model_lines(summary["per_model"], spec.arms[0]),
+        ]
     envs = summary["environments"]
     if envs["unrecorded"] or envs["differences"]:
         lines += [

@@ -4,6 +4,7 @@ with JetStream, the ledger on (embedded EVM), several task families, end to end.
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 from typer.testing import CliRunner
@@ -230,3 +231,69 @@ def test_nodes_reaches_the_swarm_on_both_paths_and_one_node_is_refused(tmp_path,
     assert bad.exit_code != 0
     assert "--nodes" in bad.output
     assert len(seen) == 4
+
+
+_SCORED = threading.local()
+
+
+def _every_other(self, item, completion_text):
+    """A stand-in reward: 1 and 0 in turn, per thread. Untrained, both models rarely
+    answer these questions right at 8 tokens (every reward was 0 in a probe swarm of these
+    sizes), so in a few rounds of 2 x 2 completions almost no group has rewards that
+    differ and nothing is trained; a group's completions are scored one after another in
+    one thread, so each group of two scores 1 and 0 here, whoever wrote it: the test is
+    about the path (text shared, scored by the receiver, re-tokenised, trained), not luck."""
+    _SCORED.n = getattr(_SCORED, "n", 0) + 1
+    return float(_SCORED.n % 2)
+
+
+@pytest.mark.real_model
+@pytest.mark.timeout(900)
+def test_a_mixed_table_trains_smollm2_and_gemma3_nodes_on_each_others_text(tmp_path, monkeypatch):
+    from sapo_async.tasks.reward import Verifier
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(Verifier, "score", _every_other)
+    mixed = "smollm2-135m+gemma3-270m"
+    # Defences off in the shared arm: with them on, a producer of another model waits for
+    # the receiver's calibration and its probation, longer than the quick table's rounds.
+    args = ["--path", "async", "--model", mixed, "--quick", "--arms", "2/0,1/1-off"]
+    result = CliRunner().invoke(build_app(), ["experiment", "paper-table", *args])
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "docs").exists()
+    out = tmp_path / "runs" / "paper-table-mixed-quick"
+    table = json.loads((out / "smollm2-gemma3.json").read_text())
+    assert table["spec"]["model"] == mixed
+    runs = {run["config"]: run for run in table["runs"]}
+    assert set(runs) == {"2/0", "1/1-off"}
+    for run in runs.values():
+        # Node 0 ran SmolLM2, node 1 Gemma 3, each every round, committed on the chain.
+        assert run["models"] == ["smollm2-135m", "gemma3-270m"]
+        assert [len(node) for node in run["rewards"]] == [4, 4]
+        assert run["commitments"] == {"confirmed": 8, "pending": 0}
+        weights = run["environment"]["weights"]
+        assert set(weights) == {"smollm2-135m", "gemma3-270m"}
+        assert weights["smollm2-135m"] != weights["gemma3-270m"]
+    assert runs["2/0"]["retokenised"] == runs["2/0"]["cross_model"] == [0, 0]  # alone
+    shared = runs["1/1-off"]
+    assert shared["received"] > 0
+    # Each node trained on the other model's groups (in a swarm of two, every external
+    # group is the other model's), every completion re-tokenised from its text.
+    assert all(n > 0 for n in shared["cross_model"]), shared["cross_model"]
+    assert sum(shared["cross_model"]) == shared["external_used"]
+    assert shared["retokenised"] == [2 * n for n in shared["cross_model"]]
+    for model, node in (("smollm2-135m", 0), ("gemma3-270m", 1)):
+        section = table["per_model"][model]
+        assert section["nodes"] == [node]
+        assert set(section["cumulative"]) == {"2/0", "1/1-off"}
+        assert set(section["ratios"]) == {"1/1-off"}
+        assert section["retokenised"]["1/1-off"] == {"0": shared["retokenised"][node]}
+        assert section["cross_model"]["1/1-off"] == {"0": shared["cross_model"][node]}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["per_model"] == table["per_model"]
+    from sapo_async.policy.models.packaged import PACKAGED_MODELS
+
+    assert summary["model_sha256"] == {m: PACKAGED_MODELS[m].sha256 for m in mixed.split("+")}
+    md = (out / "smollm2-gemma3.md").read_text()
+    assert "**smollm2-135m** (nodes 0)" in md
+    assert "**gemma3-270m** (nodes 1)" in md
