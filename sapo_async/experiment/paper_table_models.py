@@ -20,8 +20,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sapo_async.experiment.paper_table_ratios import over_seeds
-from sapo_async.experiment.report import cumulative_reward, goal_text, rounds_to_threshold
+from sapo_async.experiment.paper_table_ratios import goal_cell, over_seeds, ratio_cell
+from sapo_async.experiment.report import cumulative_reward, rounds_to_threshold
 
 if TYPE_CHECKING:
     from sapo_async.experiment.paper_table_async_spec import AsyncRun, AsyncSpec
@@ -122,20 +122,12 @@ def model_lines(models: Mapping[str, Mapping[str, Any]], baseline: str) -> list[
         for arm, seeds in section["cumulative"].items():
             cums = ", ".join(f"{s}: {v:.2f}" for s, v in seeds.items())
             ratios = section["ratio_to_baseline"].get(arm, {})
-            per_seed = ", ".join(f"{s}: {_num(r)}" for s, r in ratios.items()) or "n/a"
+            per_seed = ", ".join(f"{s}: {ratio_cell(r)}" for s, r in ratios.items()) or "n/a"
             cross = section["cross_model"].get(arm, {})
             cross_cell = ", ".join(f"{s}: {n}" for s, n in cross.items()) or "n/a"
             row = section["ratios"].get(arm)
             goals = (  # none for the baseline itself
-                f"{_goal(row['training'])} | {_goal(row['held_out'])}" if row else " | "
+                f"{goal_cell(row['training'])} | {goal_cell(row['held_out'])}" if row else " | "
             )
             lines.append(f"| {arm} | {cums} | {per_seed} | {goals} | {cross_cell} |")
     return lines
-
-
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}x"
-
-
-def _goal(goal: Mapping[str, object] | None) -> str:
-    return "n/a" if goal is None else goal_text(goal)

@@ -24,8 +24,10 @@ __all__ = [
     "HELD_OUT_GOAL",
     "arm_defences",
     "defences_off",
+    "goal_cell",
     "held_out",
     "over_seeds",
+    "ratio_cell",
     "ratio_lines",
 ]
 
@@ -144,11 +146,11 @@ def ratio_lines(
         ]
         for arm, row in ratios.items():
             cells = ", ".join(
-                f"{s}: {_num(v['training'])} / {_num(v['held_out'])}"
+                f"{s}: {ratio_cell(v['training'])} / {ratio_cell(v['held_out'])}"
                 for s, v in row["seeds"].items()
             )
             lines.append(
-                f"| {arm} | {cells} | {_goal(row['training'])} | {_goal(row['held_out'])} |"
+                f"| {arm} | {cells} | {goal_cell(row['training'])} | {goal_cell(row['held_out'])} |"
             )
     if gains:
         lines += [
@@ -161,15 +163,17 @@ def ratio_lines(
         ]
         for arm, seeds in gains.items():
             for s, row in seeds.items():
-                on = f"{_num(row['training_on'])} / {_num(row.get('held_out_on'))}"
-                off = f"{_num(row['training_off'])} / {_num(row.get('held_out_off'))}"
+                on = f"{ratio_cell(row['training_on'])} / {ratio_cell(row.get('held_out_on'))}"
+                off = f"{ratio_cell(row['training_off'])} / {ratio_cell(row.get('held_out_off'))}"
                 lines.append(f"| {arm} | {s} | {on} | {off} |")
     return lines
 
 
-def _num(value: float | None) -> str:
+def ratio_cell(value: float | None) -> str:
+    """A ratio as a table cell (``n/a`` where there is none)."""
     return "n/a" if value is None else f"{value:.2f}x"
 
 
-def _goal(goal: Mapping[str, object] | None) -> str:
+def goal_cell(goal: Mapping[str, object] | None) -> str:
+    """A goal over seeds as a table cell (``n/a`` where there is none)."""
     return "n/a" if goal is None else goal_text(goal)
