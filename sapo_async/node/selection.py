@@ -271,8 +271,9 @@ def select_groups(
         leads: this thread's copy of the node's stock-lead record (None: off); updated as
             groups are scored, so a producer can cross within the round.
         evidence: the quarantine's verdicts on the pool's producers (None: every producer
-            may be drawn at once; defences off). A producer short of them has its groups
-            judged for the count first (:func:`_vet`), and is drawn only once it has them.
+            may be drawn at once; defences off). A producer the quarantine has not cleared
+            has its groups judged for the count first (``_Verdicts.vet``), and is drawn
+            only once it is cleared.
     """
     judge = Judge(learner, limits, leads, training.external_filter)
     verdicts = _Verdicts(judge)
