@@ -158,23 +158,74 @@ def test_defended_only_runs_each_attack_defended_and_the_no_attack_runs_of_the_s
     # runs no attack with the defences off and B/0 (not each attack undefended).
     spec = AttackSpec(attacks=("inject", "tokens"), seeds=(0, 1))
     cells = [
-        (attack, on, seed, config)
+        (attack, on, seed, config, nodes)
         for _, attack, on, seed, config, nodes in jobs_of(spec, defended_only=True)
-        if nodes is None
     ]
-    assert len(cells) == len(jobs_of(spec, defended_only=True))  # no honest-only control
+    honest = spec.nodes - spec.attackers
     assert cells == [
         cell
         for seed in (0, 1)
         for cell in (
-            ("none", True, seed, (2, 2)),
-            ("none", False, seed, (2, 2)),
-            ("none", False, seed, (4, 0)),
-            ("inject", True, seed, (2, 2)),
-            ("tokens", True, seed, (2, 2)),
+            ("none", True, seed, (2, 2), None),
+            ("none", False, seed, (2, 2), None),
+            ("none", False, seed, (4, 0), None),
+            ("inject", True, seed, (2, 2), None),
+            ("tokens", True, seed, (2, 2), None),
+            # The honest nodes alone, defended: what the reward goal is read against.
+            ("none", True, seed, (2, 2), honest),
         )
     ]
-    assert len(jobs_of(spec)) == 2 * (3 + 2 * 2 + 1)  # the full matrix is unchanged
+    # The full matrix: no attack on, off and B/0, each attack off and on, the honest-only
+    # control off and on.
+    assert len(jobs_of(spec)) == 2 * (3 + 2 * 2 + 2)
+
+
+def test_the_reward_goal_is_read_over_the_honest_nodes_own_defended_swarm_where_it_ran():
+    # Every attack refused before any group was trained left the honest nodes 0.48 of the
+    # no-attack run (docs/results/attack-real-evidence): the two attackers' honest
+    # counterparts were missing, not harm done. Over the honest nodes' own swarm it is 1.
+    def run(attack: str, seed: int, config: str, reward: float) -> RunMeasure:
+        nodes = 2 if config.endswith("@2") else 4
+        honest = [0, 1] if attack != "none" else list(range(nodes))
+        return RunMeasure(attack, True, seed, config, honest, rewards=[[reward] * 4] * nodes)
+
+    runs = [
+        cell
+        for seed, alone in ((0, 0.1), (1, 0.11))
+        for cell in (
+            run("none", seed, "1/1", 0.2),
+            run("inject", seed, "1/1", 0.1),
+            run("none", seed, "1/1@2", alone),
+        )
+    ]
+    summary = summarise(SPEC, runs, seconds=0.0)
+    row = summary["defended"]["inject"]
+    assert row["honest_reward_ratio_on_same"] == pytest.approx(0.5)
+    assert row["seeds"]["0"]["honest_reward_ratio_on_honest_only_same"] == pytest.approx(1.0)
+    assert row["honest_reward_ratio_on_honest_only_same"] == pytest.approx((1 + 1 / 1.1) / 2)
+    tuning = summary["sets"]["tuning"]["attacks"]["inject"]
+    assert tuning["honest_reward_goal_metric"] == "honest_reward_ratio_on_honest_only_same"
+    assert tuning["honest_reward_goal_verdict"] == "undecided"  # 1.0 and 0.91: t wide
+    assert tuning["honest_reward_ratio_on_same_verdict"] == "missed"
+    assert "over the honest nodes' own swarm" in markdown_table(summary)
+    # Without that swarm the goal falls back to the defended no-attack run, and says so.
+    bare = summarise(SPEC, [r for r in runs if r.config == "1/1"], seconds=0.0)
+    row = bare["sets"]["tuning"]["attacks"]["inject"]
+    assert row["honest_reward_goal_metric"] == "honest_reward_ratio_on_same"
+    assert row["honest_reward_goal_verdict"] == "missed"
+    assert "honest_reward_ratio_on_honest_only_same" not in bare["defended"]["inject"]
+
+
+def test_held_out_reward_is_also_compared_with_the_honest_nodes_own_defended_swarm():
+    runs = [
+        _run("none", True, 0, [0.4, 0.4, 0.4, 0.4]),
+        _run("inject", True, 0, [0.2, 0.2]),
+        RunMeasure("none", True, 0, "1/1@2", [0, 1], rewards=[[0.1]] * 2, eval_rewards=[0.25] * 2),
+    ]
+    row = held_out(SPEC, runs)["attacks"]["inject"]
+    assert row["honest_eval_ratio_on_same"] == pytest.approx(0.5)
+    assert row["honest_eval_ratio_on_honest_only_same"] == pytest.approx(0.8)
+    assert "own swarm (on) 0.80" in held_out_lines(held_out(SPEC, runs))[1]
 
 
 def test_a_defended_only_matrix_has_both_sharing_gains():

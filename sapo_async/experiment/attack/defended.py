@@ -17,6 +17,17 @@ defended no-attack run); the ratio's mean against the goal over the seeds
 (:func:`~sapo_async.experiment.report.goal_over_seeds`), the measure's mean and the trained
 counts summed.
 
+Where the matrix ran the honest nodes in a swarm of their own with the defences on (the
+``I/J@n`` control, the attackers absent rather than refused), also the honest reward there
+(``honest_reward_honest_only_on``) and the ratio over it
+(``honest_reward_ratio_on_honest_only_same``, with its goal). That ratio is the one the
+goal of 0.9 is read on (``sets``): in the no-attack run each honest node has the
+attackers' slots filled by honest peers, so even a defence that refuses every attacker
+group before it is trained leaves the honest nodes what two peers earn them, not four
+(docs/results/attack-real-evidence: 0.48 of the no-attack run for every attack stopped
+outright, the same run to the third decimal). The ratio over the no-attack run stays in
+the section and the table: it is what the attackers' presence costs, lost peers included.
+
 From it, the summary's ``sets`` (:func:`goal_sets`): the goals over the attacks the
 defaults may be tuned on and, apart, over the held-out ones
 (:data:`~sapo_async.experiment.attack.spec.HELD_OUT_ATTACKS`), each attack's measure
@@ -31,7 +42,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sapo_async.experiment.attack.held_out import HONEST_REWARD_GOAL
-from sapo_async.experiment.attack.spec import HELD_OUT_ATTACKS, AttackSpec, RunMeasure
+from sapo_async.experiment.attack.spec import (
+    HELD_OUT_ATTACKS,
+    AttackSpec,
+    RunMeasure,
+    config_label,
+)
 from sapo_async.experiment.report import goal_over_seeds, goal_text
 
 __all__ = [
@@ -43,6 +59,9 @@ __all__ = [
     "left_out",
     "sets_lines",
 ]
+
+ALONE = "honest_reward_ratio_on_honest_only_same"
+"""Honest reward under attack over the honest nodes' own swarm, both defended."""
 
 FALSE_POSITIVE_GOAL = 0.01
 """The bound on honest groups refused by a defence with no attack (docs/security.md)."""
@@ -76,6 +95,7 @@ def defended(
     seed whose defended attack run and defended no-attack run are both there; ``asr``
     measures an attack run against its no-attack run (``asr(attack, run, base)``)."""
     ij = f"{spec.local}/{spec.external}"
+    alone = config_label((spec.local, spec.external), spec.nodes - spec.attackers)
     key = {(r.attack, r.defences, r.seed, r.config): r for r in runs}
     out: dict[str, Any] = {}
     for attack in spec.attacks:
@@ -96,6 +116,12 @@ def defended(
                 "left_out_from_honest_on": left_out(on, "honest"),
                 "left_out_from_honest_no_attack_on": left_out(base, "honest"),
             }
+            if (own := key.get(("none", True, seed, alone))) is not None:
+                own_reward = honest_reward(own, on.honest)
+                per_seed[str(seed)] |= {
+                    "honest_reward_honest_only_on": own_reward,
+                    ALONE: reward / max(own_reward, 1e-12),
+                }
         if not per_seed:
             continue
         seeds = list(per_seed.values())
@@ -113,7 +139,21 @@ def defended(
             ),
             "seeds": per_seed,
         }
+        if all(ALONE in s for s in seeds):
+            alone_ratios = [s[ALONE] for s in seeds]
+            out[attack] |= {
+                ALONE: sum(alone_ratios) / len(alone_ratios),
+                f"{ALONE}_goal": goal_over_seeds(alone_ratios, HONEST_REWARD_GOAL),
+            }
     return out
+
+
+def reward_goal(row: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The honest-reward ratio the goal is read on for one ``defended`` row, and its
+    verdict: over the honest nodes' own defended swarm where the matrix ran it, else over
+    the defended no-attack run (see the module docstring)."""
+    metric = ALONE if f"{ALONE}_goal" in row else "honest_reward_ratio_on_same"
+    return metric, row[f"{metric}_goal"]
 
 
 def defended_lines(section: dict[str, Any] | None) -> list[str]:
@@ -121,7 +161,13 @@ def defended_lines(section: dict[str, Any] | None) -> list[str]:
     if not section:
         return []
     rows = [
-        f"`{attack}` {goal_text(row['honest_reward_ratio_on_same_goal'])}, the honest nodes "
+        f"`{attack}` {goal_text(row['honest_reward_ratio_on_same_goal'])}"
+        + (
+            f" (over the honest nodes' own swarm {goal_text(row[f'{ALONE}_goal'])})"
+            if f"{ALONE}_goal" in row
+            else ""
+        )
+        + ", the honest nodes "
         f"trained {row['trained_from_attackers_on']} attacker groups and "
         f"{row['trained_from_honest_on']} honest ones, the attack's measure with the defences "
         f"on {row['asr_on']:.3f}{_left_out_text(row)}"
@@ -178,14 +224,19 @@ def goal_sets(
                 continue
             target = targets.get(attack)
             asr = _at_most(row["asr_on"], target)
-            reward = row["honest_reward_ratio_on_same_goal"]["verdict"]
+            metric, goal = reward_goal(row)
             rows[attack] = {
                 "asr_on": row["asr_on"],
                 "asr_on_target": target,
                 "asr_on_verdict": asr,
                 "honest_reward_ratio_on_same": row["honest_reward_ratio_on_same"],
-                "honest_reward_ratio_on_same_verdict": reward,
-                "verdict": _overall([asr, reward]),
+                "honest_reward_ratio_on_same_verdict": row["honest_reward_ratio_on_same_goal"][
+                    "verdict"
+                ],
+                "honest_reward_goal_metric": metric,
+                "honest_reward_goal_ratio": row[metric],
+                "honest_reward_goal_verdict": goal["verdict"],
+                "verdict": _overall([asr, goal["verdict"]]),
             }
         if rows:
             verdict = _overall([r["verdict"] for r in rows.values()])
@@ -209,8 +260,7 @@ def sets_lines(section: dict[str, Any] | None) -> list[str]:
         rows = section[name]["attacks"]
         short = [
             f"`{a}` measure {r['asr_on']:.3f} {r['asr_on_verdict'] or 'with no target'}, "
-            f"reward {r['honest_reward_ratio_on_same']:.2f} "
-            f"{r['honest_reward_ratio_on_same_verdict']}"
+            f"reward {r['honest_reward_goal_ratio']:.2f} {r['honest_reward_goal_verdict']}"
             for a, r in rows.items()
             if r["verdict"] != "met"
         ]
@@ -222,7 +272,8 @@ def sets_lines(section: dict[str, Any] | None) -> list[str]:
     return [
         "",
         "Goals with the defences on, by set (the attack's measure at most its target, honest "
-        f"reward over no attack, defended too, at least {HONEST_REWARD_GOAL}; the held-out "
+        f"reward at least {HONEST_REWARD_GOAL} of the honest nodes' own swarm, defended too, "
+        "or of the defended no-attack run where that swarm was not run; the held-out "
         "attacks, named before any default was tuned on them, apart). "
         + ". ".join(parts)
         + f". False positives with no attack {fp['rate']:.4f} (at most {fp['goal']}): "

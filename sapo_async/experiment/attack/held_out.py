@@ -14,8 +14,11 @@ Per attack and seed: ``eval_reward_on`` (the honest nodes' mean under attack, de
 on), ``eval_reward_no_attack_on`` / ``_off`` (the same nodes in the no-attack runs),
 ``honest_eval_ratio_on_same`` (on over no attack with the defences on: what the attack
 costs a defended node) and, where the undefended no-attack run was measured too,
-``honest_eval_ratio_on`` (over it, as the goal's ratio in :mod:`.summary`); their means
-over the seeds and each against the goal (:func:`goal_over_seeds`).
+``honest_eval_ratio_on`` (over it, as the goal's ratio in :mod:`.summary`), and where the
+honest nodes' own swarm ran with the defences on, ``eval_reward_honest_only_on`` and
+``honest_eval_ratio_on_honest_only_same`` (over it: the ratio the goal is read on, as in
+:mod:`.defended`); their means over the seeds and each against the goal
+(:func:`goal_over_seeds`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure
+from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure, config_label
 from sapo_async.experiment.report import goal_over_seeds, goal_text
 
 __all__ = ["HONEST_REWARD_GOAL", "held_out", "held_out_lines"]
@@ -31,7 +34,11 @@ __all__ = ["HONEST_REWARD_GOAL", "held_out", "held_out_lines"]
 HONEST_REWARD_GOAL = 0.9
 """Issue 23's bound on honest reward with the defences on over no attack (at least)."""
 
-RATIOS = ("honest_eval_ratio_on", "honest_eval_ratio_on_same")
+RATIOS = (
+    "honest_eval_ratio_on",
+    "honest_eval_ratio_on_same",
+    "honest_eval_ratio_on_honest_only_same",
+)
 
 
 def _nodes_reward(run: RunMeasure, nodes: Sequence[int]) -> float:
@@ -46,6 +53,7 @@ def held_out(spec: AttackSpec, runs: Sequence[RunMeasure]) -> dict[str, Any]:
     there where that run measured it too (``--defended-only`` matrices recorded before it
     ran that run lack it)."""
     ij = f"{spec.local}/{spec.external}"
+    alone = config_label((spec.local, spec.external), spec.nodes - spec.attackers)
     key = {(r.attack, r.defences, r.seed, r.config): r for r in runs if r.eval_rewards}
     attacks: dict[str, Any] = {}
     for attack in spec.attacks:
@@ -70,10 +78,21 @@ def held_out(spec: AttackSpec, runs: Sequence[RunMeasure]) -> dict[str, Any]:
                     "eval_reward_no_attack_off": off_reward,
                     "honest_eval_ratio_on": reward / max(off_reward, 1e-12),
                 }
+            if (own := key.get(("none", True, seed, alone))) is not None:
+                own_reward = _nodes_reward(own, honest)
+                per_seed[str(seed)] |= {
+                    "eval_reward_honest_only_on": own_reward,
+                    "honest_eval_ratio_on_honest_only_same": reward / max(own_reward, 1e-12),
+                }
         if not per_seed:
             continue
         seeds = list(per_seed.values())
-        rewards = ("eval_reward_on", "eval_reward_no_attack_on", "eval_reward_no_attack_off")
+        rewards = (
+            "eval_reward_on",
+            "eval_reward_no_attack_on",
+            "eval_reward_no_attack_off",
+            "eval_reward_honest_only_on",
+        )
         metrics = [m for m in (*rewards, *RATIOS) if all(m in s for s in seeds)]
         attacks[attack] = {
             **{metric: sum(s[metric] for s in seeds) / len(seeds) for metric in metrics},
@@ -102,6 +121,12 @@ def held_out_lines(section: dict[str, Any] | None) -> list[str]:
         + (
             f", over no attack (off) {goal_text(row['honest_eval_ratio_on_goal'])}"
             if "honest_eval_ratio_on_goal" in row
+            else ""
+        )
+        + (
+            ", over the honest nodes' own swarm (on) "
+            + goal_text(row["honest_eval_ratio_on_honest_only_same_goal"])
+            if "honest_eval_ratio_on_honest_only_same_goal" in row
             else ""
         )
         for attack, row in section["attacks"].items()

@@ -341,10 +341,12 @@ def jobs_of(spec: AttackSpec, *, defended_only: bool = False) -> list[Job]:
     sharing, ``B/0`` sharing nothing, and its honest nodes alone sharing among themselves).
 
     ``defended_only``: only what the attack costs a defended node, each attack with the
-    defences on, and the no-attack runs the sharing gain needs (issue 57: the swarm with
-    the defences on and off, and ``B/0``), so ``sharing_gain_on`` and ``sharing_gain_off``
-    are recorded; the attacks with the defences off (the payload's rise) and the
-    honest-only control are the full matrix's.
+    defences on, the no-attack runs the sharing gain needs (issue 57: the swarm with the
+    defences on and off, and ``B/0``), so ``sharing_gain_on`` and ``sharing_gain_off`` are
+    recorded, and the honest nodes in a swarm of their own with the defences on (the
+    reward a perfect defence would leave them: :mod:`.defended`); the attacks with the
+    defences off (the payload's rise) and the honest-only control with the defences off
+    are the full matrix's.
     """
     ij = (spec.local, spec.external)
     solo = (spec.local + spec.external, 0)
@@ -355,6 +357,8 @@ def jobs_of(spec: AttackSpec, *, defended_only: bool = False) -> list[Job]:
             out.append((spec, "none", True, seed, ij, None))
             out += [(spec, "none", False, seed, ij, None), (spec, "none", False, seed, solo, None)]
             out += [(spec, attack, True, seed, ij, None) for attack in spec.attacks]
+            if honest >= 2:
+                out.append((spec, "none", True, seed, ij, honest))
             continue
         for on in (False, True):
             out.append((spec, "none", on, seed, ij, None))
@@ -363,7 +367,7 @@ def jobs_of(spec: AttackSpec, *, defended_only: bool = False) -> list[Job]:
             for on in (False, True):
                 out.append((spec, attack, on, seed, ij, None))
         if honest >= 2:
-            out.append((spec, "none", False, seed, ij, honest))
+            out += [(spec, "none", on, seed, ij, honest) for on in (False, True)]
     return out
 
 
