@@ -222,6 +222,27 @@ def test_two_runs_of_one_seed_draw_the_same_groups_and_earn_the_same_rewards():
     assert first.trained_external == second.trained_external
 
 
+def test_the_honest_only_control_evaluates_every_honest_node_of_the_matrix():
+    # It ran as a 2-node swarm whose spec names one node an attacker (a valid AttackSpec),
+    # so only node 0 answered the held-out questions and the held-out ratio over it had
+    # one node's reward where the attack runs have two.
+    spec = AttackSpec(
+        attacks=("inject",),
+        rounds=1,
+        seeds=(0,),
+        nodes=4,
+        attackers=2,
+        transport="memory",
+        eval_questions=2,
+        eval_completions=2,
+    )
+    m = run_one(spec, "none", True, 0, (1, 1), swarm_nodes=2)
+    assert m.config == "1/1@2"
+    assert len(m.rewards) == 2
+    assert len(m.eval_rewards) == 2
+    assert len(run_one(spec, "none", True, 0, (1, 1)).eval_rewards) == 2  # of 4: the honest
+
+
 def _attack_real_recipe() -> list[str]:
     """The arguments `just attack-real` passes to `sapo_async experiment attack`."""
     lines = (Path(__file__).parents[2] / "Justfile").read_text().splitlines()

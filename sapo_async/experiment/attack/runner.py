@@ -72,13 +72,16 @@ def run_one(
     ``swarm_nodes``: a no-attack swarm of that many nodes instead of the matrix's."""
     from sapo_async.experiment.worker import run_blocking
 
+    # The held-out evaluation covers the matrix's honest nodes, whatever the swarm's size.
+    evaluated = spec.nodes - spec.attackers
     if swarm_nodes is not None:  # the honest-only control: no attacker runs in it
         if attack != "none":
             raise ValueError("a swarm of another size is a no-attack control")
         attackers = min(spec.attackers, swarm_nodes - 1)
         spec = dataclasses.replace(spec, nodes=swarm_nodes, attackers=attackers)
+        evaluated = min(evaluated, swarm_nodes)
     label = config_label(config, swarm_nodes)
-    run = functools.partial(_run_one, label=label)
+    run = functools.partial(_run_one, label=label, evaluated=evaluated)
     return run_blocking(run, spec, attack, defences, seed, config, log_level="ERROR")
 
 
@@ -128,7 +131,11 @@ async def _run_one(
     config: tuple[int, int],
     *,
     label: str,
+    evaluated: int,
 ) -> RunMeasure:
+    """One run (see :func:`run_one`); ``evaluated``: how many of the first nodes answer the
+    held-out questions after the last round (the matrix's honest nodes: in the honest-only
+    control every node, though its spec names one an attacker to stay valid)."""
     import copy
     import resource
 
@@ -203,7 +210,7 @@ async def _run_one(
         if spec.eval_questions:  # the attack runs' honest nodes, also in a no-attack run
             m.eval_rewards = [
                 await held_out_reward(nodes[i].learner, spec.eval_questions, spec.eval_completions)
-                for i in range(spec.nodes - spec.attackers)
+                for i in range(evaluated)
             ]
     m.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     m.seconds = time.perf_counter() - t0
