@@ -226,6 +226,9 @@ def test_held_out_reward_is_also_compared_with_the_honest_nodes_own_defended_swa
     assert row["honest_eval_ratio_on_same"] == pytest.approx(0.5)
     assert row["honest_eval_ratio_on_honest_only_same"] == pytest.approx(0.8)
     assert "own swarm (on) 0.80" in held_out_lines(held_out(SPEC, runs))[1]
+    # A control recorded when it evaluated node 0 only is left out, not an IndexError.
+    runs[2].eval_rewards = [0.25]
+    assert "honest_eval_ratio_on_honest_only_same" not in held_out(SPEC, runs)["attacks"]["inject"]
 
 
 def test_a_defended_only_matrix_has_both_sharing_gains():

@@ -78,7 +78,9 @@ def held_out(spec: AttackSpec, runs: Sequence[RunMeasure]) -> dict[str, Any]:
                     "eval_reward_no_attack_off": off_reward,
                     "honest_eval_ratio_on": reward / max(off_reward, 1e-12),
                 }
-            if (own := key.get(("none", True, seed, alone))) is not None:
+            own = key.get(("none", True, seed, alone))
+            # Recorded before the control evaluated every honest node: one node's, left out.
+            if own is not None and len(own.eval_rewards) >= len(honest):
                 own_reward = _nodes_reward(own, honest)
                 per_seed[str(seed)] |= {
                     "eval_reward_honest_only_on": own_reward,
