@@ -33,7 +33,9 @@ Invariants:
     * nothing a peer sends can raise out of the consume loop; every message ends up
       admitted, skipped, or counted under exactly one rejection reason;
     * a rollout hash is admitted at most once while it could still pass the age check
-      (replays are counted as ``duplicate``);
+      (replays are counted as ``duplicate``), and so is a content
+      (:func:`~sapo_async.wire.rollout.content_hash`: the same task, question and
+      completion texts under another key or time stamp, also ``duplicate``);
     * the buffer never holds more than ``buffer_max_groups`` groups, nor (when read) a group
       older than ``buffer_max_age_s``.
 """
@@ -84,6 +86,7 @@ from sapo_async.limits import (
 from sapo_async.logs import get_logger
 from sapo_async.pulse import Pulse
 from sapo_async.wire.reasons import RejectReason
+from sapo_async.wire.rollout import content_hash
 from sapo_async.wire.signing import decode_envelope, verify_signer
 
 __all__ = ["BufferedGroup", "Collector", "CollectorStatistics"]
@@ -286,6 +289,15 @@ class Collector(Actor):
             raise self._rejected(arrival, RejectReason.ALREADY_TRAINED)
         if digest in self._seen:
             raise self._rejected(arrival, RejectReason.DUPLICATE)
+        # One experience, however many keys or time stamps it comes under: a group whose
+        # content (task, question, completion texts) an admitted group had is refused too.
+        # Checked before the signature, remembered only on admission, so a forged message
+        # cannot shut out the genuine one.
+        content = content_hash(group)
+        if content in self._seen:
+            raise self._rejected(
+                arrival, RejectReason.DUPLICATE, "the same content as an admitted group"
+            )
         try:
             verify_signer(envelope)
         except RejectedInput as exc:
@@ -299,6 +311,7 @@ class Collector(Actor):
         # message under one reason (internal_error), never admitted as well.
         for counting in self._counting:
             counting.admitted(arrival)
+        self._remember(content, now)
         return self._insert(BufferedGroup(group, digest, now))
 
     def _run(self, check: Check, arrival: Arrival) -> None:

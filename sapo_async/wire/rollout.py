@@ -33,6 +33,7 @@ __all__ = [
     "SamplingParams",
     "SignedGroup",
     "TaskRef",
+    "content_hash",
     "decode_group",
     "encode_group",
     "keccak256",
@@ -171,3 +172,20 @@ def decode_group(body: bytes) -> RolloutGroup:
 def keccak256(data: bytes) -> bytes:
     """Ethereum's keccak-256 of ``data`` (32 bytes)."""
     return bytes(_keccak(data))
+
+
+_content_encoder = msgspec.msgpack.Encoder()
+
+
+def content_hash(group: RolloutGroup) -> bytes:
+    """keccak-256 of what a receiver trains on in ``group``: its swarm, task, question and
+    completion texts, not who signed it, when, in which round or with which token ids
+    and log-probs. Two groups with equal content hashes are one experience however many
+    keys send it (the collector admits it once: :mod:`sapo_async.fabric.collector`)."""
+    fields = (
+        group.swarm,
+        group.task,
+        group.question,
+        [c.text for c in group.completions],
+    )
+    return keccak256(b"sapo-content:" + _content_encoder.encode(fields))

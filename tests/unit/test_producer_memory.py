@@ -356,6 +356,7 @@ def test_collector_remembers_newest_rounds_of_at_most_its_bound_of_producers(
             producer=key(int(text[1:])) if flood else STEADY,
             producer_round=0 if flood else int(text[1:].rstrip("x")),
             created_at_ms=int(clock.now * 1000) - 1,  # not in the future by rounding
+            question=text,  # each message its own content (one content is admitted once)
         )
         return DecodedEnvelope(None, group, hashlib.sha256(data).digest())  # type: ignore[arg-type]
 

@@ -94,7 +94,7 @@ def test_signed_group_verifies_to_its_producer(group: RolloutGroup) -> None:
 
 def test_hash_of_a_known_group_never_changes() -> None:
     # Pinned: a change here means every stored hash and on-chain commitment breaks.
-    group = make_group(ACCOUNT, created_at_ms=1_700_000_000_000)
+    group = make_group(ACCOUNT, created_at_ms=1_700_000_000_000, text="The answer is 4.")
     assert rollout_hash(encode_group(group)).hex() == PINNED_HASH
 
 
