@@ -3,7 +3,9 @@
 Each group the attacker generates goes out ``copies`` times under each of ``keys`` extra
 keys (distinct time stamps, so distinct hashes), and one oversized group per round beside
 it. The content is the attacker's own honest groups: the harm is the receivers' time and
-memory, measured as the honest round time against the no-attack run.
+memory, measured as the honest round time against the no-attack run, and, where the
+copies are admitted as distinct groups, the same group trained again in later rounds
+(the collector now admits one content once).
 """
 
 from __future__ import annotations
