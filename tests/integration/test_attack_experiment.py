@@ -52,16 +52,20 @@ def test_attack_quick_measures_each_attack_with_defences_off_and_on(tmp_path, mo
     assert summary["sharing_gain_on"] > 0
     assert summary["sharing_gain_off"] > 0
     runs = json.loads((out / "runs.json").read_text())
-    # none off/on, 4/0, each attack off/on, and the 3 honest nodes alone: 3 + 2 x 2 + 1 runs
-    # of 3 rounds.
-    assert len(runs) == 8
+    # none off/on, 4/0, each attack off/on, and the 3 honest nodes alone off/on (the
+    # defended one is what the reward goal is read over): 3 + 2 x 2 + 2 runs of 3 rounds.
+    assert len(runs) == 9
     alone = [r for r in runs if r["config"] == "1/1@3"]
     assert [(r["attack"], r["defences"], r["honest"]) for r in alone] == [
-        ("none", False, [0, 1, 2])
+        ("none", False, [0, 1, 2]),
+        ("none", True, [0, 1, 2]),
     ]
-    assert len(alone[0]["rewards"]) == 3  # a swarm of three: no attacker slot
+    assert all(len(r["rewards"]) == 3 for r in alone)  # a swarm of three: no attacker slot
+    assert all(len(r["eval_rewards"]) == 3 for r in alone)  # each honest node evaluated
     for row in summary["attacks"].values():
         assert row["honest_reward_ratio_on_honest_only"] > 0
+    for row in summary["defended"].values():
+        assert row["honest_reward_ratio_on_honest_only_same"] > 0
     assert all(len(r["round_s"]) == 3 for r in runs)
     absurd_on = next(r for r in runs if r["attack"] == "absurd" and r["defences"])
     absurd_off = next(r for r in runs if r["attack"] == "absurd" and not r["defences"])
