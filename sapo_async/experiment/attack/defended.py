@@ -46,7 +46,7 @@ from sapo_async.experiment.attack.spec import (
     HELD_OUT_ATTACKS,
     AttackSpec,
     RunMeasure,
-    config_label,
+    honest_only_label,
 )
 from sapo_async.experiment.report import goal_over_seeds, goal_text
 
@@ -95,7 +95,7 @@ def defended(
     seed whose defended attack run and defended no-attack run are both there; ``asr``
     measures an attack run against its no-attack run (``asr(attack, run, base)``)."""
     ij = f"{spec.local}/{spec.external}"
-    alone = config_label((spec.local, spec.external), spec.nodes - spec.attackers)
+    alone = honest_only_label(spec)
     key = {(r.attack, r.defences, r.seed, r.config): r for r in runs}
     out: dict[str, Any] = {}
     for attack in spec.attacks:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure, config_label
+from sapo_async.experiment.attack.spec import AttackSpec, RunMeasure, honest_only_label
 from sapo_async.experiment.report import goal_over_seeds, goal_text
 
 __all__ = ["HONEST_REWARD_GOAL", "held_out", "held_out_lines"]
@@ -53,7 +53,7 @@ def held_out(spec: AttackSpec, runs: Sequence[RunMeasure]) -> dict[str, Any]:
     there where that run measured it too (``--defended-only`` matrices recorded before it
     ran that run lack it)."""
     ij = f"{spec.local}/{spec.external}"
-    alone = config_label((spec.local, spec.external), spec.nodes - spec.attackers)
+    alone = honest_only_label(spec)
     key = {(r.attack, r.defences, r.seed, r.config): r for r in runs if r.eval_rewards}
     attacks: dict[str, Any] = {}
     for attack in spec.attacks:

@@ -55,6 +55,7 @@ __all__ = [
     "RunMeasure",
     "config_label",
     "defence_of",
+    "honest_only_label",
     "make_attack",
     "quick",
 ]
@@ -93,6 +94,11 @@ def config_label(config: tuple[int, int], nodes: int | None = None) -> str:
     than the matrix's (the honest-only control: the attack runs' honest nodes alone)."""
     label = f"{config[0]}/{config[1]}"
     return label if nodes is None else f"{label}@{nodes}"
+
+
+def honest_only_label(spec: AttackSpec) -> str:
+    """The ``config`` of ``spec``'s honest-only control: its I/J, its honest nodes alone."""
+    return config_label((spec.local, spec.external), spec.nodes - spec.attackers)
 
 
 TAIL_CHARS = 64

@@ -64,7 +64,7 @@ from sapo_async.experiment.attack.spec import (
     RATIO_ATTACKS,
     AttackSpec,
     RunMeasure,
-    config_label,
+    honest_only_label,
 )
 from sapo_async.experiment.environment import environments
 from sapo_async.experiment.report import goal_over_seeds, goal_text
@@ -140,7 +140,7 @@ def summarise(spec: AttackSpec, runs: Sequence[RunMeasure], *, seconds: float) -
     """
     ij = f"{spec.local}/{spec.external}"
     solo = f"{spec.local + spec.external}/0"
-    honest_only = config_label((spec.local, spec.external), spec.nodes - spec.attackers)
+    honest_only = honest_only_label(spec)
     key = {(r.attack, r.defences, r.seed, r.config): r for r in runs}
     attacks: dict[str, Any] = {}
     for attack in spec.attacks:
